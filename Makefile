@@ -1,0 +1,38 @@
+# grove — the two Quickstart commands are `make demo` and `make test`; both run `make install` first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.grove-installed
+DEB_PACKAGES := busybox-static iproute2 zstd
+
+.PHONY: install demo test lint typecheck bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/python -m router.demo
+
+test: install lint typecheck
+	$(BIN)/pytest -q tests
+
+lint: install
+	$(BIN)/ruff check grove executor router artifacts sandbox_image tests perf
+
+typecheck: install
+	$(BIN)/mypy
+
+bench: install
+	$(BIN)/python -m perf.run_all
+
+clean:
+	rm -rf $(VENV) .state build *.egg-info

@@ -1,0 +1,205 @@
+"""The executor's Flask app: ``create_app(settings)``; gunicorn runs it as ``executor.app:create_app()``."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
+
+from executor.archive import extract_tar, stream_tar
+from executor.dedup import Deduplicator
+from executor.files import delete, listing, open_for_read, parse_mode, write_atomic
+from executor.models import ExecRequest
+from executor.paths import PathResolver
+from executor.runner import Chunk, Runner
+from executor.settings import ExecutorSettings
+from grove import wire
+from grove.errors import (
+    BadRequest,
+    GroveError,
+    InternalError,
+    MethodNotAllowed,
+    NotFound,
+    TooLarge,
+    Unauthorized,
+)
+
+log = logging.getLogger("grove.executor")
+
+
+def create_app(settings: ExecutorSettings | None = None) -> Flask:
+    """Build the app; with no settings they are read from ``GROVE_EXECUTOR_*`` now (not at import)."""
+    settings = settings or ExecutorSettings.from_env()
+    app = Flask("grove-executor")
+    app.config["MAX_CONTENT_LENGTH"] = None  # streamed bodies are capped by each handler instead
+    paths = PathResolver(settings.root, settings.workdir)
+    runner = Runner(settings, paths)
+    dedup = Deduplicator(settings.dedup_entries)
+    token = settings.token.encode()
+
+    @app.before_request
+    def _authenticate() -> None:
+        if request.path == "/healthz":
+            return
+        header = request.headers.get("Authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not given:
+            raise Unauthorized("missing 'Authorization: Bearer <token>' header")
+        if not hmac.compare_digest(given.strip().encode(), token):
+            raise Unauthorized("the bearer token is not valid for this sandbox")
+
+    @app.errorhandler(Exception)
+    def _error(exc: Exception) -> Response:
+        return _error_response(exc)
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return _reply({"ok": True})
+
+    @app.post("/v1/exec")
+    def exec_() -> Response:
+        length = request.content_length
+        if length is not None and length > settings.max_request_bytes:
+            raise TooLarge(f"exec body of {length} bytes exceeds {settings.max_request_bytes}")
+        body = request.get_data(cache=False)
+        if len(body) > settings.max_request_bytes:
+            raise TooLarge(f"exec body exceeds {settings.max_request_bytes} bytes")
+        req = ExecRequest.parse(wire.decode(body, request.content_type), settings)
+        stream = request.args.get("stream") in ("1", "true")
+        if req.request_id is not None:
+            first, entry = dedup.claim(req.request_id)
+            if not first:
+                earlier = dedup.wait(entry, req.timeout_s + 30)
+                if earlier is None:
+                    raise BadRequest(f"request_id {req.request_id!r} belongs to a call that failed or still runs")
+                return _stream_of([earlier]) if stream else _reply(earlier)
+            try:
+                started = runner.run(req)
+            except BaseException:
+                dedup.finish(req.request_id, entry, None)
+                raise
+            events = _remember(started, dedup, req.request_id, entry)
+        else:
+            events = runner.run(req)
+        if stream:
+            return _stream_of(events)
+        result: dict[str, Any] = {}
+        for event in events:
+            if isinstance(event, dict):
+                result = event
+        return _reply(result)
+
+    @app.route("/v1/files", methods=["GET", "PUT", "DELETE"])
+    def files() -> Response:
+        api = paths.api_path(request.args.get("path", ""))
+        full = paths.resolve(api)
+        if request.method == "GET":
+            size, chunks = open_for_read(full, api)
+            return Response(chunks, mimetype="application/octet-stream", headers={"Content-Length": str(size)})
+        if request.method == "PUT":
+            written = write_atomic(
+                full,
+                api,
+                request.stream,
+                mode=parse_mode(request.args.get("mode")),
+                limit=settings.max_file_bytes,
+                length=request.content_length,
+            )
+            return _reply({"path": api, "size": written}, status=201)
+        delete(full, api, recursive=request.args.get("recursive") in ("1", "true"))
+        return _reply({"path": api, "deleted": True})
+
+    @app.get("/v1/files/list")
+    def files_list() -> Response:
+        api = paths.api_path(request.args.get("path", "") or ".")
+        return _reply({"path": api, "entries": listing(paths.resolve(api), api)})
+
+    @app.route("/v1/archive", methods=["GET", "PUT"])
+    def archive() -> Response:
+        api = paths.api_path(request.args.get("path", ""))
+        full = paths.resolve(api)
+        if request.method == "GET":
+            return Response(stream_tar(full, api), mimetype="application/x-tar")
+        members = extract_tar(
+            request.stream,
+            full,
+            api,
+            max_bytes=settings.max_archive_bytes,
+            max_members=settings.max_archive_members,
+        )
+        return _reply({"path": api, "members": members}, status=201)
+
+    return app
+
+
+def _remember(
+    events: Iterator[Chunk | dict[str, Any]], dedup: Deduplicator, request_id: str, entry: Any
+) -> Iterator[Chunk | dict[str, Any]]:
+    """Pass events through and publish the final result to retries of the same request id."""
+    result: dict[str, Any] | None = None
+    try:
+        for event in events:
+            if isinstance(event, dict):
+                result = event
+            yield event
+    finally:
+        dedup.finish(request_id, entry, result)
+
+
+def _wants_msgpack() -> bool:
+    return wire.is_msgpack(request.headers.get("Accept"))
+
+
+def _reply(value: Any, status: int = 200) -> Response:
+    as_msgpack = _wants_msgpack()
+    return Response(
+        wire.encode(value, as_msgpack),
+        status=status,
+        mimetype=wire.MSGPACK if as_msgpack else wire.JSON,
+    )
+
+
+def _stream_of(events: Any) -> Response:
+    """Chunked response: one frame per chunk (msgpack objects, or JSON lines), the result last."""
+    as_msgpack = _wants_msgpack()
+
+    def frames() -> Iterator[bytes]:
+        try:
+            for event in events:
+                if isinstance(event, Chunk):
+                    frame: dict[str, Any] = {"type": event.stream, "data": event.data}
+                else:
+                    frame = {"type": "result", "result": event}
+                yield wire.encode(frame, as_msgpack) + (b"" if as_msgpack else b"\n")
+        except GroveError as exc:
+            yield wire.encode({"type": "error", **exc.to_body()}, as_msgpack) + (b"" if as_msgpack else b"\n")
+
+    mimetype = wire.MSGPACK if as_msgpack else "application/x-ndjson"
+    return Response(frames(), mimetype=mimetype, headers={"X-Accel-Buffering": "no"})
+
+
+def _error_response(exc: Exception) -> Response:
+    """The one place an exception becomes an HTTP error."""
+    if isinstance(exc, HTTPException):
+        code = exc.code or 500
+        if code == 404:
+            err: GroveError = NotFound(f"no such endpoint: {request.method} {request.path}")
+        elif code == 405:
+            err = MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
+        elif code == 413:
+            err = TooLarge("request body too large")
+        else:
+            err = BadRequest(exc.description or "bad request") if code < 500 else InternalError(str(exc))
+    elif isinstance(exc, GroveError):
+        err = exc
+    else:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        err = InternalError(f"executor error: {type(exc).__name__}: {exc}")
+    resp = _reply(err.to_body(), status=err.status)
+    if err.retry_after is not None:
+        resp.headers["Retry-After"] = str(max(1, round(err.retry_after)))
+    return resp

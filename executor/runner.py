@@ -1,0 +1,223 @@
+"""Running one command: its own session, bounded capture, server-side timeout, stdin, live chunks."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import subprocess
+import time
+import uuid
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from executor.capture import Captured, OutputCapture
+from executor.models import ExecRequest
+from executor.paths import PathResolver
+from executor.proctree import kill_tree
+from executor.settings import ExecutorSettings
+from grove.errors import Invalid, NotFound, Unavailable
+
+_READ = 65536
+# After the command exits, how long to keep reading output that a background child may still hold.
+_DRAIN_AFTER_EXIT_S = 0.2
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Output as it arrives (for ``?stream=1``)."""
+
+    stream: str
+    data: bytes
+
+
+def _exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _oom_kills(path: str | None) -> int:
+    if not path:
+        return 0
+    try:
+        with open(path, encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class Runner:
+    """Runs commands for one executor; holds only settings and the path resolver."""
+
+    def __init__(self, settings: ExecutorSettings, paths: PathResolver) -> None:
+        self._settings = settings
+        self._paths = paths
+
+    def run(self, req: ExecRequest) -> Iterator[Chunk | dict[str, Any]]:
+        """Start the command (errors raise here), then iterate: output chunks as they come, the result last."""
+        settings = self._settings
+        cwd_api = req.cwd or settings.workdir
+        cwd = self._paths.resolve(cwd_api)
+        if not os.path.isdir(cwd):
+            raise NotFound(f"cwd {cwd_api!r} is not a directory in the sandbox")
+        env = {**settings.env, **req.env}
+        exec_id = uuid.uuid4().hex[:16]
+        out_dir = self._paths.resolve(settings.output_dir)
+        captures = {
+            name: OutputCapture(
+                req.max_output_bytes,
+                os.path.join(out_dir, f"{exec_id}.{name}"),
+                f"{settings.output_dir.rstrip('/')}/{exec_id}.{name}",
+            )
+            for name in ("stdout", "stderr")
+        }
+        oom_before = _oom_kills(settings.oom_control_path)
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                req.argv,
+                stdin=subprocess.PIPE if req.stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except FileNotFoundError as exc:
+            raise NotFound(f"program not found: {req.argv[0]!r}") from exc
+        except PermissionError as exc:
+            raise Invalid(f"program is not executable: {req.argv[0]!r}") from exc
+        except BlockingIOError as exc:
+            raise Unavailable(
+                "cannot start the command: the sandbox is out of processes (pids_max)", retry_after=1
+            ) from exc
+        except OSError as exc:
+            raise Invalid(f"cannot start {req.argv[0]!r}: {exc.strerror}") from exc
+        if settings.command_oom_score_adj is not None:
+            _set_oom_score(proc.pid, settings.command_oom_score_adj)
+        return self._events(proc, req, captures, started, oom_before)
+
+    def _events(
+        self,
+        proc: subprocess.Popen[bytes],
+        req: ExecRequest,
+        captures: dict[str, OutputCapture],
+        started: float,
+        oom_before: int,
+    ) -> Iterator[Chunk | dict[str, Any]]:
+        settings = self._settings
+        timed_out = False
+        try:
+            timed_out = yield from self._pump(proc, req, captures, started + req.timeout_s)
+        finally:
+            if proc.poll() is None:
+                kill_tree(proc.pid)
+            proc.wait()
+        duration = time.monotonic() - started
+        out, err = captures["stdout"].finish(), captures["stderr"].finish()
+        oom = proc.returncode == -9 and not timed_out and _oom_kills(settings.oom_control_path) > oom_before
+        if oom:
+            err = _note(err, b"\n[grove: killed by the out-of-memory killer: the sandbox reached its memory limit]\n")
+        yield {
+            "exit_code": _exit_code(proc.returncode),
+            "stdout": out.data,
+            "stderr": err.data,
+            "stdout_truncated": out.truncated,
+            "stderr_truncated": err.truncated,
+            "stdout_bytes": out.total_bytes,
+            "stderr_bytes": err.total_bytes,
+            "stdout_sha256": out.sha256,
+            "stderr_sha256": err.sha256,
+            "stdout_file": out.full_path,
+            "stderr_file": err.full_path,
+            "timed_out": timed_out,
+            "oom_killed": oom,
+            "duration_s": round(duration, 6),
+            "request_id": req.request_id,
+        }
+
+    def _pump(
+        self,
+        proc: subprocess.Popen[bytes],
+        req: ExecRequest,
+        captures: dict[str, OutputCapture],
+        deadline: float,
+    ) -> Generator[Chunk, None, bool]:
+        """Move bytes between the command and us until it exits; return whether it timed out."""
+        sel = selectors.DefaultSelector()
+        assert proc.stdout is not None and proc.stderr is not None
+        for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+            os.set_blocking(pipe.fileno(), False)
+            sel.register(pipe.fileno(), selectors.EVENT_READ, name)
+        pidfd = os.pidfd_open(proc.pid)
+        sel.register(pidfd, selectors.EVENT_READ, "exit")
+        pending = memoryview(req.stdin)
+        if req.stdin:
+            assert proc.stdin is not None
+            os.set_blocking(proc.stdin.fileno(), False)
+            sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, "stdin")
+        streamed = {"stdout": 0, "stderr": 0}
+        open_streams = {"stdout", "stderr"}
+        exited_at: float | None = None
+        timed_out = False
+        try:
+            while open_streams or exited_at is None:
+                now = time.monotonic()
+                if exited_at is None and now >= deadline:
+                    timed_out = True
+                    kill_tree(proc.pid)
+                    exited_at = now
+                limit = deadline if exited_at is None else exited_at + _DRAIN_AFTER_EXIT_S
+                if now >= limit:
+                    break
+                for key, _ in sel.select(limit - now):
+                    name = key.data
+                    if name == "exit":
+                        sel.unregister(pidfd)
+                        exited_at = exited_at or time.monotonic()
+                    elif name == "stdin":
+                        try:
+                            pending = pending[os.write(key.fd, pending) :]
+                        except (BrokenPipeError, OSError):
+                            pending = pending[:0]
+                        if not pending:
+                            sel.unregister(key.fd)
+                            assert proc.stdin is not None
+                            proc.stdin.close()
+                    else:
+                        try:
+                            data = os.read(key.fd, _READ)
+                        except BlockingIOError:
+                            continue
+                        if not data:
+                            sel.unregister(key.fd)
+                            open_streams.discard(name)
+                            continue
+                        captures[name].feed(data)
+                        # Stream no more than the cap, like the final result; the rest is in the file.
+                        room = req.max_output_bytes - streamed[name]
+                        if room > 0:
+                            streamed[name] += min(room, len(data))
+                            yield Chunk(name, data[:room])
+        finally:
+            sel.close()
+            os.close(pidfd)
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+        return timed_out
+
+
+def _set_oom_score(pid: int, score: int) -> None:
+    try:
+        with open(f"/proc/{pid}/oom_score_adj", "w", encoding="ascii") as fh:
+            fh.write(str(score))
+    except OSError:
+        pass  # the command may already have exited
+
+
+def _note(cap: Captured, note: bytes) -> Captured:
+    return Captured(cap.data + note, cap.truncated, cap.total_bytes, cap.sha256, cap.full_path)

@@ -1,0 +1,63 @@
+"""Serving the executor under gunicorn, in-process: one worker, threads for concurrent execs.
+
+One worker process because ``request_id`` deduplication lives in memory; threads because gunicorn's
+sync workers close the connection after every response and the router relies on keep-alive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+from executor.settings import ExecutorSettings
+
+
+class ExecutorServer(BaseApplication):  # type: ignore[misc]
+    """A gunicorn application whose WSGI app is ``create_app(settings)``."""
+
+    def __init__(self, settings: ExecutorSettings, bind: str, *, threads: int = 32, log_level: str = "warning") -> None:
+        self._settings = settings
+        self._options: dict[str, Any] = {
+            "bind": [bind],
+            "workers": 1,
+            "worker_class": "gthread",
+            "threads": threads,
+            # Longer than the router's pooled-connection idle time, so the router never reuses a closed one.
+            "keepalive": 75,
+            "timeout": 0,
+            "graceful_timeout": 5,
+            "loglevel": log_level,
+            "accesslog": None,
+            "errorlog": "-",
+            "proc_name": "grove-executor",
+            "forwarded_allow_ips": "",
+        }
+        super().__init__()
+
+    def load_config(self) -> None:
+        """Copy our options into gunicorn's config."""
+        for key, value in self._options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        """Build the WSGI app (in the worker, after fork)."""
+        from executor.app import create_app
+
+        return create_app(self._settings)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m executor --bind unix:/path|HOST:PORT|fd://N``; settings come from GROVE_EXECUTOR_*."""
+    parser = argparse.ArgumentParser(prog="executor", description="grove's in-sandbox executor")
+    parser.add_argument("--bind", default=os.environ.get("GROVE_EXECUTOR_BIND", "127.0.0.1:8080"))
+    parser.add_argument("--threads", type=int, default=32)
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(argv)
+    settings = ExecutorSettings.from_env()
+    sys.argv = [sys.argv[0]]  # gunicorn parses sys.argv itself; ours are already consumed
+    ExecutorServer(settings, args.bind, threads=args.threads, log_level=args.log_level).run()

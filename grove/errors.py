@@ -1,0 +1,148 @@
+"""The one error hierarchy of grove.
+
+Every failure a user can see is a :class:`GroveError` subclass with a stable ``code`` and an HTTP
+``status``. The executor's Flask handler, the router's aiohttp middleware and the SDK all use
+:func:`error_body` and :func:`error_from_body`, so the same class crosses every boundary.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class GroveError(Exception):
+    """Base of every error grove reports; ``code`` and ``status`` map it to the wire."""
+
+    code: ClassVar[str] = "internal"
+    status: ClassVar[int] = 500
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+    def to_body(self) -> dict[str, Any]:
+        """The JSON error body: ``{"error": {"code", "message"}}``."""
+        return error_body(self.code, self.message)
+
+
+class BadRequest(GroveError):
+    """The request is malformed: bad JSON or msgpack, wrong types, unknown fields."""
+
+    code = "bad_request"
+    status = 400
+
+
+class Unauthorized(GroveError):
+    """No credentials, or credentials that are not valid."""
+
+    code = "unauthorized"
+    status = 401
+
+
+class Forbidden(GroveError):
+    """Valid credentials that may not do this."""
+
+    code = "forbidden"
+    status = 403
+
+
+class NotFound(GroveError):
+    """The sandbox, file, image or trajectory does not exist."""
+
+    code = "not_found"
+    status = 404
+
+
+class MethodNotAllowed(GroveError):
+    """The path exists but not with this method."""
+
+    code = "method_not_allowed"
+    status = 405
+
+
+class Conflict(GroveError):
+    """The request conflicts with the current state (e.g. a deleted sandbox)."""
+
+    code = "conflict"
+    status = 409
+
+
+class TooLarge(GroveError):
+    """A body, file or header exceeds its limit."""
+
+    code = "too_large"
+    status = 413
+
+
+class Invalid(GroveError):
+    """Well-formed but semantically invalid (e.g. a negative timeout)."""
+
+    code = "invalid"
+    status = 422
+
+
+class BadGateway(GroveError):
+    """The sandbox's executor failed or went away during the call."""
+
+    code = "bad_gateway"
+    status = 502
+
+
+class Unavailable(GroveError):
+    """Temporarily unable to serve; retry after ``retry_after`` seconds."""
+
+    code = "unavailable"
+    status = 503
+
+
+class UpstreamTimeout(GroveError):
+    """The sandbox did not answer in time."""
+
+    code = "upstream_timeout"
+    status = 504
+
+
+class InternalError(GroveError):
+    """A bug in grove: reported, never swallowed."""
+
+    code = "internal"
+    status = 500
+
+
+_BY_CODE: dict[str, type[GroveError]] = {
+    cls.code: cls
+    for cls in (
+        BadRequest,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        MethodNotAllowed,
+        Conflict,
+        TooLarge,
+        Invalid,
+        BadGateway,
+        Unavailable,
+        UpstreamTimeout,
+        InternalError,
+    )
+}
+
+_BY_STATUS: dict[int, type[GroveError]] = {cls.status: cls for cls in _BY_CODE.values()}
+
+
+def error_body(code: str, message: str) -> dict[str, Any]:
+    """The one error body shape on every grove wire."""
+    return {"error": {"code": code, "message": message}}
+
+
+def error_from_body(status: int, body: Any) -> GroveError:
+    """Turn an error response back into the matching :class:`GroveError` subclass."""
+    code, message = None, None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        code = body["error"].get("code")
+        message = body["error"].get("message")
+    cls = _BY_CODE.get(code) if isinstance(code, str) else None
+    if cls is None:
+        cls = _BY_STATUS.get(status, InternalError if status >= 500 else BadRequest)
+    return cls(str(message) if message is not None else f"HTTP {status}")

@@ -1,0 +1,54 @@
+"""Content negotiation shared by every grove HTTP surface: JSON by default, msgpack on request."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgpack
+
+from grove.errors import BadRequest
+
+MSGPACK = "application/msgpack"
+JSON = "application/json"
+_MSGPACK_ALIASES = frozenset({MSGPACK, "application/x-msgpack", "application/vnd.msgpack"})
+
+
+def is_msgpack(content_type: str | None) -> bool:
+    """Whether a Content-Type or Accept value names msgpack."""
+    if not content_type:
+        return False
+    return any(part.split(";")[0].strip().lower() in _MSGPACK_ALIASES for part in content_type.split(","))
+
+
+def decode(body: bytes, content_type: str | None) -> Any:
+    """Decode a request body as msgpack or JSON; an empty body is ``{}``; bad input is a 400."""
+    if not body:
+        return {}
+    if is_msgpack(content_type):
+        try:
+            return msgpack.unpackb(body, raw=False, strict_map_key=True)
+        except Exception as exc:  # msgpack raises several unrelated types
+            raise BadRequest(f"body is not valid msgpack: {exc}") from exc
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(f"body is not valid JSON: {exc}") from exc
+
+
+def encode(value: Any, as_msgpack: bool) -> bytes:
+    """Encode a response body; JSON turns bytes into text with invalid UTF-8 replaced."""
+    if as_msgpack:
+        return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
+    return json.dumps(to_text(value), separators=(",", ":")).encode()
+
+
+def to_text(value: Any) -> Any:
+    """Replace every ``bytes`` in a structure by text (invalid UTF-8 replaced), for JSON."""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {k: to_text(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_text(v) for v in value]
+    return value
