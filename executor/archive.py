@@ -142,7 +142,12 @@ def _extract_one(tar: tarfile.TarFile, member: tarfile.TarInfo, base: str) -> No
         os.symlink(member.linkname, dest)
         return
     if member.islnk():
-        src_parts = _check_name(member.linkname)
+        try:
+            src_parts = _check_name(member.linkname)
+        except BadRequest as exc:  # name the member itself, not only the path it links to
+            raise BadRequest(
+                f"archive member {member.name!r}: hard link to {member.linkname!r} leads outside the target"
+            ) from exc
         src = os.path.realpath(os.path.join(base, *src_parts))
         if not _inside(base, src) or not os.path.isfile(src):
             raise BadRequest(

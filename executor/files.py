@@ -89,6 +89,9 @@ def write_atomic(path: str, api: str, body: IO[bytes], *, mode: int | None, limi
                 if size > limit:
                     raise TooLarge(f"file exceeds the limit of {limit} bytes")
                 out.write(block)
+        # gunicorn ends the body stream quietly when the client hangs up early: never rename a torn upload.
+        if length is not None and size < length:
+            raise BadRequest(f"upload of {api} ended after {size} of {length} bytes; the file was not changed")
         if mode is not None:
             os.chmod(tmp, mode)
         elif os.path.exists(path):

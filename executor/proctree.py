@@ -48,7 +48,24 @@ def tree_of(root: int) -> set[int]:
 
 
 def kill_tree(root: int, *, attempts: int = 20) -> None:
-    """SIGKILL the command's whole tree, again until nothing of it is left (forks race the first pass)."""
+    """SIGKILL the command's whole tree, again until nothing of it is left (forks race the first pass).
+
+    The tree is frozen with SIGSTOP before anything is killed: a member that escaped with setsid() is
+    tied to the command only by its parent, and killing that parent first would re-parent it to PID 1,
+    where no later scan could find it. A stopped process can neither exit nor fork, so the set is stable.
+    """
+    stopped: set[int] = set()
+    for _ in range(attempts):
+        fresh = tree_of(root) - stopped
+        if not fresh:
+            break
+        for pid in fresh:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+        stopped |= fresh
+    for pid in stopped:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
     for _ in range(attempts):
         with contextlib.suppress(OSError):
             os.killpg(root, signal.SIGKILL)

@@ -20,7 +20,15 @@ from executor.settings import ExecutorSettings
 class ExecutorServer(BaseApplication):  # type: ignore[misc]
     """A gunicorn application whose WSGI app is ``create_app(settings)``."""
 
-    def __init__(self, settings: ExecutorSettings, bind: str, *, threads: int = 32, log_level: str = "warning") -> None:
+    def __init__(
+        self,
+        settings: ExecutorSettings,
+        bind: str,
+        *,
+        threads: int = 32,
+        log_level: str = "warning",
+        worker_tmp_dir: str | None = None,
+    ) -> None:
         self._settings = settings
         self._options: dict[str, Any] = {
             "bind": [bind],
@@ -36,6 +44,9 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
             "errorlog": "-",
             "proc_name": "grove-executor",
             "forwarded_allow_ips": "",
+            "worker_tmp_dir": worker_tmp_dir,
+            # gunicorn's default is the cwd when its config module was imported, which may predate a pivot_root.
+            "chdir": os.getcwd(),
         }
         super().__init__()
 

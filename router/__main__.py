@@ -1,0 +1,5 @@
+"""``python -m router``: the ``grove`` CLI."""
+
+from router.cli import main
+
+main()

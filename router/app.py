@@ -1,0 +1,239 @@
+"""The router's aiohttp application: the route table, the middleware chain, the app's lifetime."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from grove import wire
+from grove.errors import BadRequest, GroveError, InternalError, MethodNotAllowed, NotFound, TooLarge
+from router.auth import KeyRing
+from router.backends.base import Backend
+from router.models import CreateRequest, Empty
+from router.openapi import build_spec
+from router.proxy import Upstreams, forward
+from router.registry import Registry, SandboxRecord
+from router.schema import parse
+from router.service import SandboxService
+from router.settings import RouterSettings
+
+log = logging.getLogger("grove.router")
+
+SERVICE = web.AppKey("service", SandboxService)
+KEYS = web.AppKey("keys", KeyRing)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Route:
+    """One served endpoint; the OpenAPI document is generated from this table."""
+
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    body: type | None = None
+    public: bool = False
+    raw_body: str | None = None
+    """Content type of a raw (streamed) request body, for the spec."""
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+
+
+def reply(request: web.Request, value: Any, status: int = 200) -> web.Response:
+    """JSON, or msgpack when the client accepts it."""
+    as_msgpack = wire.is_msgpack(request.headers.get("Accept"))
+    return web.Response(
+        body=wire.encode(value, as_msgpack), status=status, content_type=wire.MSGPACK if as_msgpack else wire.JSON
+    )
+
+
+async def read_model(request: web.Request, model: type[Any]) -> Any:
+    """Decode and validate a lifecycle body."""
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise TooLarge(f"request body exceeds {request.app[SERVICE].settings.max_body_bytes} bytes") from exc
+    return parse(model, wire.decode(raw, request.content_type))
+
+
+def _service(request: web.Request) -> SandboxService:
+    return request.app[SERVICE]
+
+
+def _record(request: web.Request) -> SandboxRecord:
+    return _service(request).registry.get(request.match_info["id"])
+
+
+# -- lifecycle handlers ----------------------------------------------------------------------------------
+
+
+async def create_sandbox(request: web.Request) -> web.Response:
+    req = await read_model(request, CreateRequest)
+    record = await _service(request).create(req)
+    return reply(request, record.public(), status=201)
+
+
+async def list_sandboxes(request: web.Request) -> web.Response:
+    labels: dict[str, str] = {}
+    for raw in request.query.getall("label", []):
+        key, sep, value = raw.partition("=")
+        if not sep or not key:
+            raise BadRequest(f"label filter {raw!r} must look like key=value")
+        labels[key] = value
+    status = request.query.get("status")
+    records = [r for r in _service(request).registry.live() if r.matches(labels) and (not status or r.status == status)]
+    return reply(request, {"sandboxes": [r.public() for r in sorted(records, key=lambda r: r.created_at)]})
+
+
+async def get_sandbox(request: web.Request) -> web.Response:
+    sandbox_id = request.match_info["id"]
+    registry = _service(request).registry
+    record = registry.lookup(sandbox_id)
+    if record is None:
+        registry.get(sandbox_id)  # raises the right NotFound
+        raise InternalError("unreachable")
+    return reply(request, record.public())
+
+
+async def delete_sandbox(request: web.Request) -> web.Response:
+    record = await _service(request).delete(request.match_info["id"])
+    return reply(request, record.public())
+
+
+async def heartbeat(request: web.Request) -> web.Response:
+    await read_model(request, Empty)
+    record = _record(request)
+    _service(request).touch(record)
+    return reply(request, {"id": record.id, "status": record.status, "last_activity": record.last_activity})
+
+
+# -- data path -------------------------------------------------------------------------------------------
+
+
+def _proxy(upstream_path: str) -> Handler:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        service = _service(request)
+        record = _record(request)
+        service.touch(record)
+        record.inflight += 1
+        try:
+            endpoint = await service.endpoint(record)
+            return await forward(request, service.upstreams, endpoint, upstream_path, lambda: service.lost(record))
+        finally:
+            record.inflight -= 1
+            service.touch(record)
+
+    handler.__name__ = "proxy_" + upstream_path.strip("/").replace("/", "_")
+    return handler
+
+
+async def healthz(request: web.Request) -> web.Response:
+    service = _service(request)
+    return reply(request, {"ok": True, "backend": service.backend.name, "sandboxes": len(service.registry.live())})
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(build_spec(ROUTES))
+
+
+ROUTES: list[Route] = [
+    Route("GET", "/healthz", healthz, "Health of the router", public=True),
+    Route("GET", "/v1/openapi.json", openapi, "This API's OpenAPI 3 document", public=True),
+    Route("POST", "/v1/sandboxes", create_sandbox, "Create a sandbox", body=CreateRequest),
+    Route("GET", "/v1/sandboxes", list_sandboxes, "List live sandboxes (?label=k=v, ?status=)"),
+    Route("GET", "/v1/sandboxes/{id}", get_sandbox, "A sandbox's status"),
+    Route("DELETE", "/v1/sandboxes/{id}", delete_sandbox, "Delete a sandbox and everything in it"),
+    Route("POST", "/v1/sandboxes/{id}/heartbeat", heartbeat, "Keep a sandbox alive", body=Empty),
+    Route("POST", "/v1/sandboxes/{id}/exec", _proxy("/v1/exec"), "Run a command (?stream=1 streams)",
+          raw_body="application/json"),
+    Route("GET", "/v1/sandboxes/{id}/files", _proxy("/v1/files"), "Read a file (?path=)"),
+    Route("PUT", "/v1/sandboxes/{id}/files", _proxy("/v1/files"), "Write a file atomically (?path=&mode=)",
+          raw_body="application/octet-stream"),
+    Route("DELETE", "/v1/sandboxes/{id}/files", _proxy("/v1/files"), "Delete a file (?path=&recursive=1)"),
+    Route("GET", "/v1/sandboxes/{id}/files/list", _proxy("/v1/files/list"), "List a directory (?path=)"),
+    Route("GET", "/v1/sandboxes/{id}/archive", _proxy("/v1/archive"), "Tar of a directory (?path=)"),
+    Route("PUT", "/v1/sandboxes/{id}/archive", _proxy("/v1/archive"), "Extract a tar into a directory (?path=)",
+          raw_body="application/x-tar"),
+]
+
+
+# -- middleware chain ------------------------------------------------------------------------------------
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The one place an exception becomes the error body."""
+    try:
+        return await handler(request)
+    except GroveError as exc:
+        err: GroveError = exc
+    except web.HTTPException as exc:
+        if exc.status == 404:
+            err = NotFound(f"no such endpoint: {request.method} {request.path}")
+        elif exc.status == 405:
+            err = MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
+        elif exc.status == 413:
+            err = TooLarge(f"request body too large: {exc.text}")
+        elif exc.status < 500:
+            err = BadRequest(exc.text or exc.reason)
+        else:
+            err = InternalError(exc.text or exc.reason)
+    except Exception as exc:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        err = InternalError(f"router error: {type(exc).__name__}: {exc}")
+    response = reply(request, err.to_body(), status=err.status)
+    if err.retry_after is not None:
+        response.headers["Retry-After"] = str(max(1, round(err.retry_after)))
+    return response
+
+
+_PUBLIC = {(r.method, r.path) for r in ROUTES if r.public}
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every call but the public ones needs a valid API key, loopback included."""
+    route = request.match_info.route.resource
+    canonical = route.canonical if route is not None else request.path
+    if (request.method, canonical) not in _PUBLIC:
+        request.app[KEYS].check(request.headers.get("Authorization"))
+    return await handler(request)
+
+
+MIDDLEWARES = [errors_middleware, auth_middleware]
+
+
+# -- the app ---------------------------------------------------------------------------------------------
+
+
+def make_backend(settings: RouterSettings) -> Backend:
+    """The configured backend (the only place that knows the names)."""
+    if settings.backend == "local":
+        from router.backends.local import LocalBackend
+
+        return LocalBackend(settings.state_dir)
+    raise BadRequest(f"unknown backend {settings.backend!r}; available: local")
+
+
+def create_app(settings: RouterSettings, backend: Backend | None = None) -> web.Application:
+    """Build the router; the backend is opened (and sandboxes re-adopted) when the app starts."""
+    app = web.Application(middlewares=MIDDLEWARES, client_max_size=settings.max_body_bytes)
+    service = SandboxService(settings, backend or make_backend(settings), Registry(settings.state_dir), Upstreams())
+    app[SERVICE] = service
+    app[KEYS] = KeyRing(list(settings.api_keys))
+    for route in ROUTES:
+        app.router.add_route(route.method, route.path, route.handler)
+
+    async def lifetime(_: web.Application) -> AsyncIterator[None]:
+        await service.start()
+        yield
+        await service.close()
+
+    app.cleanup_ctx.append(lifetime)
+    return app

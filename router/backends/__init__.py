@@ -1,0 +1,1 @@
+"""Sandbox backends behind one protocol (:mod:`router.backends.base`): ``local`` and ``knative``."""

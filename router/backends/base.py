@@ -1,0 +1,95 @@
+"""The one protocol every backend implements; the router never asks which backend it has."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Network:
+    """Egress policy of a sandbox."""
+
+    egress: str = "deny"
+    """``deny`` (no address reachable at all) or ``allow``."""
+    allow: tuple[str, ...] = ()
+    """With ``allow``: the destinations (``CIDR[:port]``) that may be reached."""
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Everything a backend needs to make a sandbox; fixed for the sandbox's life."""
+
+    id: str
+    """The sandbox id (also its hostname)."""
+    image: str
+    """Image name as the user gave it."""
+    cpu: float
+    """CPU limit in cores."""
+    memory_mb: int
+    """Memory limit in MiB."""
+    pids_max: int
+    """Most processes (and threads) the sandbox's commands may have."""
+    env: dict[str, str]
+    """The sandbox's environment for every command."""
+    workdir: str
+    """Default working directory of commands and relative paths."""
+    network: Network
+    """Egress policy."""
+    token: str
+    """The per-sandbox executor token (the router's API key never enters a sandbox)."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Metadata labels, for backends that can attach them (Kubernetes)."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the executor of a running sandbox answers."""
+
+    url: str
+    """``unix:/path/to/socket`` or ``http://host:port``."""
+    token: str
+    """Bearer token the executor expects."""
+
+
+@dataclass(frozen=True)
+class Started:
+    """A sandbox that runs: its endpoint and whatever the backend needs to find it again after a restart."""
+
+    endpoint: Endpoint
+    image_digest: str
+    handle: dict[str, Any]
+    """Opaque, JSON-serialisable; stored in the router's record and handed back to the backend."""
+
+
+class Backend(Protocol):
+    """Makes, stops, wakes and deletes sandboxes. Every method may raise a :class:`grove.errors.GroveError`."""
+
+    name: str
+
+    async def open(self) -> None:
+        """Prepare (images, runtime bundle, clients); called once before any other call."""
+
+    async def close(self) -> None:
+        """Release clients; sandboxes keep running (a restarted router re-adopts them)."""
+
+    async def image_digest(self, image: str) -> str:
+        """The content digest of an image (``NotFound`` naming the images there are)."""
+
+    async def create(self, spec: SandboxSpec) -> Started:
+        """Make a new sandbox and wait until its executor answers."""
+
+    async def resume(self, spec: SandboxSpec, handle: dict[str, Any]) -> Started:
+        """Start a sandbox scaled to zero again, with the files it had."""
+
+    async def stop(self, sandbox_id: str, handle: dict[str, Any]) -> dict[str, Any]:
+        """Scale to zero: its processes end, its files stay. Returns the new handle."""
+
+    async def delete(self, sandbox_id: str, handle: dict[str, Any]) -> None:
+        """Remove everything of the sandbox. Deleting what is already gone is not an error."""
+
+    async def is_running(self, sandbox_id: str, handle: dict[str, Any]) -> bool:
+        """Whether the sandbox's executor process still exists (for re-adoption and crash detection)."""
+
+    async def collect_orphans(self, known_ids: set[str]) -> list[str]:
+        """Delete whatever this backend finds that belongs to no known sandbox; return what was removed."""

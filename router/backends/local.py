@@ -1,0 +1,192 @@
+"""The local backend: each sandbox a process tree in its own namespaces on this host (no cluster, no Docker).
+
+Per sandbox: cgroups (memory, pids, cpu), a directory ``<state>/sandboxes/<id>/`` holding its writable
+layer (``upper``), overlay work dir, mount point and the executor's Unix socket, and one process tree
+started by :mod:`sandbox_image.init` from the runtime bundle. Scale-to-zero kills the tree and keeps the
+directory; resume starts a new tree over the same layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from grove.errors import BadGateway, GroveError, Invalid, NotFound, Unavailable
+from router.backends.base import Endpoint, SandboxSpec, Started
+from router.local import procs
+from router.local.cgroups import CgroupSet, Limits, instance_ids, remove_instance
+from router.local.images import Image, ImageStore
+from sandbox_image.bundle import Bundle, build_bundle
+
+_READY_TIMEOUT_S = 30.0
+_STOP_TIMEOUT_S = 10.0
+
+
+class LocalBackend:
+    """Sandboxes as namespaced process trees on this machine."""
+
+    name = "local"
+
+    def __init__(self, state_dir: Path) -> None:
+        self._state = state_dir
+        self._sandboxes = state_dir / "sandboxes"
+        self.images = ImageStore(state_dir / "images")
+        # Derived from the state dir, so a restarted router finds its own cgroups and no one else's.
+        self.instance = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]
+        self._bundle: Bundle | None = None
+
+    async def open(self) -> None:
+        """Build (or reuse) the runtime bundle and the default image."""
+        for path in (self._state,):
+            if any(c in str(path.resolve()) for c in ",:"):
+                raise Invalid(f"the state dir {path} may not contain ',' or ':' (overlayfs cannot take such paths)")
+        self._sandboxes.mkdir(parents=True, exist_ok=True)
+        self._bundle = await asyncio.to_thread(build_bundle, self._state / "runtime")
+        await asyncio.to_thread(self.images.ensure_default)
+
+    async def close(self) -> None:
+        """Nothing to release; sandboxes keep running for the next router to re-adopt."""
+        remove_instance(self.instance)
+
+    def _dir(self, sandbox_id: str) -> Path:
+        return self._sandboxes / sandbox_id
+
+    async def image_digest(self, image: str) -> str:
+        """The digest of a local image (NotFound names the images there are)."""
+        return self.images.get(image).digest
+
+    async def create(self, spec: SandboxSpec) -> Started:
+        """Make the directories and cgroups, then start the tree."""
+        image = self.images.get(spec.image)
+        base = self._dir(spec.id)
+        for sub in ("upper", "work", "merged"):
+            (base / sub).mkdir(parents=True, exist_ok=True)
+        try:
+            return await self._start(spec, image)
+        except BaseException:
+            await self.delete(spec.id, {})
+            raise
+
+    async def resume(self, spec: SandboxSpec, handle: dict[str, Any]) -> Started:
+        """Start the tree again over the layer it left."""
+        if not self._dir(spec.id).is_dir():
+            raise NotFound(f"sandbox {spec.id} has no files left on this host; it cannot be resumed")
+        return await self._start(spec, self.images.get(spec.image))
+
+    async def _start(self, spec: SandboxSpec, image: Image) -> Started:
+        assert self._bundle is not None, "open() first"
+        base = self._dir(spec.id)
+        cgroups = CgroupSet(self.instance, spec.id)
+        cgroups.create(Limits(memory_mb=spec.memory_mb, pids_max=spec.pids_max, cpu=spec.cpu))
+        socket_path = base / "executor.sock"
+        config = {
+            "id": spec.id,
+            "hostname": spec.id[:63],
+            "rootfs": str(image.rootfs),
+            "bind_host_usr": image.bind_host_usr,
+            "upper": str(base / "upper"),
+            "work": str(base / "work"),
+            "merged": str(base / "merged"),
+            "bundle": str(self._bundle.path),
+            "socket": str(socket_path),
+            "cgroup_procs": cgroups.procs_files(),
+            "oom_control": cgroups.oom_control(),
+            "log": str(base / "executor.log"),
+            "token": spec.token,
+            "env": spec.env,
+            "workdir": spec.workdir,
+        }
+        argv = [*self._bundle.python_argv(str(self._bundle.path)), "-m", "sandbox_image.init"]
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd="/",
+        )
+        out, err = await proc.communicate(json.dumps(config).encode())
+        try:
+            report = json.loads(out.decode().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            report = {"error": err.decode(errors="replace")[-2000:] or "sandbox init printed nothing"}
+        if "error" in report:
+            raise Unavailable(f"sandbox init: {report['error']}")
+        pid = int(report["pid"])
+        started = procs.start_time(pid)
+        if started is None:
+            raise BadGateway(f"sandbox {spec.id} exited right after it started; see {base / 'executor.log'}")
+        handle = {"pid": pid, "start_time": started}
+        await self._wait_ready(socket_path, spec.id, base)
+        return Started(Endpoint(f"unix:{socket_path}", spec.token), image.digest, handle)
+
+    async def _wait_ready(self, socket_path: Path, sandbox_id: str, base: Path) -> None:
+        # The socket listens before gunicorn runs, so one request waits in the backlog until the
+        # worker serves it: no polling loop.
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(str(socket_path)), _READY_TIMEOUT_S)
+            writer.write(b"GET /healthz HTTP/1.0\r\nHost: executor\r\n\r\n")
+            status = await asyncio.wait_for(reader.readline(), _READY_TIMEOUT_S)
+            writer.close()
+        except (OSError, TimeoutError) as exc:
+            raise Unavailable(
+                f"executor of sandbox {sandbox_id} is not answering: {exc}; see {base}/executor.log"
+            ) from exc
+        if b" 200 " not in status:
+            log_tail = _tail(base / "executor.log")
+            raise Unavailable(f"executor of sandbox {sandbox_id} failed to start: {log_tail}")
+
+    async def stop(self, sandbox_id: str, handle: dict[str, Any]) -> dict[str, Any]:
+        """Kill the tree; keep the directory and cgroups."""
+        await self._kill(sandbox_id, handle)
+        with contextlib.suppress(FileNotFoundError):
+            (self._dir(sandbox_id) / "executor.sock").unlink()
+        return {}
+
+    async def _kill(self, sandbox_id: str, handle: dict[str, Any]) -> None:
+        pid, started = handle.get("pid"), handle.get("start_time")
+        if isinstance(pid, int) and isinstance(started, int):
+            procs.kill(pid, started)
+            deadline = time.monotonic() + _STOP_TIMEOUT_S
+            while procs.alive(pid, started) and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+        # Killing PID 1 kills its namespace; anything left in the cgroups is collected here.
+        cgroups = CgroupSet(self.instance, sandbox_id)
+        for pid_left in cgroups.pids():
+            procs.kill(pid_left, procs.start_time(pid_left) or -1)
+
+    async def delete(self, sandbox_id: str, handle: dict[str, Any]) -> None:
+        """Kill the tree, remove cgroups and files."""
+        await self._kill(sandbox_id, handle)
+        try:
+            await asyncio.to_thread(CgroupSet(self.instance, sandbox_id).destroy)
+        except GroveError:
+            raise
+        await asyncio.to_thread(shutil.rmtree, self._dir(sandbox_id), True)
+
+    async def is_running(self, sandbox_id: str, handle: dict[str, Any]) -> bool:
+        """Whether PID 1 of the sandbox still runs."""
+        pid, started = handle.get("pid"), handle.get("start_time")
+        return isinstance(pid, int) and isinstance(started, int) and procs.alive(pid, started)
+
+    async def collect_orphans(self, known_ids: set[str]) -> list[str]:
+        """Delete cgroups and directories of sandboxes this router has no record of."""
+        found = instance_ids(self.instance)
+        if self._sandboxes.is_dir():
+            found |= {p.name for p in self._sandboxes.iterdir() if p.is_dir()}
+        orphans = sorted(found - known_ids)
+        for sandbox_id in orphans:
+            await self.delete(sandbox_id, {})
+        return orphans
+
+
+def _tail(path: Path, limit: int = 2000) -> str:
+    try:
+        return path.read_text(errors="replace")[-limit:]
+    except OSError:
+        return "(no executor log)"

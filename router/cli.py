@@ -1,0 +1,213 @@
+"""The ``grove`` command: ``up``, ``ls``, ``create``, ``exec``, ``cp``, ``rm``, ``image import|ls``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from grove.errors import GroveError
+
+DEFAULT_STATE = Path.home() / ".local" / "share" / "grove"
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    return Path(args.state_dir or os.environ.get("GROVE_STATE_DIR") or DEFAULT_STATE).resolve()
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """Start the router in the foreground."""
+    from router.auth import load_or_create
+    from router.server import serve
+    from router.settings import RouterSettings
+
+    state = _state_dir(args)
+    keys, new_key = load_or_create(state, os.environ.get("GROVE_API_KEY"))
+    settings = RouterSettings(
+        state_dir=state, api_keys=tuple(keys), host=args.host, port=args.port, backend=args.backend
+    )
+    asyncio.run(serve(settings, new_key=new_key, ready_file=args.ready_file))
+    return 0
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from router.auth import read_key
+    from router.client import Grove
+
+    key = os.environ.get("GROVE_API_KEY") or read_key(_state_dir(args))
+    return Grove(args.url, key)
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    """List live sandboxes."""
+    labels = dict(item.split("=", 1) for item in args.label)
+    with _client(args) as grove:
+        rows = grove.list(labels)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'ID':<20} {'STATUS':<8} {'IMAGE':<16} {'TASK':<20} CREATED")
+    for row in rows:
+        task = row["metadata"].get("task_id") or "-"
+        print(f"{row['id']:<20} {row['status']:<8} {row['image']:<16} {task:<20} {row['created_at']:.0f}")
+    return 0
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    """Create a sandbox and print its id."""
+    options: dict[str, Any] = {"cpu": args.cpu, "memory_mb": args.memory_mb, "pids_max": args.pids_max}
+    if args.ttl:
+        options["ttl_s"] = args.ttl
+    if args.idle_timeout:
+        options["idle_timeout_s"] = args.idle_timeout
+    if args.env:
+        options["env"] = dict(item.split("=", 1) for item in args.env)
+    meta = {k: v for k, v in (("task_id", args.task), ("model", args.model), ("harness", args.harness)) if v}
+    if meta:
+        options["metadata"] = meta
+    with _client(args) as grove:
+        sandbox = grove.create(args.image, heartbeat=False, **options)
+    print(sandbox.id)
+    return 0
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    """Run a command in a sandbox; exits with the command's exit code."""
+    command: str | list[str] = args.command if len(args.command) > 1 else args.command[0]
+    with _client(args) as grove:
+        result = grove.attach(args.id).exec(command, timeout_s=args.timeout, cwd=args.cwd)
+    sys.stdout.buffer.write(result.stdout)
+    sys.stderr.buffer.write(result.stderr)
+    if result.timed_out:
+        print(f"grove: timed out after {args.timeout}s", file=sys.stderr)
+    return int(result.exit_code)
+
+
+def cmd_cp(args: argparse.Namespace) -> int:
+    """Copy files: ``ID:/path LOCAL`` or ``LOCAL ID:/path`` (directories as archives)."""
+    src, dst = args.src, args.dst
+    with _client(args) as grove:
+        if ":" in src and src.startswith("sb-"):
+            sandbox_id, path = src.split(":", 1)
+            sandbox = grove.attach(sandbox_id)
+            entries = None
+            try:
+                entries = sandbox.list_files(path)
+            except GroveError:
+                entries = None
+            if entries is not None:
+                sandbox.download(path, dst)
+            else:
+                Path(dst).write_bytes(sandbox.read_file(path))
+        elif ":" in dst and dst.startswith("sb-"):
+            sandbox_id, path = dst.split(":", 1)
+            sandbox = grove.attach(sandbox_id)
+            if Path(src).is_dir():
+                sandbox.upload(src, path)
+            else:
+                sandbox.write_file(path, Path(src).read_bytes(), mode=Path(src).stat().st_mode & 0o777)
+        else:
+            print("grove cp: one side must be SANDBOX_ID:/path", file=sys.stderr)
+            return 2
+    return 0
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    """Delete sandboxes."""
+    with _client(args) as grove:
+        for sandbox_id in args.ids:
+            grove.request("DELETE", f"/v1/sandboxes/{sandbox_id}")
+            print(f"deleted {sandbox_id}")
+    return 0
+
+
+def cmd_image(args: argparse.Namespace) -> int:
+    """Import and list local images (works on the state dir directly)."""
+    from router.local.images import ImageStore
+
+    store = ImageStore(_state_dir(args) / "images")
+    if args.image_cmd == "import":
+        image = store.import_image(args.name, Path(args.source), force=args.force)
+        print(f"imported {image.name} {image.digest}")
+        return 0
+    store.ensure_default()
+    for image in store.list():
+        print(f"{image.name:<24} {image.digest}  {image.source}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's argument parser."""
+    parser = argparse.ArgumentParser(prog="grove", description="Sandboxes for AI-agent training and evaluation.")
+    parser.add_argument("--state-dir", help=f"router state (default $GROVE_STATE_DIR or {DEFAULT_STATE})")
+    parser.add_argument("--url", default=None, help="router URL (default $GROVE_URL or http://127.0.0.1:8470)")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    up = sub.add_parser("up", help="start the router")
+    up.add_argument("--host", default="127.0.0.1")
+    up.add_argument("--port", type=int, default=8470)
+    up.add_argument("--backend", default="local", choices=["local"])
+    up.add_argument("--ready-file", help=argparse.SUPPRESS)
+    up.set_defaults(func=cmd_up)
+
+    ls = sub.add_parser("ls", help="list sandboxes")
+    ls.add_argument("--label", action="append", default=[], help="filter k=v (repeatable)")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_ls)
+
+    create = sub.add_parser("create", help="create a sandbox, print its id")
+    create.add_argument("--image", default="default")
+    create.add_argument("--cpu", type=float, default=1.0)
+    create.add_argument("--memory-mb", type=int, default=1024)
+    create.add_argument("--pids-max", type=int, default=512)
+    create.add_argument("--ttl", type=float)
+    create.add_argument("--idle-timeout", type=float)
+    create.add_argument("--env", action="append", default=[], help="K=V (repeatable)")
+    create.add_argument("--task")
+    create.add_argument("--model")
+    create.add_argument("--harness")
+    create.set_defaults(func=cmd_create)
+
+    ex = sub.add_parser("exec", help="run a command: grove exec ID -- CMD...")
+    ex.add_argument("id")
+    ex.add_argument("--timeout", type=float, default=600.0)
+    ex.add_argument("--cwd")
+    ex.add_argument("command", nargs="+")
+    ex.set_defaults(func=cmd_exec)
+
+    cp = sub.add_parser("cp", help="copy files in or out: ID:/path LOCAL | LOCAL ID:/path")
+    cp.add_argument("src")
+    cp.add_argument("dst")
+    cp.set_defaults(func=cmd_cp)
+
+    rm = sub.add_parser("rm", help="delete sandboxes")
+    rm.add_argument("ids", nargs="+")
+    rm.set_defaults(func=cmd_rm)
+
+    image = sub.add_parser("image", help="local images")
+    isub = image.add_subparsers(dest="image_cmd", required=True)
+    imp = isub.add_parser("import", help="import a directory, rootfs tarball, docker save or OCI tarball")
+    imp.add_argument("name")
+    imp.add_argument("source")
+    imp.add_argument("--force", action="store_true")
+    isub.add_parser("ls", help="list images")
+    image.set_defaults(func=cmd_image)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``grove`` command."""
+    args = build_parser().parse_args(argv)
+    try:
+        code = args.func(args)
+    except GroveError as exc:
+        print(f"grove: {exc.message}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)

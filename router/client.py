@@ -1,0 +1,441 @@
+"""The Python SDK: ``AsyncGrove`` (aiohttp) and ``Grove`` (the same, driven from a background loop).
+
+    from router.client import Grove
+    with Grove() as grove:                       # GROVE_URL and GROVE_API_KEY from the environment
+        with grove.create(image="default", metadata={"task_id": "t1"}) as sb:
+            print(sb.exec("python3 -c 'print(1+1)'").stdout)
+
+Errors come back as the router's own :mod:`grove.errors` classes. Create and exec carry a
+``request_id``, so retrying them after a dropped connection never makes two sandboxes or runs a
+command twice; nothing else is retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import tarfile
+import threading
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Coroutine
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import msgpack
+
+from grove import wire
+from grove.errors import GroveError, Invalid, Unavailable, error_from_body
+
+T = TypeVar("T")
+DEFAULT_URL = "http://127.0.0.1:8470"
+_RETRIES = 4
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What a command did."""
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    timed_out: bool = False
+    oom_killed: bool = False
+    duration_s: float = 0.0
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    stdout_sha256: str = ""
+    stderr_sha256: str = ""
+    stdout_file: str | None = None
+    stderr_file: str | None = None
+    request_id: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Exit code 0 and no timeout."""
+        return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def text(self) -> str:
+        """stdout as text (invalid UTF-8 replaced)."""
+        return self.stdout.decode("utf-8", "replace")
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> ExecResult:
+        """Build from the executor's result, ignoring fields this SDK version does not know."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _resolve(url: str | None, api_key: str | None) -> tuple[str, str]:
+    url = url or os.environ.get("GROVE_URL") or DEFAULT_URL
+    key = api_key or os.environ.get("GROVE_API_KEY")
+    if not key:
+        raise Invalid("no API key: pass api_key= or set GROVE_API_KEY (`grove up` prints it; it is in the state dir)")
+    return url.rstrip("/"), key
+
+
+class AsyncGrove:
+    """Async client of a grove router."""
+
+    def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout_s: float = 3600.0) -> None:
+        self.url, self._key = _resolve(url, api_key)
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> AsyncGrove:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
+                timeout=self._timeout,
+                headers={"Authorization": f"Bearer {self._key}"},
+            )
+        return self._session
+
+    async def close(self) -> None:
+        """Close connections (sandboxes stay; close them first if you own them)."""
+        if self._session is not None:
+            await self._session.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        params: dict[str, str] | None = None,
+        data: Any = None,
+        msgpack_body: Any = None,
+        raw: bool = False,
+        retry: bool = False,
+    ) -> Any:
+        """One API call; returns the decoded body (or bytes with ``raw``); raises GroveError subclasses."""
+        headers = {"Accept": wire.MSGPACK}
+        if msgpack_body is not None:
+            data = msgpack.packb(msgpack_body, use_bin_type=True)
+            headers["Content-Type"] = wire.MSGPACK
+        attempts = _RETRIES if retry else 1
+        for attempt in range(attempts):
+            try:
+                async with self._http().request(
+                    method, self.url + path, json=json_body, params=params, data=data, headers=headers
+                ) as resp:
+                    body = await resp.read()
+                    if resp.status >= 400:
+                        err = error_from_body(resp.status, _decode(body, resp.content_type))
+                        if retry and isinstance(err, Unavailable) and attempt + 1 < attempts:
+                            await asyncio.sleep(float(resp.headers.get("Retry-After", "1")))
+                            continue
+                        raise err
+                    if raw:
+                        return body
+                    return _decode(body, resp.content_type)
+            except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+                if attempt + 1 >= attempts:
+                    raise Unavailable(f"cannot reach the grove router at {self.url}: {exc}") from exc
+                await asyncio.sleep(0.2 * 2**attempt)
+        raise Unavailable(f"the grove router at {self.url} kept answering 503")
+
+    async def create(self, image: str = "default", *, heartbeat: bool = True, **options: Any) -> AsyncSandbox:
+        """Create a sandbox (options: the create fields of the API, e.g. ``cpu``, ``memory_mb``, ``metadata``)."""
+        body = {"image": image, "request_id": options.pop("request_id", None) or uuid.uuid4().hex, **options}
+        info = await self.request("POST", "/v1/sandboxes", json_body=body, retry=True)
+        sandbox = AsyncSandbox(self, info)
+        if heartbeat:
+            sandbox.start_heartbeat()
+        return sandbox
+
+    async def attach(self, sandbox_id: str) -> AsyncSandbox:
+        """A handle on an existing sandbox (no automatic heartbeat)."""
+        return AsyncSandbox(self, await self.request("GET", f"/v1/sandboxes/{sandbox_id}"))
+
+    async def list(self, labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """Live sandboxes, optionally filtered by metadata/labels."""
+        params = [("label", f"{k}={v}") for k, v in (labels or {}).items()]
+        async with self._http().get(self.url + "/v1/sandboxes", params=params) as resp:
+            body = _decode(await resp.read(), resp.content_type)
+            if resp.status >= 400:
+                raise error_from_body(resp.status, body)
+        return list(body["sandboxes"])
+
+
+class AsyncSandbox:
+    """A handle on one sandbox."""
+
+    def __init__(self, client: AsyncGrove, info: dict[str, Any]) -> None:
+        self.client = client
+        self.info = info
+        self.id: str = info["id"]
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _path(self, suffix: str = "") -> str:
+        return f"/v1/sandboxes/{self.id}{suffix}"
+
+    def start_heartbeat(self, interval_s: float | None = None) -> None:
+        """Heart-beat in the background so a live client's sandbox is never reaped."""
+        timeout = float(self.info.get("timeouts", {}).get("heartbeat_timeout_s", 900))
+        interval = interval_s or max(1.0, min(30.0, timeout / 3))
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(interval)
+                try:
+                    await self.heartbeat()
+                except GroveError:
+                    return  # deleted or unreachable: nothing left to keep alive
+
+        self._heartbeat = asyncio.create_task(beat())
+
+    async def heartbeat(self) -> None:
+        """Keep the sandbox alive."""
+        await self.client.request("POST", self._path("/heartbeat"), json_body={})
+
+    async def status(self) -> dict[str, Any]:
+        """The sandbox's current record."""
+        self.info = await self.client.request("GET", self._path())
+        return self.info
+
+    async def exec(
+        self,
+        command: str | list[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: bytes | str | None = None,
+        timeout_s: float | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        """Run a command (a string runs under /bin/sh -c); safe to retry: it carries a request id."""
+        body = _exec_body(command, cwd, env, stdin, timeout_s, max_output_bytes)
+        data = await self.client.request("POST", self._path("/exec"), msgpack_body=body, retry=True)
+        return ExecResult.from_wire(data)
+
+    async def exec_stream(self, command: str | list[str], **options: Any) -> AsyncIterator[tuple[str, Any]]:
+        """Yield ``("stdout"|"stderr", bytes)`` as output comes, then ``("result", ExecResult)``."""
+        body = _exec_body(command, **options)
+        http = self.client._http()
+        headers = {"Accept": wire.MSGPACK, "Content-Type": wire.MSGPACK}
+        async with http.post(
+            self.client.url + self._path("/exec"),
+            params={"stream": "1"},
+            data=msgpack.packb(body, use_bin_type=True),
+            headers=headers,
+        ) as resp:
+            if resp.status >= 400:
+                raise error_from_body(resp.status, _decode(await resp.read(), resp.content_type))
+            unpacker = msgpack.Unpacker(raw=False)
+            async for chunk in resp.content.iter_any():
+                unpacker.feed(chunk)
+                for frame in unpacker:
+                    if frame["type"] == "result":
+                        yield "result", ExecResult.from_wire(frame["result"])
+                    elif frame["type"] == "error":
+                        raise error_from_body(500, frame)
+                    else:
+                        yield frame["type"], frame["data"]
+
+    async def read_file(self, path: str) -> bytes:
+        """The bytes of a file."""
+        data: bytes = await self.client.request("GET", self._path("/files"), params={"path": path}, raw=True)
+        return data
+
+    async def write_file(self, path: str, data: bytes | str, *, mode: int | None = None) -> None:
+        """Write a file atomically (parents created)."""
+        params = {"path": path}
+        if mode is not None:
+            params["mode"] = f"{mode:o}"
+        payload = data.encode() if isinstance(data, str) else data
+        await self.client.request("PUT", self._path("/files"), params=params, data=payload)
+
+    async def delete_file(self, path: str, *, recursive: bool = False) -> None:
+        """Delete a file (or a directory tree with ``recursive``)."""
+        params = {"path": path, **({"recursive": "1"} if recursive else {})}
+        await self.client.request("DELETE", self._path("/files"), params=params)
+
+    async def list_files(self, path: str = ".") -> list[dict[str, Any]]:
+        """Entries of a directory: name, type, size, mode, mtime."""
+        body = await self.client.request("GET", self._path("/files/list"), params={"path": path})
+        return list(body["entries"])
+
+    async def upload(self, local_dir: str | Path, remote_dir: str) -> int:
+        """Copy a local directory into the sandbox (as one tar); returns the member count."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(str(local_dir), arcname=".")
+        body = await self.client.request(
+            "PUT", self._path("/archive"), params={"path": remote_dir}, data=buf.getvalue()
+        )
+        return int(body["members"])
+
+    async def download(self, remote_dir: str, local_dir: str | Path) -> None:
+        """Copy a directory of the sandbox to a local directory (links kept inside it only)."""
+        data = await self.client.request("GET", self._path("/archive"), params={"path": remote_dir}, raw=True)
+        Path(local_dir).mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+            tar.extractall(str(local_dir), filter="data")
+
+    async def close(self) -> None:
+        """Delete the sandbox (idempotent)."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+        try:
+            await self.client.request("DELETE", self._path())
+        except GroveError as exc:
+            if exc.status not in (404, 409):
+                raise
+
+
+def _exec_body(
+    command: str | list[str],
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    stdin: bytes | str | None = None,
+    timeout_s: float | None = None,
+    max_output_bytes: int | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"command": command, "request_id": uuid.uuid4().hex}
+    for key, value in (("cwd", cwd), ("env", env), ("stdin", stdin), ("timeout_s", timeout_s),
+                       ("max_output_bytes", max_output_bytes)):
+        if value is not None:
+            body[key] = value
+    return body
+
+
+def _decode(body: bytes, content_type: str) -> Any:
+    try:
+        return wire.decode(body, content_type)
+    except GroveError:
+        return {"error": {"code": "bad_gateway", "message": body[:500].decode(errors="replace")}}
+
+
+# -- the synchronous client ------------------------------------------------------------------------------
+
+
+class _Loop:
+    """A private event loop in a daemon thread that runs the async client for sync callers."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="grove-client", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T] | Awaitable[T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+
+
+class Grove:
+    """Synchronous client: the same calls as :class:`AsyncGrove`, usable from any thread."""
+
+    def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout_s: float = 3600.0) -> None:
+        self._loop = _Loop()
+        self._async = self._loop.run(_make(url, api_key, timeout_s))
+        self.url = self._async.url
+
+    def __enter__(self) -> Grove:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close connections and the background loop."""
+        self._loop.run(self._async.close())
+        self._loop.stop()
+
+    def create(self, image: str = "default", **options: Any) -> Sandbox:
+        """Create a sandbox; see :meth:`AsyncGrove.create`."""
+        return Sandbox(self._loop, self._loop.run(self._async.create(image, **options)))
+
+    def attach(self, sandbox_id: str) -> Sandbox:
+        """A handle on an existing sandbox."""
+        return Sandbox(self._loop, self._loop.run(self._async.attach(sandbox_id)))
+
+    def list(self, labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """Live sandboxes."""
+        return self._loop.run(self._async.list(labels))
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """A raw API call (decoded body)."""
+        return self._loop.run(self._async.request(method, path, **kwargs))
+
+
+async def _make(url: str | None, api_key: str | None, timeout_s: float) -> AsyncGrove:
+    return AsyncGrove(url, api_key, timeout_s=timeout_s)
+
+
+class Sandbox:
+    """Synchronous handle on one sandbox; see :class:`AsyncSandbox` for each call."""
+
+    def __init__(self, loop: _Loop, inner: AsyncSandbox) -> None:
+        self._loop = loop
+        self.inner = inner
+        self.id = inner.id
+        self.info = inner.info
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def exec(self, command: str | list[str], **options: Any) -> ExecResult:
+        """Run a command."""
+        return self._loop.run(self.inner.exec(command, **options))
+
+    def read_file(self, path: str) -> bytes:
+        """The bytes of a file."""
+        return self._loop.run(self.inner.read_file(path))
+
+    def write_file(self, path: str, data: bytes | str, *, mode: int | None = None) -> None:
+        """Write a file atomically."""
+        self._loop.run(self.inner.write_file(path, data, mode=mode))
+
+    def delete_file(self, path: str, *, recursive: bool = False) -> None:
+        """Delete a file or tree."""
+        self._loop.run(self.inner.delete_file(path, recursive=recursive))
+
+    def list_files(self, path: str = ".") -> list[dict[str, Any]]:
+        """Entries of a directory."""
+        return self._loop.run(self.inner.list_files(path))
+
+    def upload(self, local_dir: str | Path, remote_dir: str) -> int:
+        """Copy a local directory in."""
+        return self._loop.run(self.inner.upload(local_dir, remote_dir))
+
+    def download(self, remote_dir: str, local_dir: str | Path) -> None:
+        """Copy a directory out."""
+        self._loop.run(self.inner.download(remote_dir, local_dir))
+
+    def heartbeat(self) -> None:
+        """Keep alive."""
+        self._loop.run(self.inner.heartbeat())
+
+    def status(self) -> dict[str, Any]:
+        """The current record."""
+        self.info = self._loop.run(self.inner.status())
+        return self.info
+
+    def close(self) -> None:
+        """Delete the sandbox."""
+        self._loop.run(self.inner.close())

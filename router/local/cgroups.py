@@ -1,0 +1,119 @@
+"""cgroup v1 limits for local sandboxes: memory, pids and CPU, one directory per sandbox per controller.
+
+Layout: ``/sys/fs/cgroup/<controller>/grove-<instance>/<sandbox id>``. The instance part (derived from
+the router's state dir) keeps two routers on one machine from collecting each other's sandboxes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from grove.errors import Invalid, Unavailable
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CONTROLLERS = ("memory", "pids", "cpu")
+CFS_PERIOD_US = 100_000
+# Tasks the executor itself needs beyond the user's pids_max (gunicorn arbiter, worker, its threads).
+EXECUTOR_TASKS = 48
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a sandbox may use."""
+
+    memory_mb: int
+    pids_max: int
+    cpu: float
+
+
+class CgroupSet:
+    """The cgroups of one sandbox."""
+
+    def __init__(self, instance: str, sandbox_id: str, root: Path = CGROUP_ROOT) -> None:
+        self.instance = instance
+        self.sandbox_id = sandbox_id
+        self._root = root
+
+    def path(self, controller: str) -> Path:
+        """The sandbox's directory under one controller."""
+        return self._root / controller / f"grove-{self.instance}" / self.sandbox_id
+
+    def procs_files(self) -> list[str]:
+        """The ``cgroup.procs`` files a process writes its pid to, to join every controller."""
+        return [str(self.path(c) / "cgroup.procs") for c in CONTROLLERS]
+
+    def create(self, limits: Limits) -> None:
+        """Make the directories and write the limits (idempotent)."""
+        for controller in CONTROLLERS:
+            if not (self._root / controller).is_dir():
+                raise Unavailable(f"cgroup v1 controller {controller!r} is not mounted at {self._root / controller}")
+            self.path(controller).mkdir(parents=True, exist_ok=True)
+        mem = limits.memory_mb * 1024 * 1024
+        self._write("memory", "memory.limit_in_bytes", str(mem))
+        with contextlib.suppress(OSError):  # absent when swap accounting is off
+            self._write("memory", "memory.memsw.limit_in_bytes", str(mem))
+        self._write("pids", "pids.max", str(limits.pids_max + EXECUTOR_TASKS))
+        self._write("cpu", "cpu.cfs_period_us", str(CFS_PERIOD_US))
+        self._write("cpu", "cpu.cfs_quota_us", str(max(1000, int(limits.cpu * CFS_PERIOD_US))))
+
+    def _write(self, controller: str, name: str, value: str) -> None:
+        try:
+            (self.path(controller) / name).write_text(value)
+        except OSError as exc:
+            raise Invalid(f"cannot set {controller}/{name}={value}: {exc.strerror}") from exc
+
+    def pids(self) -> set[int]:
+        """Every process in any of the sandbox's cgroups."""
+        found: set[int] = set()
+        for controller in CONTROLLERS:
+            with contextlib.suppress(OSError):
+                found.update(int(p) for p in (self.path(controller) / "cgroup.procs").read_text().split())
+        return found
+
+    def oom_control(self) -> str:
+        """Host path of the memory cgroup's ``memory.oom_control`` (its ``oom_kill`` counter)."""
+        return str(self.path("memory") / "memory.oom_control")
+
+    def destroy(self, timeout_s: float = 5.0) -> None:
+        """Kill whatever is left in the cgroups and remove them."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pids = self.pids()
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            removed = True
+            for controller in CONTROLLERS:
+                path = self.path(controller)
+                try:
+                    path.rmdir()
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    removed = False  # still has tasks (zombies being reaped): try again
+            if removed:
+                return
+            if time.monotonic() > deadline:
+                raise Unavailable(f"cgroups of sandbox {self.sandbox_id} still busy after {timeout_s}s: {sorted(pids)}")
+            time.sleep(0.01)
+
+
+def instance_ids(instance: str, root: Path = CGROUP_ROOT) -> set[str]:
+    """Sandbox ids that have a cgroup under this router instance."""
+    ids: set[str] = set()
+    for controller in CONTROLLERS:
+        with contextlib.suppress(OSError):
+            ids.update(p.name for p in (root / controller / f"grove-{instance}").iterdir() if p.is_dir())
+    return ids
+
+
+def remove_instance(instance: str, root: Path = CGROUP_ROOT) -> None:
+    """Remove the instance's parent directories once they are empty (the router's clean shutdown)."""
+    for controller in CONTROLLERS:
+        with contextlib.suppress(OSError):
+            (root / controller / f"grove-{instance}").rmdir()

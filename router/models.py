@@ -1,0 +1,56 @@
+"""The router's request models: the one place the public API's inputs are defined (and documented)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from router.schema import spec
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class NetworkModel:
+    """Egress policy: ``deny`` (default) reaches no address at all; ``allow`` reaches the listed ones."""
+
+    egress: str = spec("`deny` or `allow`", default="deny", enum=("deny", "allow"))
+    allow: tuple[str, ...] = spec("with `allow`: destinations as `CIDR[:port]`", factory=tuple)
+
+
+@dataclass(frozen=True)
+class Metadata:
+    """What the sandbox is for; recorded in its trajectory and usable as list filters."""
+
+    task_id: str | None = spec("the task this rollout works on", default=None, max_len=256)
+    model: str | None = spec("the policy model driving the agent", default=None, max_len=256)
+    harness: str | None = spec("the agent harness (e.g. mini-swe-agent)", default=None, max_len=256)
+    harness_version: str | None = spec("the harness version", default=None, max_len=128)
+    labels: dict[str, str] = spec("free labels, filterable with `?label=k=v`", factory=dict)
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    """Create a sandbox from an image."""
+
+    image: str = spec("image name (`grove image ls`)", default="default", max_len=256)
+    cpu: float = spec("CPU limit in cores", default=1.0, minimum=0.05, maximum=64)
+    memory_mb: int = spec("memory limit in MiB", default=1024, minimum=16, maximum=262144)
+    pids_max: int = spec("most processes and threads the sandbox's commands may have", default=512,
+                         minimum=8, maximum=65536)
+    env: dict[str, str] = spec("environment of every command", factory=dict)
+    workdir: str = spec("default working directory (absolute)", default="/workspace", max_len=1024)
+    network: NetworkModel = spec("egress policy", factory=NetworkModel)
+    ttl_s: float = spec("lifetime: deleted this long after creation", default=6 * 3600.0, minimum=1, maximum=7 * DAY)
+    idle_timeout_s: float = spec("no API call or heartbeat this long: scale to zero (files kept)", default=600.0,
+                                 minimum=1, maximum=7 * DAY)
+    heartbeat_timeout_s: float = spec("no API call or heartbeat this long: the client is gone, delete",
+                                      default=900.0, minimum=5, maximum=7 * DAY)
+    metadata: Metadata = spec("task, model, harness, labels", factory=Metadata)
+    wait: bool = spec("answer once the sandbox is ready (else at once, status `pending`)", default=True)
+    request_id: str | None = spec("idempotency key: a retried create returns the same sandbox", default=None,
+                                  max_len=200)
+
+
+@dataclass(frozen=True)
+class Empty:
+    """A body with no fields."""

@@ -1,0 +1,86 @@
+"""The data path: forward a call to the sandbox's executor over pooled keep-alive connections, streaming."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+from aiohttp import web
+
+from grove.errors import BadGateway
+from router.backends.base import Endpoint
+
+# Headers that describe the body and must travel with it; everything else (auth above all) stays here.
+_FORWARD_REQUEST = ("Content-Type", "Content-Length", "Accept", "Content-Encoding")
+_FORWARD_RESPONSE = ("Content-Type", "Content-Length", "Retry-After")
+_CHUNK = 256 * 1024
+
+
+class Upstreams:
+    """One pooled client session per executor endpoint (Unix sockets cannot share a connector)."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, aiohttp.ClientSession] = {}
+        self._tcp: aiohttp.ClientSession | None = None
+
+    def session(self, endpoint: Endpoint) -> tuple[aiohttp.ClientSession, str]:
+        """The session for an endpoint and the base URL to use with it."""
+        if endpoint.url.startswith("unix:"):
+            session = self._sessions.get(endpoint.url)
+            if session is None or session.closed:
+                connector = aiohttp.UnixConnector(path=endpoint.url[5:], limit=0, keepalive_timeout=30)
+                session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+                self._sessions[endpoint.url] = session
+            return session, "http://executor"
+        if self._tcp is None or self._tcp.closed:
+            tcp = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30)
+            self._tcp = aiohttp.ClientSession(connector=tcp, timeout=aiohttp.ClientTimeout(total=None))
+        return self._tcp, endpoint.url.rstrip("/")
+
+    async def drop(self, endpoint_url: str | None) -> None:
+        """Close the pool of an endpoint that went away."""
+        if endpoint_url and (session := self._sessions.pop(endpoint_url, None)):
+            await session.close()
+
+    async def close(self) -> None:
+        """Close every pool."""
+        for session in list(self._sessions.values()):
+            await session.close()
+        self._sessions.clear()
+        if self._tcp is not None:
+            await self._tcp.close()
+
+
+async def forward(
+    request: web.Request,
+    upstreams: Upstreams,
+    endpoint: Endpoint,
+    path: str,
+    on_lost: Callable[[], Awaitable[None]],
+) -> web.StreamResponse:
+    """Send ``request`` to ``path`` on the executor and stream its answer back unchanged."""
+    session, base = upstreams.session(endpoint)
+    headers = {h: request.headers[h] for h in _FORWARD_REQUEST if h in request.headers}
+    headers["Authorization"] = f"Bearer {endpoint.token}"
+    body = request.content if request.can_read_body else None
+    try:
+        async with session.request(
+            request.method, base + path, params=request.query, data=body, headers=headers, allow_redirects=False
+        ) as upstream:
+            response = web.StreamResponse(
+                status=upstream.status,
+                headers={h: upstream.headers[h] for h in _FORWARD_RESPONSE if h in upstream.headers},
+            )
+            if "Content-Length" not in upstream.headers:
+                response.enable_chunked_encoding()
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_chunked(_CHUNK):
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+    except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+        await on_lost()
+        raise BadGateway(
+            f"the sandbox's executor went away during the call ({type(exc).__name__}: {exc}); "
+            "the sandbox is restarted on the next call, its files kept"
+        ) from exc

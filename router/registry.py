@@ -1,0 +1,193 @@
+"""The router's records of its sandboxes: in memory for the hot path, on disk for restarts."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import secrets
+import tempfile
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grove.errors import Conflict, NotFound
+from router.backends.base import Endpoint, Network, SandboxSpec
+from router.models import CreateRequest, Metadata, NetworkModel
+
+ID_RE = re.compile(r"^sb-[0-9a-f]{16}$")
+_TOMBSTONES = 10_000
+
+
+def new_id() -> str:
+    """A fresh sandbox id."""
+    return "sb-" + secrets.token_hex(8)
+
+
+@dataclass
+class SandboxRecord:
+    """One sandbox as the router knows it."""
+
+    id: str
+    request: CreateRequest
+    token: str
+    created_at: float
+    status: str = "pending"
+    image_digest: str | None = None
+    handle: dict[str, Any] = field(default_factory=dict)
+    endpoint_url: str | None = None
+    ready_at: float | None = None
+    ended_at: float | None = None
+    end_reason: str | None = None
+    error: str | None = None
+    # Not persisted: after a restart every sandbox counts as just used.
+    last_activity: float = field(default_factory=time.time)
+    inflight: int = 0
+
+    def spec(self) -> SandboxSpec:
+        """What the backend needs to (re)start this sandbox."""
+        req = self.request
+        return SandboxSpec(
+            id=self.id,
+            image=req.image,
+            cpu=req.cpu,
+            memory_mb=req.memory_mb,
+            pids_max=req.pids_max,
+            env=dict(req.env),
+            workdir=req.workdir,
+            network=Network(req.network.egress, tuple(req.network.allow)),
+            token=self.token,
+            labels={k: v for k, v in dataclasses.asdict(req.metadata).items() if isinstance(v, str)},
+        )
+
+    def endpoint(self) -> Endpoint | None:
+        """Where the executor answers, if it runs."""
+        return Endpoint(self.endpoint_url, self.token) if self.endpoint_url else None
+
+    def public(self) -> dict[str, Any]:
+        """The sandbox as the API shows it (never its token)."""
+        req = self.request
+        return {
+            "id": self.id,
+            "status": self.status,
+            "image": req.image,
+            "image_digest": self.image_digest,
+            "created_at": self.created_at,
+            "ready_at": self.ready_at,
+            "ended_at": self.ended_at,
+            "end_reason": self.end_reason,
+            "error": self.error,
+            "resources": {"cpu": req.cpu, "memory_mb": req.memory_mb, "pids_max": req.pids_max},
+            "workdir": req.workdir,
+            "network": {"egress": req.network.egress, "allow": list(req.network.allow)},
+            "timeouts": {
+                "ttl_s": req.ttl_s,
+                "idle_timeout_s": req.idle_timeout_s,
+                "heartbeat_timeout_s": req.heartbeat_timeout_s,
+            },
+            "metadata": dataclasses.asdict(req.metadata),
+            "last_activity": self.last_activity,
+        }
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        """Whether every ``k=v`` filter matches a metadata field or label."""
+        meta = dataclasses.asdict(self.request.metadata)
+        flat = {**meta.pop("labels"), **{k: v for k, v in meta.items() if v is not None}}
+        return all(flat.get(k) == v for k, v in labels.items())
+
+    def to_disk(self) -> dict[str, Any]:
+        """What survives a restart."""
+        data = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("last_activity", "inflight")}
+        return data
+
+    @classmethod
+    def from_disk(cls, data: dict[str, Any]) -> SandboxRecord:
+        """Rebuild a record written by :meth:`to_disk`."""
+        req = dict(data.pop("request"))
+        req["network"] = NetworkModel(req["network"]["egress"], tuple(req["network"]["allow"]))
+        req["metadata"] = Metadata(**req["metadata"])
+        return cls(request=CreateRequest(**req), **data)
+
+
+class Registry:
+    """id → record, persisted one JSON file per sandbox under ``<state>/records``."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self._dir = state_dir / "records"
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._records: dict[str, SandboxRecord] = {}
+        self._ended: OrderedDict[str, SandboxRecord] = OrderedDict()
+        self.by_request_id: dict[str, str] = {}
+
+    def load(self) -> list[SandboxRecord]:
+        """Read every record left by an earlier router (unreadable ones are set aside, never deleted)."""
+        loaded = []
+        for path in sorted(self._dir.glob("sb-*.json")):
+            try:
+                record = SandboxRecord.from_disk(json.loads(path.read_text()))
+            except (ValueError, KeyError, TypeError) as exc:
+                path.rename(path.with_suffix(f".corrupt-{int(time.time())}"))
+                print(f"grove: set aside unreadable record {path.name}: {exc}")
+                continue
+            self.add(record)
+            loaded.append(record)
+        return loaded
+
+    def add(self, record: SandboxRecord) -> None:
+        """Track a record (not yet written)."""
+        self._records[record.id] = record
+        if record.request.request_id:
+            self.by_request_id[record.request.request_id] = record.id
+
+    def save(self, record: SandboxRecord) -> None:
+        """Write the record atomically (temp file, fsync, rename)."""
+        fd, tmp = tempfile.mkstemp(dir=self._dir, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(record.to_disk(), fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self._dir / f"{record.id}.json")
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    def forget(self, record: SandboxRecord) -> None:
+        """Drop a deleted sandbox; keep a tombstone so its id answers ``deleted`` for a while."""
+        self._records.pop(record.id, None)
+        if record.request.request_id:
+            self.by_request_id.pop(record.request.request_id, None)
+        with contextlib.suppress(FileNotFoundError):
+            (self._dir / f"{record.id}.json").unlink()
+        self._ended[record.id] = record
+        while len(self._ended) > _TOMBSTONES:
+            self._ended.popitem(last=False)
+
+    def get(self, sandbox_id: str) -> SandboxRecord:
+        """A live record; ``NotFound`` for unknown or malformed ids, ``Conflict`` for deleted ones."""
+        record = self._records.get(sandbox_id)
+        if record is not None:
+            return record
+        if sandbox_id in self._ended:
+            ended = self._ended[sandbox_id]
+            raise Conflict(f"sandbox {sandbox_id} was deleted ({ended.end_reason or 'by request'})")
+        if not ID_RE.match(sandbox_id):
+            raise NotFound(f"{sandbox_id!r} is not a sandbox id (they look like sb-0123456789abcdef)")
+        raise NotFound(f"no sandbox {sandbox_id}")
+
+    def lookup(self, sandbox_id: str) -> SandboxRecord | None:
+        """A live or ended record, or None."""
+        return self._records.get(sandbox_id) or self._ended.get(sandbox_id)
+
+    def live(self) -> list[SandboxRecord]:
+        """Every sandbox not deleted."""
+        return list(self._records.values())
+
+    def known_ids(self) -> set[str]:
+        """Ids of live sandboxes."""
+        return set(self._records)

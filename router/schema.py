@@ -1,0 +1,140 @@
+"""Typed request models with unknown fields rejected, and their JSON Schema for the OpenAPI document.
+
+A model is a frozen dataclass whose fields carry :func:`spec` metadata (doc and bounds). :func:`parse`
+turns a decoded body into the model or raises ``BadRequest``/``Invalid`` naming the field;
+:func:`json_schema` describes the same model, so the spec cannot drift from what is enforced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any, TypeVar
+
+from grove.errors import BadRequest, Invalid
+
+T = TypeVar("T")
+
+
+def spec(doc: str, *, default: Any = dataclasses.MISSING, minimum: float | None = None,
+         maximum: float | None = None, enum: tuple[str, ...] | None = None, max_len: int | None = None,
+         factory: Any = dataclasses.MISSING) -> Any:
+    """A documented, bounded model field."""
+    meta = {"doc": doc, "minimum": minimum, "maximum": maximum, "enum": enum, "max_len": max_len}
+    if factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def parse(model: type[T], body: Any, where: str = "body") -> T:
+    """Validate ``body`` against ``model``; unknown fields are an error, as are wrong types and bounds."""
+    if not isinstance(body, dict):
+        raise BadRequest(f"{where} must be an object")
+    fields = {f.name: f for f in dataclasses.fields(model)}  # type: ignore[arg-type]
+    unknown = sorted(set(body) - set(fields))
+    if unknown:
+        raise BadRequest(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}; known: {', '.join(fields)}")
+    hints = typing.get_type_hints(model)
+    values: dict[str, Any] = {}
+    for name, field in fields.items():
+        if name not in body or (body[name] is None and _optional(hints[name])):
+            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+                raise BadRequest(f"{where}: field {name!r} is required")
+            continue
+        values[name] = _check(hints[name], body[name], f"{where}.{name}" if where != "body" else name, field.metadata)
+    return model(**values)
+
+
+def _optional(tp: Any) -> bool:
+    return type(None) in typing.get_args(tp)
+
+
+def _check(tp: Any, value: Any, name: str, meta: Any) -> Any:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _check(arg, value, name, meta)
+            except (BadRequest, Invalid) as exc:
+                errors.append(exc)
+        raise errors[-1] if len(errors) == 1 else BadRequest(f"{name!r} has the wrong type")
+    if dataclasses.is_dataclass(tp):
+        return parse(tp, value, name)  # type: ignore[arg-type]
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            raise BadRequest(f"{name!r} must be an object of string to string")
+        return dict(value)
+    if origin in (list, tuple):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise BadRequest(f"{name!r} must be a list of strings")
+        return tuple(value) if origin is tuple else list(value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise BadRequest(f"{name!r} must be true or false")
+        return value
+    if tp in (int, float):
+        ok = isinstance(value, int) if tp is int else isinstance(value, int | float)
+        if not ok or isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+            raise BadRequest(f"{name!r} must be {'an integer' if tp is int else 'a number'}")
+        lo, hi = meta.get("minimum"), meta.get("maximum")
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise Invalid(f"{name!r} must be between {lo:g} and {hi:g}, got {value}")
+        return tp(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise BadRequest(f"{name!r} must be a string")
+        if "\x00" in value:
+            raise BadRequest(f"{name!r} contains a NUL byte")
+        if meta.get("enum") and value not in meta["enum"]:
+            raise Invalid(f"{name!r} must be one of {', '.join(meta['enum'])}, got {value!r}")
+        if meta.get("max_len") and len(value) > meta["max_len"]:
+            raise Invalid(f"{name!r} is longer than {meta['max_len']} characters")
+        return value
+    if tp is typing.Any:
+        return value
+    raise TypeError(f"unsupported model type {tp!r}")  # a bug in a model, not bad input
+
+
+def json_schema(tp: Any, meta: Any = None) -> dict[str, Any]:
+    """JSON Schema of a model or field type (used to generate ``/v1/openapi.json``)."""
+    meta = meta or {}
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    out: dict[str, Any]
+    if origin in (typing.Union, types.UnionType):
+        options = [json_schema(a, meta) for a in args if a is not type(None)]
+        out = options[0] if len(options) == 1 else {"oneOf": options}
+        if type(None) in args:
+            out = {**out, "nullable": True}
+        return out
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        props, required = {}, []
+        for f in dataclasses.fields(tp):
+            props[f.name] = {**json_schema(hints[f.name], f.metadata), "description": f.metadata.get("doc", "")}
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                required.append(f.name)
+        out = {"type": "object", "properties": props, "additionalProperties": False}
+        if tp.__doc__:
+            out["description"] = tp.__doc__.strip().splitlines()[0]
+        if required:
+            out["required"] = required
+        return out
+    if origin is dict:
+        return {"type": "object", "additionalProperties": {"type": "string"}}
+    if origin in (list, tuple):
+        return {"type": "array", "items": {"type": "string"}}
+    simple = {bool: "boolean", int: "integer", float: "number", str: "string"}
+    if tp in simple:
+        out = {"type": simple[tp]}
+        for key, name in (("minimum", "minimum"), ("maximum", "maximum"), ("enum", "enum"), ("max_len", "maxLength")):
+            if meta.get(key) is not None:
+                out[name] = list(meta[key]) if key == "enum" else meta[key]
+        return out
+    return {}

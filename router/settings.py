@@ -1,0 +1,28 @@
+"""The router's configuration: one typed object built by the CLI (or a test) and passed to ``create_app``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RouterSettings:
+    """Everything the router needs; nothing is read from the environment after this is built."""
+
+    state_dir: Path
+    """Records, API keys, images, the runtime bundle and the sandboxes' files live here."""
+    api_keys: tuple[str, ...]
+    """Accepted API keys (``Authorization: Bearer <key>`` on every call but ``/healthz``)."""
+    host: str = "127.0.0.1"
+    """Address to listen on."""
+    port: int = 8470
+    """Port to listen on (0: any free port)."""
+    backend: str = "local"
+    """Which backend makes sandboxes: ``local``."""
+    reap_interval_s: float = 1.0
+    """How often TTL, heartbeat and idle timeouts are checked."""
+    max_body_bytes: int = 16 * 1024 * 1024
+    """Largest lifecycle request body (data-path bodies are streamed, capped by the executor)."""
+    max_sandboxes: int = 5000
+    """Most live sandboxes at once (503 with Retry-After beyond)."""

@@ -1,0 +1,185 @@
+"""The local sandbox's init: runs once per sandbox start, from the runtime bundle, as root on the host.
+
+``python -m sandbox_image.init`` reads a JSON config on stdin and:
+
+1. joins the sandbox's cgroups and binds the executor's Unix socket (a host path the router reaches);
+2. unshares mount, UTS, IPC, network and PID namespaces and forks PID 1 of the new PID namespace;
+3. PID 1 mounts the overlay root (image read-only below, the sandbox's own layer above), the runtime
+   bundle read-only at ``/.grove``, a fresh ``/proc`` and a minimal ``/dev``, brings up ``lo`` in its
+   empty network namespace, ``pivot_root``s into the new root, and becomes the gunicorn arbiter of the
+   executor, serving on the inherited socket;
+4. the first process reports ``{"pid": <host pid of PID 1>}`` (or ``{"error": ...}``) and exits.
+
+Nothing is mounted in the host's namespace, so nothing can leak there: every mount dies with PID 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import sys
+from typing import Any
+
+from sandbox_image import linux
+
+BUNDLE_MOUNT = "/.grove"
+_DEVICES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "urandom": (1, 9), "tty": (5, 0)}
+
+
+def main() -> None:
+    """Entry point: config on stdin, one JSON line on stdout."""
+    config: dict[str, Any] = json.load(sys.stdin)
+    try:
+        pid = launch(config)
+    except Exception as exc:
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+        os._exit(1)
+    print(json.dumps({"pid": pid}), flush=True)
+    os._exit(0)
+
+
+def launch(config: dict[str, Any]) -> int:
+    """Steps 1, 2 and 4; returns the host pid of the sandbox's PID 1 once its setup is done."""
+    for procs in config["cgroup_procs"]:
+        with open(procs, "w", encoding="ascii") as fh:
+            fh.write(str(os.getpid()))
+    listener = _bind(config["socket"])
+    oom_fd = os.open(config["oom_control"], os.O_RDONLY) if config.get("oom_control") else None
+    log_fd = os.open(config["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    # gunicorn fixes its default chdir to the cwd at import: make that "/", which exists in every root.
+    os.chdir("/")
+    # Import what the executor needs while the bundle is still at its host path: after pivot_root the
+    # paths in sys.path change, and PID 1 forks the worker from this already-loaded interpreter.
+    import gunicorn.workers.gthread  # noqa: F401
+
+    import executor.app
+    import executor.serve  # noqa: F401
+
+    linux.unshare(
+        linux.CLONE_NEWNS | linux.CLONE_NEWUTS | linux.CLONE_NEWIPC | linux.CLONE_NEWNET | linux.CLONE_NEWPID
+    )
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(ready_r)
+        try:
+            _setup(config)
+        except BaseException as exc:
+            import traceback
+
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            os.write(ready_w, f"{type(exc).__name__}: {exc} (at {where.name}:{where.lineno})".encode())
+            os._exit(1)
+        os.write(ready_w, b"ok")
+        os.close(ready_w)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        _serve(config, listener, oom_fd)
+        os._exit(0)
+    os.close(ready_w)
+    report = os.read(ready_r, 4096).decode(errors="replace")
+    if report != "ok":
+        raise RuntimeError(report or "sandbox init died during setup")
+    return pid
+
+
+def _bind(path: str) -> socket.socket:
+    if os.path.exists(path):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    os.chmod(path, 0o600)
+    sock.listen(256)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _setup(config: dict[str, Any]) -> None:
+    """PID 1, before serving: the root filesystem, devices, hostname, loopback, pivot_root."""
+    root = config["merged"]
+    linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
+    opts = f"lowerdir={config['rootfs']},upperdir={config['upper']},workdir={config['work']}"
+    linux.mount("overlay", root, "overlay", 0, opts)
+    if config.get("bind_host_usr"):
+        os.makedirs(f"{root}/usr", exist_ok=True)
+        linux.bind("/usr", f"{root}/usr", readonly=True)
+    os.makedirs(f"{root}{BUNDLE_MOUNT}", exist_ok=True)
+    linux.bind(config["bundle"], f"{root}{BUNDLE_MOUNT}", readonly=True)
+    os.makedirs(f"{root}/proc", exist_ok=True)
+    linux.mount("proc", f"{root}/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
+    _make_dev(f"{root}/dev")
+    for sub in ("tmp", "root"):
+        os.makedirs(f"{root}/{sub}", exist_ok=True)
+    os.chmod(f"{root}/tmp", 0o1777)
+    workdir = config["workdir"]
+    os.makedirs(f"{root}{workdir}", exist_ok=True)
+    linux.sethostname(config["hostname"])
+    linux.loopback_up()
+    # pivot_root(".", ".") stacks the old root under the new one; detaching it leaves only the sandbox.
+    os.chdir(root)
+    linux.pivot_root(".", ".")
+    linux.umount2(".", linux.MNT_DETACH)
+    os.chdir("/")
+    _remap_sys_path(config["bundle"])
+    # The OOM killer must pick the sandbox's commands, never its executor: commands get the highest
+    # score (see command_oom_score_adj); lowering our own needs CAP_SYS_RESOURCE, which we may lack.
+    try:
+        with open("/proc/self/oom_score_adj", "w", encoding="ascii") as fh:
+            fh.write("-1000")
+    except PermissionError:
+        pass
+
+
+def _make_dev(dev: str) -> None:
+    os.makedirs(dev, exist_ok=True)
+    linux.mount("tmpfs", dev, "tmpfs", linux.MS_NOSUID | linux.MS_NOEXEC, "mode=755,size=65536k")
+    for name, (major, minor) in _DEVICES.items():
+        os.mknod(f"{dev}/{name}", stat.S_IFCHR | 0o666, os.makedev(major, minor))
+        os.chmod(f"{dev}/{name}", 0o666)
+    os.makedirs(f"{dev}/pts")
+    pts_opts = "newinstance,ptmxmode=0666,mode=620"
+    linux.mount("devpts", f"{dev}/pts", "devpts", linux.MS_NOSUID | linux.MS_NOEXEC, pts_opts)
+    os.symlink("pts/ptmx", f"{dev}/ptmx")
+    os.makedirs(f"{dev}/shm")
+    linux.mount("tmpfs", f"{dev}/shm", "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "mode=1777,size=65536k")
+    for i, name in enumerate(("stdin", "stdout", "stderr")):
+        os.symlink(f"/proc/self/fd/{i}", f"{dev}/{name}")
+    os.symlink("/proc/self/fd", f"{dev}/fd")
+
+
+def _remap_sys_path(host_bundle: str) -> None:
+    """Point the import system at the bundle's new place: sys.path and every loaded package's __path__."""
+    host = host_bundle.rstrip("/")
+
+    def moved(paths: list[str]) -> list[str]:
+        return [BUNDLE_MOUNT + p[len(host) :] if p.startswith(host) else p for p in paths]
+
+    sys.path[:] = moved(sys.path)
+    for module in list(sys.modules.values()):
+        search = getattr(module, "__path__", None)
+        if isinstance(search, list):
+            search[:] = moved(search)
+    sys.path_importer_cache.clear()
+
+
+def _serve(config: dict[str, Any], listener: socket.socket, oom_fd: int | None) -> None:
+    """PID 1 becomes the executor's gunicorn arbiter, serving on the inherited socket."""
+    from executor.serve import ExecutorServer
+    from executor.settings import ExecutorSettings
+
+    settings = ExecutorSettings(
+        token=config["token"],
+        root="/",
+        workdir=config["workdir"],
+        env=config["env"],
+        command_oom_score_adj=1000,
+        oom_control_path=f"/proc/self/fd/{oom_fd}" if oom_fd is not None else None,
+    )
+    sys.argv = ["grove-executor"]
+    ExecutorServer(settings, f"fd://{listener.fileno()}", worker_tmp_dir="/dev/shm").run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""Shared pytest setup: generic helpers here, component fixtures in their own plugin modules."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+
+# Component fixtures live beside the tests that use them; list each module here once.
+pytest_plugins = ["tests.executor_fixtures"]
+
+
+def free_tcp_port() -> int:
+    """A loopback port that was free a moment ago (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def short_tempdir(prefix: str = "grove-t-") -> Iterator[str]:
+    """A fresh directory under /tmp with a short path (Unix socket paths must stay under 108 bytes)."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
