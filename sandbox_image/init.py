@@ -74,6 +74,9 @@ def launch(config: dict[str, Any]) -> int:
             os._exit(1)
         os.write(ready_w, b"ok")
         os.close(ready_w)
+        # Nothing of whoever started us stays open: stdin from /dev/null, output to the sandbox's log.
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         _serve(config, listener, oom_fd)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import shutil
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from router.backends.base import Endpoint, SandboxSpec, Started
 from router.local import procs
 from router.local.cgroups import CgroupSet, Limits, instance_ids, remove_instance
 from router.local.images import Image, ImageStore
+from router.local.zygote import Zygote
 from sandbox_image.bundle import Bundle, build_bundle
 
 _READY_TIMEOUT_S = 30.0
@@ -40,6 +40,7 @@ class LocalBackend:
         # Derived from the state dir, so a restarted router finds its own cgroups and no one else's.
         self.instance = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]
         self._bundle: Bundle | None = None
+        self._zygote_proc: Zygote | None = None
 
     async def open(self) -> None:
         """Build (or reuse) the runtime bundle and the default image."""
@@ -50,8 +51,17 @@ class LocalBackend:
         self._bundle = await asyncio.to_thread(build_bundle, self._state / "runtime")
         await asyncio.to_thread(self.images.ensure_default)
 
+    def _zygote(self) -> Zygote:
+        assert self._bundle is not None, "open() first"
+        if self._zygote_proc is None:
+            argv = [*self._bundle.python_argv(str(self._bundle.path)), "-m", "sandbox_image.zygote"]
+            self._zygote_proc = Zygote(argv)
+        return self._zygote_proc
+
     async def close(self) -> None:
-        """Nothing to release; sandboxes keep running for the next router to re-adopt."""
+        """Stop the zygote; sandboxes keep running for the next router to re-adopt."""
+        if self._zygote_proc is not None:
+            await self._zygote_proc.close()
         remove_instance(self.instance)
 
     def _dir(self, sandbox_id: str) -> Path:
@@ -102,19 +112,7 @@ class LocalBackend:
             "env": spec.env,
             "workdir": spec.workdir,
         }
-        argv = [*self._bundle.python_argv(str(self._bundle.path)), "-m", "sandbox_image.init"]
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd="/",
-        )
-        out, err = await proc.communicate(json.dumps(config).encode())
-        try:
-            report = json.loads(out.decode().strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            report = {"error": err.decode(errors="replace")[-2000:] or "sandbox init printed nothing"}
+        report = await self._zygote().spawn(config)
         if "error" in report:
             raise Unavailable(f"sandbox init: {report['error']}")
         pid = int(report["pid"])
