@@ -15,6 +15,7 @@ from executor.dedup import Deduplicator
 from executor.files import delete, listing, open_for_read, parse_mode, write_atomic
 from executor.models import ExecRequest
 from executor.paths import PathResolver
+from executor.push import check_items, put_file, require_files
 from executor.runner import Chunk, Runner
 from executor.settings import ExecutorSettings
 from grove import wire
@@ -117,6 +118,20 @@ def create_app(settings: ExecutorSettings | None = None) -> Flask:
     def files_list() -> Response:
         api = paths.api_path(request.args.get("path", "") or ".")
         return _reply({"path": api, "entries": listing(paths.resolve(api), api)})
+
+    @app.post("/v1/artifacts/push")
+    def artifacts_push() -> Response:
+        items = check_items(wire.decode(request.get_data(cache=False), request.content_type))
+        resolved = [(paths.api_path(api), url) for api, url in items]
+        require_files([(api, paths.resolve(api)) for api, _ in resolved])
+        results = []
+        for api, url in resolved:
+            try:
+                results.append({"path": api, **put_file(paths.resolve(api), url)})
+            except OSError as exc:
+                # No route to storage (egress denied) is an answer, not a failure: the caller can relay.
+                results.append({"path": api, "uploaded": False, "error": f"{type(exc).__name__}: {exc}"})
+        return _reply({"items": results})
 
     @app.route("/v1/archive", methods=["GET", "PUT"])
     def archive() -> Response:

@@ -13,13 +13,17 @@ from grove import wire
 from grove.errors import BadRequest, GroveError, InternalError, MethodNotAllowed, NotFound, TooLarge
 from router.auth import KeyRing
 from router.backends.base import Backend
-from router.models import CreateRequest, Empty
+from router.datapath import exec_handler, transfer
+from router.journal import Journal
+from router.models import CreateRequest, Empty, EventsRequest
 from router.openapi import build_spec
-from router.proxy import Upstreams, forward
+from router.proxy import StreamAborted, Upstreams
+from router.records_api import get_live_trajectory, get_trajectory, list_trajectories, post_artifacts, post_events
 from router.registry import Registry, SandboxRecord
 from router.schema import parse
 from router.service import SandboxService
 from router.settings import RouterSettings
+from router.storage import open_storage
 
 log = logging.getLogger("grove.router")
 
@@ -113,26 +117,6 @@ async def heartbeat(request: web.Request) -> web.Response:
     return reply(request, {"id": record.id, "status": record.status, "last_activity": record.last_activity})
 
 
-# -- data path -------------------------------------------------------------------------------------------
-
-
-def _proxy(upstream_path: str) -> Handler:
-    async def handler(request: web.Request) -> web.StreamResponse:
-        service = _service(request)
-        record = _record(request)
-        service.touch(record)
-        record.inflight += 1
-        try:
-            endpoint = await service.endpoint(record)
-            return await forward(request, service.upstreams, endpoint, upstream_path, lambda: service.lost(record))
-        finally:
-            record.inflight -= 1
-            service.touch(record)
-
-    handler.__name__ = "proxy_" + upstream_path.strip("/").replace("/", "_")
-    return handler
-
-
 async def healthz(request: web.Request) -> web.Response:
     service = _service(request)
     return reply(request, {"ok": True, "backend": service.backend.name, "sandboxes": len(service.registry.live())})
@@ -150,16 +134,23 @@ ROUTES: list[Route] = [
     Route("GET", "/v1/sandboxes/{id}", get_sandbox, "A sandbox's status"),
     Route("DELETE", "/v1/sandboxes/{id}", delete_sandbox, "Delete a sandbox and everything in it"),
     Route("POST", "/v1/sandboxes/{id}/heartbeat", heartbeat, "Keep a sandbox alive", body=Empty),
-    Route("POST", "/v1/sandboxes/{id}/exec", _proxy("/v1/exec"), "Run a command (?stream=1 streams)",
+    Route("POST", "/v1/sandboxes/{id}/exec", exec_handler, "Run a command (?stream=1 streams)",
           raw_body="application/json"),
-    Route("GET", "/v1/sandboxes/{id}/files", _proxy("/v1/files"), "Read a file (?path=)"),
-    Route("PUT", "/v1/sandboxes/{id}/files", _proxy("/v1/files"), "Write a file atomically (?path=&mode=)",
+    Route("GET", "/v1/sandboxes/{id}/files", transfer("/v1/files", "file"), "Read a file (?path=)"),
+    Route("PUT", "/v1/sandboxes/{id}/files", transfer("/v1/files", "file"), "Write a file atomically (?path=&mode=)",
           raw_body="application/octet-stream"),
-    Route("DELETE", "/v1/sandboxes/{id}/files", _proxy("/v1/files"), "Delete a file (?path=&recursive=1)"),
-    Route("GET", "/v1/sandboxes/{id}/files/list", _proxy("/v1/files/list"), "List a directory (?path=)"),
-    Route("GET", "/v1/sandboxes/{id}/archive", _proxy("/v1/archive"), "Tar of a directory (?path=)"),
-    Route("PUT", "/v1/sandboxes/{id}/archive", _proxy("/v1/archive"), "Extract a tar into a directory (?path=)",
-          raw_body="application/x-tar"),
+    Route("DELETE", "/v1/sandboxes/{id}/files", transfer("/v1/files", "file"), "Delete a file (?path=&recursive=1)"),
+    Route("GET", "/v1/sandboxes/{id}/files/list", transfer("/v1/files/list", "file"), "List a directory (?path=)"),
+    Route("GET", "/v1/sandboxes/{id}/archive", transfer("/v1/archive", "archive"), "Tar of a directory (?path=)"),
+    Route("PUT", "/v1/sandboxes/{id}/archive", transfer("/v1/archive", "archive"),
+          "Extract a tar into a directory (?path=)", raw_body="application/x-tar"),
+    Route("POST", "/v1/sandboxes/{id}/artifacts", post_artifacts, "Push files to S3; keys and presigned GET URLs",
+          raw_body="application/json"),
+    Route("POST", "/v1/sandboxes/{id}/events", post_events, "Append harness events to the trajectory",
+          body=EventsRequest),
+    Route("GET", "/v1/sandboxes/{id}/trajectory", get_live_trajectory, "The trajectory so far"),
+    Route("GET", "/v1/trajectories", list_trajectories, "Stored trajectories (?task_id=&model=&harness=)"),
+    Route("GET", "/v1/trajectories/{sandbox_id}", get_trajectory, "One trajectory, alive or stored"),
 ]
 
 
@@ -171,6 +162,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     """The one place an exception becomes the error body."""
     try:
         return await handler(request)
+    except StreamAborted:
+        raise  # the answer had started: cutting the connection is the error signal
     except GroveError as exc:
         err: GroveError = exc
     except web.HTTPException as exc:
@@ -224,16 +217,24 @@ def make_backend(settings: RouterSettings) -> Backend:
 def create_app(settings: RouterSettings, backend: Backend | None = None) -> web.Application:
     """Build the router; the backend is opened (and sandboxes re-adopted) when the app starts."""
     app = web.Application(middlewares=MIDDLEWARES, client_max_size=settings.max_body_bytes)
-    service = SandboxService(settings, backend or make_backend(settings), Registry(settings.state_dir), Upstreams())
+    service = SandboxService(
+        settings,
+        backend or make_backend(settings),
+        Registry(settings.state_dir),
+        Upstreams(),
+        Journal(settings.state_dir),
+    )
     app[SERVICE] = service
     app[KEYS] = KeyRing(list(settings.api_keys))
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
 
     async def lifetime(_: web.Application) -> AsyncIterator[None]:
-        await service.start()
-        yield
-        await service.close()
+        async with open_storage(settings) as (objects, archive):
+            service.objects, service.trajectories = objects, archive
+            await service.start()
+            yield
+            await service.close()
 
     app.cleanup_ctx.append(lifetime)
     return app

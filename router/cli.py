@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grove.errors import GroveError
+from grove.errors import GroveError, Invalid
 
 DEFAULT_STATE = Path.home() / ".local" / "share" / "grove"
 
@@ -29,10 +29,33 @@ def cmd_up(args: argparse.Namespace) -> int:
     state = _state_dir(args)
     keys, new_key = load_or_create(state, os.environ.get("GROVE_API_KEY"))
     settings = RouterSettings(
-        state_dir=state, api_keys=tuple(keys), host=args.host, port=args.port, backend=args.backend
+        state_dir=state,
+        api_keys=tuple(keys),
+        host=args.host,
+        port=args.port,
+        backend=args.backend,
+        s3=_s3_config(args),
     )
     asyncio.run(serve(settings, new_key=new_key, ready_file=args.ready_file))
     return 0
+
+
+def _s3_config(args: argparse.Namespace) -> Any:
+    """``--s3 URL`` with credentials from GROVE_S3_ACCESS_KEY/GROVE_S3_SECRET_KEY or ``--s3-credentials``."""
+    if not args.s3:
+        return None
+    from artifacts.s3config import S3Config
+
+    access, secret = os.environ.get("GROVE_S3_ACCESS_KEY"), os.environ.get("GROVE_S3_SECRET_KEY")
+    if args.s3_credentials:
+        data = json.loads(Path(args.s3_credentials).read_text())
+        access, secret = data.get("access_key", access), data.get("secret_key", secret)
+    if not access or not secret:
+        raise Invalid(
+            "--s3 needs credentials: set GROVE_S3_ACCESS_KEY and GROVE_S3_SECRET_KEY, or pass "
+            '--s3-credentials FILE with {"access_key": ..., "secret_key": ...}'
+        )
+    return S3Config(endpoint=args.s3, access_key=access, secret_key=secret, bucket=args.s3_bucket)
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -152,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=8470)
     up.add_argument("--backend", default="local", choices=["local"])
+    up.add_argument("--s3", help="S3 endpoint URL (default: start an embedded S3 server on loopback)")
+    up.add_argument("--s3-bucket", default="grove")
+    up.add_argument("--s3-credentials", help='JSON file {"access_key": ..., "secret_key": ...}')
     up.add_argument("--ready-file", help=argparse.SUPPRESS)
     up.set_defaults(func=cmd_up)
 

@@ -113,7 +113,7 @@ class AsyncGrove:
         path: str,
         *,
         json_body: Any = None,
-        params: dict[str, str] | None = None,
+        params: dict[str, str] | list[tuple[str, str]] | None = None,
         data: Any = None,
         msgpack_body: Any = None,
         raw: bool = False,
@@ -162,10 +162,7 @@ class AsyncGrove:
     async def list(self, labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
         """Live sandboxes, optionally filtered by metadata/labels."""
         params = [("label", f"{k}={v}") for k, v in (labels or {}).items()]
-        async with self._http().get(self.url + "/v1/sandboxes", params=params) as resp:
-            body = _decode(await resp.read(), resp.content_type)
-            if resp.status >= 400:
-                raise error_from_body(resp.status, body)
+        body = await self.request("GET", "/v1/sandboxes", params=params)
         return list(body["sandboxes"])
 
 
@@ -231,24 +228,28 @@ class AsyncSandbox:
         body = _exec_body(command, **options)
         http = self.client._http()
         headers = {"Accept": wire.MSGPACK, "Content-Type": wire.MSGPACK}
-        async with http.post(
-            self.client.url + self._path("/exec"),
-            params={"stream": "1"},
-            data=msgpack.packb(body, use_bin_type=True),
-            headers=headers,
-        ) as resp:
-            if resp.status >= 400:
-                raise error_from_body(resp.status, _decode(await resp.read(), resp.content_type))
-            unpacker = msgpack.Unpacker(raw=False)
-            async for chunk in resp.content.iter_any():
-                unpacker.feed(chunk)
-                for frame in unpacker:
-                    if frame["type"] == "result":
-                        yield "result", ExecResult.from_wire(frame["result"])
-                    elif frame["type"] == "error":
-                        raise error_from_body(500, frame)
-                    else:
-                        yield frame["type"], frame["data"]
+        try:
+            async with http.post(
+                self.client.url + self._path("/exec"),
+                params={"stream": "1"},
+                data=msgpack.packb(body, use_bin_type=True),
+                headers=headers,
+            ) as resp:
+                if resp.status >= 400:
+                    raise error_from_body(resp.status, _decode(await resp.read(), resp.content_type))
+                unpacker = msgpack.Unpacker(raw=False)
+                async for chunk in resp.content.iter_any():
+                    unpacker.feed(chunk)
+                    for frame in unpacker:
+                        if frame["type"] == "result":
+                            yield "result", ExecResult.from_wire(frame["result"])
+                        elif frame["type"] == "error":
+                            raise error_from_body(500, frame)
+                        else:
+                            yield frame["type"], frame["data"]
+        except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            # Not retried: the command may have run. The SDK raises only grove's own errors.
+            raise Unavailable(f"lost the grove router at {self.client.url} during a streamed exec: {exc}") from exc
 
     async def read_file(self, path: str) -> bytes:
         """The bytes of a file."""

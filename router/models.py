@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from router.schema import spec
 
@@ -49,6 +50,22 @@ class CreateRequest:
     wait: bool = spec("answer once the sandbox is ready (else at once, status `pending`)", default=True)
     request_id: str | None = spec("idempotency key: a retried create returns the same sandbox", default=None,
                                   max_len=200)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One harness event: a model message, a tool call, a reward, the task's result."""
+
+    kind: str = spec("`message`, `tool_call`, `tool_result`, `reward`, `result`, or your own", max_len=64)
+    data: Any = spec("the event's content; for `result`: `{\"result\": \"pass\"|\"fail\", \"reward\": n}`",
+                     default=None)
+
+
+@dataclass(frozen=True)
+class EventsRequest:
+    """Harness events appended, in order, to the sandbox's trajectory."""
+
+    events: list[Event] = spec("the events", factory=list)
 
 
 @dataclass(frozen=True)

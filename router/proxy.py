@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
@@ -14,6 +14,11 @@ from router.backends.base import Endpoint
 _FORWARD_REQUEST = ("Content-Type", "Content-Length", "Accept", "Content-Encoding")
 _FORWARD_RESPONSE = ("Content-Type", "Content-Length", "Retry-After")
 _CHUNK = 256 * 1024
+Tap = Callable[[bytes], None]
+
+
+class StreamAborted(Exception):
+    """The executor failed after the response had started: the only honest signal left is to cut it."""
 
 
 class Upstreams:
@@ -51,21 +56,43 @@ class Upstreams:
             await self._tcp.close()
 
 
+async def _tapped(request: web.Request, tap: Tap) -> AsyncIterator[bytes]:
+    async for chunk in request.content.iter_chunked(_CHUNK):
+        tap(chunk)
+        yield chunk
+
+
 async def forward(
     request: web.Request,
     upstreams: Upstreams,
     endpoint: Endpoint,
     path: str,
     on_lost: Callable[[], Awaitable[None]],
+    *,
+    body: bytes | None = None,
+    request_tap: Tap | None = None,
+    response_tap: Tap | None = None,
 ) -> web.StreamResponse:
-    """Send ``request`` to ``path`` on the executor and stream its answer back unchanged."""
+    """Send ``request`` to ``path`` on the executor and stream its answer back unchanged.
+
+    ``body`` replaces the request's own (already read) body; the taps see every chunk going each way,
+    which is how the trajectory recorder hashes file transfers without holding them.
+    """
     session, base = upstreams.session(endpoint)
     headers = {h: request.headers[h] for h in _FORWARD_REQUEST if h in request.headers}
     headers["Authorization"] = f"Bearer {endpoint.token}"
-    body = request.content if request.can_read_body else None
+    data: bytes | AsyncIterator[bytes] | None
+    if body is not None:
+        data = body
+        headers["Content-Length"] = str(len(body))
+    elif request.can_read_body:
+        data = _tapped(request, request_tap) if request_tap else request.content  # type: ignore[assignment]
+    else:
+        data = None
+    response: web.StreamResponse | None = None
     try:
         async with session.request(
-            request.method, base + path, params=request.query, data=body, headers=headers, allow_redirects=False
+            request.method, base + path, params=request.query, data=data, headers=headers, allow_redirects=False
         ) as upstream:
             response = web.StreamResponse(
                 status=upstream.status,
@@ -75,11 +102,15 @@ async def forward(
                 response.enable_chunked_encoding()
             await response.prepare(request)
             async for chunk in upstream.content.iter_chunked(_CHUNK):
+                if response_tap:
+                    response_tap(chunk)
                 await response.write(chunk)
             await response.write_eof()
             return response
     except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
         await on_lost()
+        if response is not None and response.prepared:
+            raise StreamAborted(f"executor lost mid-response: {exc}") from exc
         raise BadGateway(
             f"the sandbox's executor went away during the call ({type(exc).__name__}: {exc}); "
             "the sandbox is restarted on the next call, its files kept"

@@ -71,6 +71,10 @@ def _check(tp: Any, value: Any, name: str, meta: Any) -> Any:
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
             raise BadRequest(f"{name!r} must be an object of string to string")
         return dict(value)
+    if origin is list and args and dataclasses.is_dataclass(args[0]):
+        if not isinstance(value, list):
+            raise BadRequest(f"{name!r} must be a list of objects")
+        return [parse(args[0], item, f"{name}[{i}]") for i, item in enumerate(value)]  # type: ignore[arg-type]
     if origin in (list, tuple):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise BadRequest(f"{name!r} must be a list of strings")
@@ -128,6 +132,8 @@ def json_schema(tp: Any, meta: Any = None) -> dict[str, Any]:
         return out
     if origin is dict:
         return {"type": "object", "additionalProperties": {"type": "string"}}
+    if origin is list and args and dataclasses.is_dataclass(args[0]):
+        return {"type": "array", "items": json_schema(args[0])}
     if origin in (list, tuple):
         return {"type": "array", "items": {"type": "string"}}
     simple = {bool: "boolean", int: "integer", float: "number", str: "string"}

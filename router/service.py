@@ -4,31 +4,59 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import secrets
 import time
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 from grove.errors import Conflict, GroveError, InternalError, Invalid, Unavailable
 from router.backends.base import Backend, Endpoint
+from router.journal import Journal
 from router.models import CreateRequest
 from router.proxy import Upstreams
 from router.registry import Registry, SandboxRecord, new_id
 from router.settings import RouterSettings
 
 log = logging.getLogger("grove.router")
+_FLUSH_EVERY_S = 10.0
+
+
+class TrajectoryStore(Protocol):
+    """Where finished trajectories go (S3, spooling locally while S3 is unreachable)."""
+
+    def store(self, record: dict[str, Any]) -> object:
+        """Keep one record; never loses it (spools when S3 is down); returns where it went."""
+
+    def flush_spool(self) -> int:
+        """Upload spooled records; returns how many went up."""
 
 
 class SandboxService:
     """Owns the records and drives the backend; the HTTP layer only translates."""
 
-    def __init__(self, settings: RouterSettings, backend: Backend, registry: Registry, upstreams: Upstreams) -> None:
+    def __init__(
+        self,
+        settings: RouterSettings,
+        backend: Backend,
+        registry: Registry,
+        upstreams: Upstreams,
+        journal: Journal,
+    ) -> None:
         self.settings = settings
         self.backend = backend
         self.registry = registry
         self.upstreams = upstreams
+        self.journal = journal
+        # Set by the app once object storage is up (before start()).
+        self.trajectories: TrajectoryStore | None = None
+        self.objects: Any = None
+        self._last_flush = 0.0
         self._locks: dict[str, asyncio.Lock] = {}
         self._creating: dict[str, asyncio.Task[None]] = {}
         self._reaper: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
 
     # -- start and stop ------------------------------------------------------------------------------
 
@@ -40,6 +68,9 @@ class SandboxService:
         removed = await self.backend.collect_orphans(self.registry.known_ids())
         if removed:
             log.warning("removed %d orphaned sandbox(es): %s", len(removed), ", ".join(removed))
+        # A journal without a record: the router died between forgetting a sandbox and storing it.
+        for sandbox_id in self.journal.ids() - self.registry.known_ids():
+            await self._store_trajectory(sandbox_id)
         self._reaper = asyncio.create_task(self._reap_forever())
 
     async def _adopt(self, record: SandboxRecord) -> None:
@@ -60,7 +91,7 @@ class SandboxService:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
-        for task in list(self._creating.values()):
+        for task in [*self._creating.values(), *self._background]:
             with contextlib.suppress(BaseException):
                 await task
         await self.upstreams.close()
@@ -85,6 +116,7 @@ class SandboxService:
             record.image_digest = digest
             self.registry.add(record)
             self.registry.save(record)
+            self.journal.start(record.id, self._trajectory_meta(record))
             self._creating[record.id] = asyncio.create_task(self._bring_up(record))
         task = self._creating.get(record.id)
         if req.wait and task is not None:
@@ -111,6 +143,8 @@ class SandboxService:
                 return
             record.status = "ready"
             record.handle, record.endpoint_url = started.handle, started.endpoint.url
+            if started.image_digest != record.image_digest:
+                self.journal.append(record.id, {"sandbox_update": {"image_digest": started.image_digest}})
             record.image_digest = started.image_digest
             record.ready_at = time.time()
             record.last_activity = time.time()
@@ -132,9 +166,73 @@ class SandboxService:
             await self.upstreams.drop(record.endpoint_url)
             await self.backend.delete(sandbox_id, record.handle)
             record.status, record.ended_at, record.endpoint_url = "deleted", time.time(), None
+            self.journal.append(sandbox_id, {"ended": {"ended_at": record.ended_at, "end_reason": reason}})
+            await self._store_trajectory(sandbox_id)
             self.registry.forget(record)
         self._locks.pop(sandbox_id, None)
         return record
+
+    async def _store_trajectory(self, sandbox_id: str) -> None:
+        """Hand the finished journal to the trajectory store (S3 or its spool), then drop it."""
+        if not self.journal.exists(sandbox_id):
+            return
+        if self.trajectories is None:
+            return  # no storage configured: the journal stays in the state dir, nothing is lost
+        record = self.journal.record(sandbox_id)
+        try:
+            where = await asyncio.to_thread(self.trajectories.store, record)
+        except Exception:
+            # Keep the journal: the next router start stores it again. Deleting must not fail on this.
+            log.exception("storing the trajectory of %s failed; its journal is kept", sandbox_id)
+            return
+        log.info("trajectory of %s stored (%s)", sandbox_id, where)
+        self.journal.remove(sandbox_id)
+
+    def _trajectory_meta(self, record: SandboxRecord) -> dict[str, Any]:
+        req = record.request
+        meta = dataclasses.asdict(req.metadata)
+        return {
+            "id": record.id,
+            **{k: meta[k] for k in ("task_id", "model", "harness", "harness_version")},
+            "labels": meta["labels"],
+            "image": req.image,
+            "image_digest": record.image_digest,
+            "backend": self.backend.name,
+            "resources": {"cpu": req.cpu, "memory_mb": req.memory_mb, "pids_max": req.pids_max},
+            "network": {"egress": req.network.egress, "allow": list(req.network.allow)},
+            "workdir": req.workdir,
+            "env_keys": sorted(req.env),
+            "timeouts": {"ttl_s": req.ttl_s, "idle_timeout_s": req.idle_timeout_s,
+                         "heartbeat_timeout_s": req.heartbeat_timeout_s},
+            "created_at": record.created_at,
+        }
+
+    def record_step(self, record: SandboxRecord, step: dict[str, Any]) -> None:
+        """Append one step to the sandbox's trajectory journal."""
+        self.journal.append(record.id, step)
+
+    def record_events(self, record: SandboxRecord, events: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """Append harness events; a ``result`` event sets the trajectory's outcome, which is returned."""
+        outcomes = [outcome_of(e["data"]) if e["kind"] == "result" else None for e in events]  # validate first
+        now = time.time()
+        for event, outcome in zip(events, outcomes, strict=True):
+            self.journal.append(record.id, {"type": "event", "t": now, "kind": event["kind"], "data": event["data"]})
+            if outcome is not None:
+                self.journal.append(record.id, {"outcome": outcome})
+        return next((o for o in reversed(outcomes) if o is not None), None)
+
+    def background(self, work: Coroutine[Any, Any, Any], what: str) -> None:
+        """Run work after the answer was sent; failures are logged, never lost silently."""
+
+        async def run() -> None:
+            try:
+                await work
+            except Exception:
+                log.exception("background work failed: %s", what)
+
+        task = asyncio.create_task(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def touch(self, record: SandboxRecord) -> None:
         """Any API call or heartbeat: not idle, client alive."""
@@ -152,6 +250,7 @@ class SandboxService:
                 record.handle, record.endpoint_url, record.status = started.handle, started.endpoint.url, "ready"
                 record.error = None
                 self.registry.save(record)
+                self.journal.append(record.id, {"type": "lifecycle", "t": time.time(), "event": "resumed"})
         if record.status == "failed":
             raise Conflict(f"sandbox {record.id} failed: {record.error}; delete it and create another")
         if record.status in ("deleting", "deleted"):
@@ -174,6 +273,8 @@ class SandboxService:
             record.handle = await self.backend.stop(record.id, record.handle)
             record.status, record.endpoint_url, record.error = "idle", None, error
             self.registry.save(record)
+            event = {"type": "lifecycle", "t": time.time(), "event": "scaled_to_zero", "error": error}
+            self.journal.append(record.id, event)
 
     # -- the reaper ----------------------------------------------------------------------------------
 
@@ -186,18 +287,32 @@ class SandboxService:
                 log.exception("reaper pass failed")
 
     async def reap_once(self) -> None:
-        """Apply TTL, heartbeat expiry and idle scale-to-zero; notice executors that died."""
+        """Apply TTL, heartbeat expiry and idle scale-to-zero; notice executors that died; flush the spool."""
         now = time.time()
+        if self.trajectories is not None and now - self._last_flush > _FLUSH_EVERY_S:
+            self._last_flush = now
+            await asyncio.to_thread(self.trajectories.flush_spool)
         for record in self.registry.live():
             req = record.request
             if record.status in ("deleting", "pending"):
                 continue
             if now - record.created_at > req.ttl_s:
                 await self.delete(record.id, reason=f"ttl of {req.ttl_s:g}s expired")
-            elif now - record.last_activity > req.heartbeat_timeout_s:
+            elif record.inflight == 0 and now - record.last_activity > req.heartbeat_timeout_s:
+                # A client waiting on a call in flight is alive, however long the command runs.
                 await self.delete(record.id, reason=f"no heartbeat for {req.heartbeat_timeout_s:g}s")
             elif record.status == "ready" and record.inflight == 0 and now - record.last_activity > req.idle_timeout_s:
                 await self._to_idle(record)
             elif record.status == "ready" and not await self.backend.is_running(record.id, record.handle):
                 await self._to_idle(record, error="the executor exited unexpectedly; restarted on the next call")
 
+
+
+def outcome_of(data: Any) -> dict[str, Any]:
+    """Validate a ``result`` event's data into the trajectory outcome (the task's result, never the infra's)."""
+    if not isinstance(data, dict) or data.get("result") not in ("pass", "fail"):
+        raise Invalid("a 'result' event needs data {\"result\": \"pass\"|\"fail\"} (and optionally \"reward\")")
+    reward = data.get("reward")
+    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, int | float)):
+        raise Invalid("'reward' of a result event must be a number")
+    return {"result": data["result"], "reward": reward, "reason": data.get("reason")}

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from artifacts.s3config import S3Config
+
 
 @dataclass(frozen=True)
 class RouterSettings:
@@ -26,3 +28,5 @@ class RouterSettings:
     """Largest lifecycle request body (data-path bodies are streamed, capped by the executor)."""
     max_sandboxes: int = 5000
     """Most live sandboxes at once (503 with Retry-After beyond)."""
+    s3: S3Config | None = None
+    """Object storage for trajectories and artifacts; None starts an embedded S3 server on loopback."""

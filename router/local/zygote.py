@@ -16,6 +16,7 @@ from grove.errors import Unavailable
 
 _READY_TIMEOUT_S = 60.0
 _SPAWN_TIMEOUT_S = 60.0
+_ZYGOTE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
 class Zygote:
@@ -39,6 +40,9 @@ class Zygote:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=None,
                 cwd="/",
+                # Every sandbox is forked from the zygote and can read its PID 1's environment: hand
+                # down nothing of the router's (its API key above all).
+                env=_ZYGOTE_ENV,
                 limit=1 << 20,
             )
             assert proc.stdout is not None

@@ -1,0 +1,178 @@
+"""Data-path handlers: proxy each call to the sandbox's executor and record it in the trajectory.
+
+The id→endpoint lookup is an in-memory dict access; the recording is one append to the sandbox's
+journal after the answer is sent. Neither calls the backend, except to wake a sandbox scaled to zero.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgpack
+from aiohttp import web
+
+from grove import wire
+from grove.errors import TooLarge
+from router.proxy import forward
+from router.pushing import artifact_key, push_artifacts
+from router.registry import SandboxRecord
+from router.service import SandboxService
+
+MAX_EXEC_BODY = 256 * 1024 * 1024
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def service_of(request: web.Request) -> SandboxService:
+    """The app's sandbox service."""
+    from router.app import SERVICE
+
+    return request.app[SERVICE]
+
+
+async def _call(
+    request: web.Request,
+    upstream_path: str,
+    **kwargs: Any,
+) -> tuple[SandboxRecord, web.StreamResponse, float]:
+    """Look up (waking if needed), forward, and return the record, response and start time."""
+    service = service_of(request)
+    record = service.registry.get(request.match_info["id"])
+    service.touch(record)
+    record.inflight += 1
+    started = time.time()
+    try:
+        endpoint = await service.endpoint(record)
+        response = await forward(
+            request, service.upstreams, endpoint, upstream_path, lambda: service.lost(record), **kwargs
+        )
+    finally:
+        record.inflight -= 1
+        service.touch(record)
+    return record, response, started
+
+
+async def _read_capped(request: web.Request, limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise TooLarge(f"exec body of {request.content_length} bytes exceeds {limit}")
+    data = bytearray()
+    async for chunk in request.content.iter_chunked(256 * 1024):
+        data += chunk
+        if len(data) > limit:
+            raise TooLarge(f"exec body exceeds {limit} bytes")
+    return bytes(data)
+
+
+async def exec_handler(request: web.Request) -> web.StreamResponse:
+    """POST /v1/sandboxes/{id}/exec — forwarded whole; the result recorded as an exec step."""
+    body = await _read_capped(request, MAX_EXEC_BODY)
+    answer = bytearray()
+    record, response, started = await _call(request, "/v1/exec", body=body, response_tap=answer.extend)
+    service = service_of(request)
+    step = _exec_step(body, request, bytes(answer), response.status, started)
+    if step is not None:
+        full = [step[f"{s}_file"] for s in ("stdout", "stderr") if isinstance(step.get(f"{s}_file"), str)]
+        for stream in ("stdout", "stderr"):
+            if isinstance(path := step.get(f"{stream}_file"), str):
+                step[f"{stream}_artifact"] = artifact_key(record.id, path)
+        service.record_step(record, step)
+        if full:
+            # The full text of a truncated output goes to S3 beside the step that links it.
+            service.background(push_artifacts(service, record, full), f"full output of {record.id}")
+    return response
+
+
+def _exec_step(body: bytes, request: web.Request, answer: bytes, status: int, started: float) -> dict[str, Any] | None:
+    try:
+        sent = wire.decode(body, request.content_type)
+    except Exception:
+        return None  # the executor answered 400 about it; nothing ran
+    if not isinstance(sent, dict):
+        return None
+    env = sent.get("env")
+    stdin = sent.get("stdin")
+    step: dict[str, Any] = {
+        "type": "exec",
+        "t": started,
+        "latency_s": round(time.time() - started, 6),
+        "command": sent.get("command"),
+        "cwd": sent.get("cwd"),
+        "env_keys": sorted(env) if isinstance(env, dict) else [],
+        "stdin_bytes": len(stdin) if isinstance(stdin, bytes | str) else 0,
+        "timeout_s": sent.get("timeout_s"),
+        "request_id": sent.get("request_id"),
+    }
+    result = _final_result(answer, response_type(request), request.query.get("stream") in ("1", "true"))
+    if status >= 400 or result is None:
+        step["error"] = {"status": status, "body": answer[:2000].decode("utf-8", "replace")}
+        return step
+    step.update(result)
+    return step
+
+
+def response_type(request: web.Request) -> str:
+    """What the executor answered in: msgpack if the client asked for it."""
+    return wire.MSGPACK if wire.is_msgpack(request.headers.get("Accept")) else wire.JSON
+
+
+def _final_result(answer: bytes, content_type: str, streamed: bool) -> dict[str, Any] | None:
+    try:
+        if not streamed:
+            value = wire.decode(answer, content_type)
+            return value if isinstance(value, dict) and "exit_code" in value else None
+        if content_type == wire.MSGPACK:
+            unpacker = msgpack.Unpacker(raw=False)
+            unpacker.feed(answer)
+            frames = list(unpacker)
+        else:
+            frames = [wire.decode(line, wire.JSON) for line in answer.splitlines() if line.strip()]
+    except Exception:
+        return None
+    for frame in reversed(frames):
+        if isinstance(frame, dict) and frame.get("type") == "result":
+            result = frame.get("result")
+            return result if isinstance(result, dict) else None
+    return None
+
+
+class _Digest:
+    """Size and sha256 of bytes passing through, without keeping them."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.hash = hashlib.sha256()
+
+    def __call__(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        self.hash.update(chunk)
+
+
+def transfer(upstream_path: str, kind: str) -> Handler:
+    """A streamed file or archive call, recorded with the size and sha256 of what moved."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        digest = _Digest()
+        taps: dict[str, Any] = {}
+        if request.method == "PUT":
+            taps["request_tap"] = digest
+        elif request.method == "GET" and not upstream_path.endswith("/list"):
+            taps["response_tap"] = digest
+        record, response, started = await _call(request, upstream_path, **taps)
+        op = {"GET": "read", "PUT": "write", "DELETE": "delete"}[request.method]
+        if upstream_path.endswith("/list"):
+            op = "list"
+        step: dict[str, Any] = {
+            "type": f"{kind}_{op}",
+            "t": started,
+            "path": request.query.get("path"),
+            "status": response.status,
+        }
+        if op in ("read", "write"):
+            step["size"], step["sha256"] = digest.size, digest.hash.hexdigest()
+        service_of(request).record_step(record, step)
+        return response
+
+    handler.__name__ = f"{kind}_handler"
+    return handler

@@ -1,0 +1,83 @@
+"""Moving sandbox files into object storage: presigned PUT URLs, uploaded by the executor or relayed."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import urllib.parse
+from typing import Any
+
+import aiohttp
+
+from grove import wire
+from grove.errors import BadGateway, Unavailable, error_from_body
+from router.registry import SandboxRecord
+from router.service import SandboxService
+
+
+def artifact_key(sandbox_id: str, path: str) -> str:
+    """Where an artifact of a sandbox lives in the bucket."""
+    return f"artifacts/{sandbox_id}/" + urllib.parse.quote(path.lstrip("/"), safe="/._-")
+
+
+async def push_artifacts(service: SandboxService, record: SandboxRecord, paths: list[str]) -> list[dict[str, Any]]:
+    """Have the executor upload each path to a presigned PUT URL; relay through the router if it cannot.
+
+    A sandbox with egress denied has no route to the object store at all, so the router streams the
+    file out of the executor and into the same presigned URL — the sandbox still never sees a credential.
+    """
+    store = service.objects
+    if store is None:
+        raise Unavailable("object storage is not ready yet", retry_after=1)
+    keys = {p: artifact_key(record.id, p) for p in paths}
+    urls = {p: await asyncio.to_thread(store.presign_put, keys[p]) for p in paths}
+    endpoint = await service.endpoint(record)
+    session, base = service.upstreams.session(endpoint)
+    auth = {"Authorization": f"Bearer {endpoint.token}", "Accept": wire.JSON}
+    payload = {"items": [{"path": p, "url": urls[p]} for p in paths]}
+    try:
+        async with session.post(base + "/v1/artifacts/push", json=payload, headers=auth) as resp:
+            answer = await resp.json(content_type=None)
+            if resp.status >= 400:
+                raise error_from_body(resp.status, answer)
+    except aiohttp.ClientError as exc:
+        raise BadGateway(f"the sandbox's executor went away: {exc}") from exc
+    results = []
+    for path, item in zip(paths, answer["items"], strict=True):
+        if not item.get("uploaded"):
+            relayed = await _relay(session, base, auth, path, urls[path])
+            item = {"path": item.get("path", path), **relayed, "via": "router"}
+        else:
+            item = {**item, "via": "executor"}
+        get_url = await asyncio.to_thread(store.presign_get, keys[path])
+        results.append({**item, "path": item.get("path", path), "key": keys[path], "url": get_url})
+    return results
+
+
+async def _relay(
+    session: aiohttp.ClientSession, base: str, auth: dict[str, str], path: str, url: str
+) -> dict[str, Any]:
+    digest = hashlib.sha256()
+    size = 0
+
+    async def chunks(src: aiohttp.StreamReader) -> Any:
+        nonlocal size
+        async for chunk in src.iter_chunked(1024 * 1024):
+            digest.update(chunk)
+            size += len(chunk)
+            yield chunk
+
+    async with session.get(base + "/v1/files", params={"path": path}, headers=auth) as src:
+        if src.status >= 400:
+            raise error_from_body(src.status, await src.json(content_type=None))
+        length = src.headers.get("Content-Length")
+        headers = {"Content-Length": length} if length else {}
+        try:
+            async with aiohttp.ClientSession() as out, out.put(url, data=chunks(src.content), headers=headers) as put:
+                detail = await put.text()
+                if put.status >= 300:
+                    raise Unavailable(f"object storage refused {path}: {put.status} {detail[:300]}")
+        except aiohttp.ClientError as exc:
+            raise Unavailable(f"object storage unreachable while storing {path}: {exc}") from exc
+    return {"uploaded": True, "size": size, "sha256": digest.hexdigest(), "status": 200}
+

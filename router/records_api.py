@@ -1,0 +1,105 @@
+"""Handlers for the record: harness events, trajectories (live and stored) and artifacts in S3."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from grove import wire
+from grove.errors import BadRequest, Unavailable
+from router.datapath import service_of
+from router.models import EventsRequest
+from router.pushing import push_artifacts
+from router.schema import parse
+
+
+class ObjectPresigner(Protocol):
+    """What the artifacts call needs of the object store."""
+
+    def presign_put(self, key: str, expires: float = ...) -> str:
+        """A URL that accepts one PUT of ``key``."""
+
+    def presign_get(self, key: str, expires: float = ...) -> str:
+        """A URL that serves ``key``."""
+
+
+class TrajectoryReader(Protocol):
+    """What the trajectory calls need of the archive."""
+
+    def list(self, task_id: str | None = None, model: str | None = None, harness: str | None = None) -> list[Any]:
+        """Summaries of stored trajectories, filtered."""
+
+    def get(self, sandbox_id: str) -> dict[str, Any]:
+        """One stored trajectory record."""
+
+
+def _reply(request: web.Request, value: Any, status: int = 200) -> web.Response:
+    as_msgpack = wire.is_msgpack(request.headers.get("Accept"))
+    return web.Response(
+        body=wire.encode(value, as_msgpack), status=status, content_type=wire.MSGPACK if as_msgpack else wire.JSON
+    )
+
+
+async def post_events(request: web.Request) -> web.Response:
+    """POST /v1/sandboxes/{id}/events — append harness events; a ``result`` event sets the outcome."""
+    service = service_of(request)
+    record = service.registry.get(request.match_info["id"])
+    body = wire.decode(await request.read(), request.content_type)
+    if isinstance(body, dict) and "kind" in body and "events" not in body:
+        body = {"events": [body]}  # one event on its own is fine too
+    events = parse(EventsRequest, body)
+    service.touch(record)
+    outcome = service.record_events(record, [{"kind": e.kind, "data": e.data} for e in events.events])
+    return _reply(request, {"id": record.id, "appended": len(events.events), "outcome": outcome})
+
+
+async def get_live_trajectory(request: web.Request) -> web.Response:
+    """GET /v1/sandboxes/{id}/trajectory — the record so far, while the sandbox lives."""
+    service = service_of(request)
+    record = service.registry.get(request.match_info["id"])
+    return _reply(request, await asyncio.to_thread(service.journal.record, record.id))
+
+
+async def list_trajectories(request: web.Request) -> web.Response:
+    """GET /v1/trajectories?task_id=&model=&harness= — stored trajectories, from S3."""
+    reader = _reader(request)
+    q = request.query
+    items = await asyncio.to_thread(reader.list, q.get("task_id"), q.get("model"), q.get("harness"))
+    return _reply(request, {"trajectories": items})
+
+
+async def get_trajectory(request: web.Request) -> web.Response:
+    """GET /v1/trajectories/{sandbox_id} — one trajectory, alive (from its journal) or stored."""
+    service = service_of(request)
+    sandbox_id = request.match_info["sandbox_id"]
+    if service.journal.exists(sandbox_id):
+        return _reply(request, await asyncio.to_thread(service.journal.record, sandbox_id))
+    return _reply(request, await asyncio.to_thread(_reader(request).get, sandbox_id))
+
+
+def _reader(request: web.Request) -> TrajectoryReader:
+    reader = service_of(request).trajectories
+    if reader is None:
+        raise Unavailable("trajectory storage is not ready yet", retry_after=1)
+    return reader  # type: ignore[return-value]
+
+
+async def post_artifacts(request: web.Request) -> web.Response:
+    """POST /v1/sandboxes/{id}/artifacts {"paths": [...]} — files to S3 via presigned URLs; keys and GET URLs back."""
+    service = service_of(request)
+    record = service.registry.get(request.match_info["id"])
+    body = wire.decode(await request.read(), request.content_type)
+    if not isinstance(body, dict) or set(body) != {"paths"}:
+        raise BadRequest("body must be {\"paths\": [\"/path/in/sandbox\", ...]} and nothing else")
+    paths = body["paths"]
+    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) and p for p in paths):
+        raise BadRequest("'paths' must be a non-empty list of paths in the sandbox")
+    service.touch(record)
+    items = await push_artifacts(service, record, paths)
+    service.record_step(record, {"type": "artifacts", "t": time.time(), "items": items})
+    return _reply(request, {"artifacts": items})
+
+
