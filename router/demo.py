@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import secrets
 import statistics
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 from aiohttp import web
 
 from router.app import create_app
+from router.auth import load_or_create
 from router.client import AsyncGrove
 from router.demo_tasks import Task, make_tasks
 from router.settings import RouterSettings
@@ -33,6 +33,7 @@ class Outcome:
     """What happened to one task."""
 
     task_id: str
+    sandbox_id: str | None = None
     solved: bool = False
     commands: int = 0
     latencies: list[float] = field(default_factory=list)
@@ -75,6 +76,10 @@ async def solve(grove: AsyncGrove, task: Task, *, right: bool) -> Outcome:
     metadata = {"task_id": task.task_id, "model": "scripted-agent", "harness": "grove-demo", "harness_version": "1"}
     try:
         async with await grove.create("default", metadata=metadata, memory_mb=256, cpu=0.5) as sandbox:
+            outcome.sandbox_id = sandbox.id
+            events = f"/v1/sandboxes/{sandbox.id}/events"
+            ask = {"role": "user", "content": f"The test in test_visible.py fails. Fix the bug in {task.module}."}
+            await grove.request("POST", events, json_body={"kind": "message", "data": ask})
             await sandbox.write_file(f"{PROJECT}/{task.module}", task.source)
             await sandbox.write_file(f"{PROJECT}/test_visible.py", task.visible_test)
             await run(sandbox, "ls -la && python3 --version")
@@ -82,13 +87,18 @@ async def solve(grove: AsyncGrove, task: Task, *, right: bool) -> Outcome:
             await run(sandbox, "python3 test_visible.py")
             # The agent "edits": read the file, replace the line it believes is wrong, write it back.
             code = (await sandbox.read_file(f"{PROJECT}/{task.module}")).decode()
-            patched = code.replace(task.bug, task.right_fix if right else task.wrong_fix)
+            fix = task.right_fix if right else task.wrong_fix
+            patched = code.replace(task.bug, fix)
+            note = {"role": "assistant", "content": f"Replacing `{task.bug.strip()}` with `{fix.strip()}`."}
+            await grove.request("POST", events, json_body={"kind": "message", "data": note})
             await sandbox.write_file(f"{PROJECT}/{task.module}", patched)
             await run(sandbox, "python3 test_visible.py")
             await run(sandbox, "git init -q . && git add -A && git -c user.email=a@b -c user.name=agent commit -qm fix")
             # Grading: hidden tests arrive only now, the agent never saw them.
             await sandbox.write_file("/grader/test_hidden.py", task.hidden_test)
             outcome.solved = await run(sandbox, "PYTHONPATH=. python3 /grader/test_hidden.py") == 0
+            result = {"result": "pass" if outcome.solved else "fail", "reward": 1.0 if outcome.solved else 0.0}
+            await grove.request("POST", events, json_body={"kind": "result", "data": result})
     except Exception as exc:
         outcome.error = f"{type(exc).__name__}: {exc}"
     return outcome
@@ -101,8 +111,9 @@ def _pct(values: list[float], q: float) -> float:
 
 async def run_demo(count: int, state_dir: Path) -> int:
     """Start a router, run the burst, print the summary; returns the process exit code."""
-    key = "demo_" + secrets.token_urlsafe(16)
-    settings = RouterSettings(state_dir=state_dir, api_keys=(key,), port=0)
+    keys, _ = load_or_create(state_dir, None)
+    key = keys[0]
+    settings = RouterSettings(state_dir=state_dir, api_keys=tuple(keys), port=0)
     runner = web.AppRunner(create_app(settings), access_log=None)
     print(f"grove demo: starting a router (local backend, state dir {state_dir}) ...", flush=True)
     t0 = time.monotonic()
@@ -126,6 +137,9 @@ async def run_demo(count: int, state_dir: Path) -> int:
             outcomes = await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks)))
             elapsed = time.monotonic() - started
             left = await grove.list()
+            ours = {o.sandbox_id for o in outcomes if o.sandbox_id}
+            stored = await grove.request("GET", "/v1/trajectories", params={"harness": "grove-demo"})
+            keys = [t["key"] for t in stored["trajectories"] if t["sandbox_id"] in ours]
     finally:
         await runner.cleanup()
     sys.stderr.write("\n")
@@ -150,7 +164,14 @@ async def run_demo(count: int, state_dir: Path) -> int:
     for o in outcomes:
         mark = "solved" if o.solved else ("ERROR " + (o.error or "") if o.error else "not solved")
         print(f"  {o.task_id:<24}{mark}")
-    return 1 if errors or left else 0
+    print(
+        f"\n  {len(keys)} of {count} trajectories stored in the embedded S3 server (bucket 'grove', data in "
+        f"{state_dir / 's3'}), e.g. {keys[0] if keys else '-'}\n"
+        f"  browse them: .venv/bin/grove --state-dir {state_dir} up --port 8471 &  then\n"
+        f"  GROVE_API_KEY=$(head -1 {state_dir}/api_keys) .venv/bin/grove --url http://127.0.0.1:8471 "
+        "trajectories ls --harness grove-demo"
+    )
+    return 1 if errors or left or len(keys) < count else 0
 
 
 def main() -> None:
