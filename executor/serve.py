@@ -47,6 +47,9 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
             "worker_tmp_dir": worker_tmp_dir,
             # gunicorn's default is the cwd when its config module was imported, which may predate a pivot_root.
             "chdir": os.getcwd(),
+            # gunicorn 27's control socket starts an asyncio server in every arbiter: ~3.4 MiB per sandbox
+            # and nothing grove uses.
+            "control_socket_disable": True,
         }
         super().__init__()
 
