@@ -13,23 +13,27 @@ import contextlib
 import http.client
 import json
 import os
-import platform
 import shutil
-import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results" / "executor.json"
-README = HERE / "README.md"
+from perf.common import (
+    machine,
+    machine_line,
+    sigterm_as_exit,
+    summarize,
+    terminate,
+    update_readme,
+    utc_now,
+    write_results,
+)
+
+NAME = "executor"
 SECTION = "## Executor exec latency"
 TOKEN = "bench-token"
 TARGET_RATIO = 3.5
@@ -77,12 +81,7 @@ def running_executor() -> Iterator[tuple[str, int]]:
             time.sleep(0.05)
         yield "127.0.0.1", port
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -124,19 +123,6 @@ def floor() -> None:
     subprocess.run(["true"], check=True)
 
 
-def _stats(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-    ms = 1000.0
-    return {
-        "p50_ms": round(statistics.median(ordered) * ms, 3),
-        "p99_ms": round(statistics.quantiles(ordered, n=100, method="inclusive")[98] * ms, 3),
-        "mean_ms": round(statistics.fmean(ordered) * ms, 3),
-        "min_ms": round(ordered[0] * ms, 3),
-        "max_ms": round(ordered[-1] * ms, 3),
-        "n": len(ordered),
-    }
-
-
 def measure(calls: int, warmup: int) -> dict[str, Any]:
     """Interleave the three kinds of call, rotating their order every round so none always goes first."""
     with running_executor() as (host, port):
@@ -161,33 +147,17 @@ def measure(calls: int, warmup: int) -> dict[str, Any]:
                 samples[name].append(time.perf_counter() - t0)
         wall = time.monotonic() - started
         client.conn.close()
-    stats = {name: _stats(values) for name, values in samples.items()}
+    stats = {name: summarize(values) for name, values in samples.items()}
     floor_p50 = stats["subprocess_run_true"]["p50_ms"]
     return {
         "stats": stats,
-        "server_side_duration": _stats(client.server_s),
+        "server_side_duration": summarize(client.server_s),
         "ratio_p50": {
             "executor_exec": round(stats["executor_exec"]["p50_ms"] / floor_p50, 2),
             "executor_exec_stream": round(stats["executor_exec_stream"]["p50_ms"] / floor_p50, 2),
         },
         "reconnects": client.reconnects,
         "wall_s": round(wall, 2),
-    }
-
-
-def machine() -> dict[str, Any]:
-    """nproc, CPU model, kernel, Python."""
-    model = "unknown"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as fh:
-        for line in fh:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {
-        "nproc": len(os.sched_getaffinity(0)),
-        "cpu_model": model,
-        "kernel": platform.release(),
-        "python": platform.python_version(),
     }
 
 
@@ -202,8 +172,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         SECTION,
         "",
-        f"`python -m perf.bench_executor --calls {report['calls']}` — {report['date']}. "
-        f"Machine: {m['nproc']} CPUs (`nproc`), {m['cpu_model']}, kernel {m['kernel']}, Python {m['python']}.",
+        f"`python -m perf.bench_executor --calls {report['calls']}` — {report['date']}. {machine_line(m)}",
         "",
         "One executor (gunicorn `gthread`, 1 worker) on loopback TCP, one keep-alive `http.client` connection, "
         "JSON bodies; the three kinds of call interleaved in one run (order rotated each round) after "
@@ -228,35 +197,23 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def update_readme(section: str) -> None:
-    """Replace (or add) this benchmark's section, leaving other sections of perf/README.md alone."""
-    text = README.read_text(encoding="utf-8") if README.exists() else "# grove benchmarks\n\n"
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + ("" if end < 0 else text[end + 1 :])
-    README.write_text(text, encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark, print the table, write the JSON and the README section."""
     parser = argparse.ArgumentParser(prog="python -m perf.bench_executor", description=__doc__)
     parser.add_argument("--calls", type=int, default=500, help="measured calls of each kind (default 500)")
     parser.add_argument("--warmup", type=int, default=50, help="warm-up rounds, not measured (default 50)")
     args = parser.parse_args(argv)
+    sigterm_as_exit()
     report: dict[str, Any] = {
         "benchmark": "executor exec round trip vs subprocess.run(['true'])",
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": utc_now(),
         "calls": args.calls,
         "warmup": args.warmup,
         "machine": machine(),
         "target_ratio_p50": TARGET_RATIO,
         **measure(args.calls, args.warmup),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_results(NAME, report)
     section = markdown(report)
     update_readme(section)
     print(section)

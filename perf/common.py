@@ -1,0 +1,359 @@
+"""What every benchmark in ``perf/`` shares: statistics, the machine, results files, README sections, a router.
+
+A benchmark measures, then calls :func:`write_results` (``perf/results/<name>.json``) and
+:func:`update_readme` (its own ``## Section`` of ``perf/README.md``; the other sections are kept).
+:func:`running_router` starts a real ``grove up`` subprocess on a private state dir and, however the
+benchmark ends, removes every trace of it: its sandboxes (through the API, then by cgroup), the
+process, the state dir and the router instance's cgroup directories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+from urllib.parse import urlsplit
+
+HERE = Path(__file__).resolve().parent
+RESULTS_DIR = HERE / "results"
+README = HERE / "README.md"
+REPO = HERE.parent
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_CONTROLLERS = ("memory", "pids", "cpu")
+MIB = 1024 * 1024
+
+# -- statistics ------------------------------------------------------------------------------------------
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0 to 100), linear between closest ranks (numpy's default, ``statistics``' inclusive)."""
+    if not samples:
+        raise ValueError("percentile of no samples")
+    ordered = sorted(samples)
+    pos = (len(ordered) - 1) * q / 100.0
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def summarize(samples: Sequence[float], pcts: Sequence[int] = (50, 99), *, scale: float = 1000.0) -> dict[str, float]:
+    """``p<q>_ms`` for each percentile, then ``mean_ms``, ``min_ms``, ``max_ms`` and ``n``, from seconds."""
+    if not samples:
+        return {"n": 0}
+    out: dict[str, float] = {f"p{q}_ms": round(percentile(samples, q) * scale, 3) for q in pcts}
+    out["mean_ms"] = round(sum(samples) / len(samples) * scale, 3)
+    out["min_ms"] = round(min(samples) * scale, 3)
+    out["max_ms"] = round(max(samples) * scale, 3)
+    out["n"] = len(samples)
+    return out
+
+
+# -- the machine and the output files ---------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    """nproc, CPU model, kernel, Python and total RAM of this host."""
+    model = "unknown"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    ram_kib = 0
+    with contextlib.suppress(OSError), open("/proc/meminfo", encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                ram_kib = int(line.split()[1])
+                break
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_model": model,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "ram_gib": round(ram_kib / MIB, 1),
+    }
+
+
+def machine_line(m: dict[str, Any]) -> str:
+    """The machine as one Markdown sentence."""
+    ram = f", {m['ram_gib']} GiB RAM" if m.get("ram_gib") else ""
+    return f"Machine: {m['nproc']} CPUs (`nproc`), {m['cpu_model']}, kernel {m['kernel']}, Python {m['python']}{ram}."
+
+
+def utc_now() -> str:
+    """The date line every report carries."""
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def write_results(name: str, report: dict[str, Any]) -> Path:
+    """Write ``perf/results/<name>.json``."""
+    path = RESULTS_DIR / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def update_readme(section: str, readme: Path = README) -> None:
+    """Replace (or append) the ``## ...`` section whose heading is ``section``'s first line; keep the others."""
+    heading = section.split("\n", 1)[0]
+    if not heading.startswith("## "):
+        raise ValueError(f"a section starts with '## ', not {heading!r}")
+    text = readme.read_text(encoding="utf-8") if readme.exists() else "# grove benchmarks\n\n"
+    start = text.find(heading + "\n")
+    body = section.rstrip("\n") + "\n"
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + body
+    else:
+        end = text.find("\n## ", start + len(heading))
+        text = text[:start] + body + ("" if end < 0 else "\n" + text[end + 1 :])
+    readme.write_text(text, encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One row of a benchmark's "target met?" table."""
+
+    figure: str
+    measured: str
+    target: str
+    met: bool | None
+    """None: reported, no target."""
+
+
+def target_table(rows: Sequence[Target]) -> list[str]:
+    """The Markdown lines of a figure | measured | target | met? table."""
+    lines = ["| figure | measured | target | met? |", "|---|---|---|---|"]
+    for row in rows:
+        met = "—" if row.met is None else ("**yes**" if row.met else "**no**")
+        lines.append(f"| {row.figure} | {row.measured} | {row.target} | {met} |")
+    return lines
+
+
+def sigterm_as_exit() -> None:
+    """Turn SIGTERM into SystemExit, so ``finally`` blocks (the cleanups below) also run when killed."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+# -- processes -------------------------------------------------------------------------------------------
+
+
+def terminate(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
+    """SIGTERM the process by its pid, wait, SIGKILL if it is still there."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+# -- the router -------------------------------------------------------------------------------------------
+
+
+class Api:
+    """A minimal JSON client of the router on one keep-alive ``http.client`` connection (no SDK involved)."""
+
+    def __init__(self, url: str, key: str, *, timeout_s: float = 60.0) -> None:
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.key = key
+        self.timeout_s = timeout_s
+        self.conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
+
+    def call(self, method: str, path: str, body: Any = None, *, expect: Sequence[int] = (200, 201)) -> Any:
+        """One call; the decoded JSON answer. Raises RuntimeError on a status not in ``expect``."""
+        payload = None if body is None else json.dumps(body).encode()
+        headers = {"Authorization": f"Bearer {self.key}", "Accept": "application/json"}
+        if payload is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            self.conn.request(method, path, body=payload, headers=headers)
+            resp = self.conn.getresponse()
+            data = resp.read()
+        except (OSError, http.client.HTTPException):
+            self.conn.close()  # the next call reconnects
+            raise
+        if resp.status not in expect:
+            raise RuntimeError(f"{method} {path}: {resp.status} {data[:300]!r}")
+        return json.loads(data) if data else None
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()
+
+
+@dataclass
+class Router:
+    """A running ``grove up`` subprocess with the local backend, and what its cleanup found."""
+
+    url: str
+    key: str
+    pid: int
+    state_dir: Path
+    instance: str
+    """The local backend's instance id: its cgroups are ``/sys/fs/cgroup/<ctl>/grove-<instance>/<sandbox id>``."""
+    log: Path
+    cleanup: dict[str, Any] = field(default_factory=dict)
+    """Filled when the context exits: sandboxes the API still listed, leftovers removed by force."""
+
+    def api(self, timeout_s: float = 60.0) -> Api:
+        """A fresh raw client."""
+        return Api(self.url, self.key, timeout_s=timeout_s)
+
+    def cgroup(self, sandbox_id: str, controller: str = "memory") -> Path:
+        """A sandbox's cgroup directory."""
+        return CGROUP_ROOT / controller / f"grove-{self.instance}" / sandbox_id
+
+    def sandbox_dir(self, sandbox_id: str) -> Path:
+        """A sandbox's files (writable layer, executor socket) in the state dir."""
+        return self.state_dir / "sandboxes" / sandbox_id
+
+    def record(self, sandbox_id: str) -> dict[str, Any]:
+        """The router's on-disk record of a sandbox (holds its executor endpoint and token)."""
+        data: dict[str, Any] = json.loads((self.state_dir / "records" / f"{sandbox_id}.json").read_text())
+        return data
+
+
+def instance_of(state_dir: Path) -> str:
+    """The local backend's instance id for a state dir (how the router names its cgroup parents)."""
+    from router.backends.local import LocalBackend
+
+    return LocalBackend(state_dir).instance
+
+
+@contextlib.contextmanager
+def running_router(*, key: str = "bench-key", ready_timeout_s: float = 120.0) -> Iterator[Router]:
+    """``grove up`` on a free port and a fresh short state dir; everything of it removed on exit, even on failure."""
+    state = Path(tempfile.mkdtemp(prefix="gb-"))  # short: sandbox Unix socket paths must stay < 108 bytes
+    instance = instance_of(state)
+    log = state / "bench-router.log"
+    ready = state / "ready"
+    grove = Path(sys.executable).with_name("grove")
+    argv = [str(grove), "--state-dir", str(state), "up", "--port", "0", "--ready-file", str(ready)]
+    env = {**os.environ, "GROVE_API_KEY": key}
+    proc: subprocess.Popen[bytes] | None = None
+    router: Router | None = None
+    failed = True
+    try:
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+            )
+        deadline = time.monotonic() + ready_timeout_s
+        while not (ready.exists() and ready.read_text().startswith("http")):
+            if proc.poll() is not None:
+                raise RuntimeError(f"the router exited with {proc.returncode}: {_tail(log)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the router was not ready after {ready_timeout_s:.0f}s: {_tail(log)}")
+            time.sleep(0.05)
+        router = Router(ready.read_text().strip(), key, proc.pid, state, instance, log)
+        yield router
+        failed = False
+    finally:
+        report: dict[str, Any] = {}
+        if failed and router is not None:  # (a router that never came up has its log in the exception)
+            print(f"router log (tail):\n{_tail(log)}", file=sys.stderr)
+        if router is not None and proc is not None and proc.poll() is None:
+            report["deleted_via_api"] = _delete_all(router)
+        if proc is not None:
+            terminate(proc)
+            report["router_exit_code"] = proc.returncode
+        report["removed_by_force"] = _remove_cgroups(instance)
+        shutil.rmtree(state, ignore_errors=True)
+        if router is not None:
+            router.cleanup = report
+        if report.get("deleted_via_api") or report["removed_by_force"]:
+            print(f"cleanup: {report}", file=sys.stderr)
+
+
+def _delete_all(router: Router) -> list[str]:
+    """Delete every sandbox the router still lists (idle ones too); returns their ids."""
+    api = router.api(timeout_s=30)
+    deleted: list[str] = []
+    try:
+        listed = api.call("GET", "/v1/sandboxes")["sandboxes"]
+        for sandbox in listed:
+            with contextlib.suppress(Exception):
+                api.call("DELETE", f"/v1/sandboxes/{sandbox['id']}", expect=(200, 404, 409))
+                deleted.append(sandbox["id"])
+    except Exception as exc:  # a hung or dead router: the cgroup sweep below still runs
+        print(f"cleanup: could not list sandboxes through the API: {exc}", file=sys.stderr)
+    finally:
+        api.close()
+    return deleted
+
+
+def _remove_cgroups(instance: str) -> list[str]:
+    """Kill what is left in the instance's cgroups and remove them, children first; returns what was there."""
+    found: list[str] = []
+    for controller in CGROUP_CONTROLLERS:
+        parent = CGROUP_ROOT / controller / f"grove-{instance}"
+        if not parent.is_dir():
+            continue
+        for child in sorted(p for p in parent.iterdir() if p.is_dir()):
+            found.append(f"{controller}/{child.name}")
+            deadline = time.monotonic() + 5
+            while True:
+                with contextlib.suppress(OSError):
+                    for pid in (child / "cgroup.procs").read_text().split():
+                        with contextlib.suppress(OSError):
+                            os.kill(int(pid), signal.SIGKILL)
+                try:
+                    child.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        print(f"cleanup: cannot remove {child}", file=sys.stderr)
+                        break
+                    time.sleep(0.02)
+        with contextlib.suppress(OSError):
+            parent.rmdir()
+    return found
+
+
+def _tail(path: Path, limit: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-limit:]
+    except OSError:
+        return "(no log)"
+
+
+def code_version() -> dict[str, Any]:
+    """The commit measured and which of its source files had uncommitted changes (the tree is shared)."""
+    out: dict[str, Any] = {"commit": None, "uncommitted": []}
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out["commit"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--", "grove", "executor", "router", "sandbox_image", "artifacts"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        out["uncommitted"] = sorted(line[3:] for line in status.splitlines() if line.strip())
+    return out
