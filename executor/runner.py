@@ -11,6 +11,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from executor import reaper
 from executor.capture import Captured, OutputCapture
 from executor.models import ExecRequest
 from executor.paths import PathResolver
@@ -76,7 +77,7 @@ class Runner:
         oom_before = _oom_kills(settings.oom_control_path)
         started = time.monotonic()
         try:
-            proc = subprocess.Popen(
+            proc = reaper.spawn(
                 req.argv,
                 stdin=subprocess.PIPE if req.stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -116,6 +117,7 @@ class Runner:
             if proc.poll() is None:
                 kill_tree(proc.pid)
             proc.wait()
+            reaper.release(proc)
         duration = time.monotonic() - started
         out, err = captures["stdout"].finish(), captures["stderr"].finish()
         oom = proc.returncode == -9 and not timed_out and _oom_kills(settings.oom_control_path) > oom_before

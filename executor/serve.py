@@ -58,6 +58,17 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
         for key, value in self._options.items():
             self.cfg.set(key, value)
 
+    def run_single_worker(self) -> None:
+        """Serve with one gthread worker in this very process, without an arbiter (the sandbox's init
+        supervises it instead). Returns only when the worker stops."""
+        from gunicorn import sock
+
+        log = self.cfg.logger_class(self.cfg)
+        listeners = sock.create_sockets(self.cfg, log)
+        worker = self.cfg.worker_class(1, os.getppid(), listeners, self, 30, self.cfg, log)
+        worker.pid = os.getpid()
+        worker.init_process()
+
     def load(self) -> Any:
         """Build the WSGI app (in the worker, after fork)."""
         from executor.app import create_app

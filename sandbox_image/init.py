@@ -152,6 +152,19 @@ def _make_dev(dev: str) -> None:
     os.symlink("/proc/self/fd", f"{dev}/fd")
 
 
+PACKAGE_PATHS: list[list[str]] = []
+
+
+def _package_paths() -> list[list[str]]:
+    """The ``__path__`` lists of every loaded package."""
+    found: list[list[str]] = []
+    for module in list(sys.modules.values()):
+        search = getattr(module, "__path__", None)
+        if isinstance(search, list):
+            found.append(search)
+    return found
+
+
 def _remap_sys_path(host_bundle: str) -> None:
     """Point the import system at the bundle's new place: sys.path and every loaded package's __path__."""
     host = host_bundle.rstrip("/")
@@ -160,15 +173,20 @@ def _remap_sys_path(host_bundle: str) -> None:
         return [BUNDLE_MOUNT + p[len(host) :] if p.startswith(host) else p for p in paths]
 
     sys.path[:] = moved(sys.path)
-    for module in list(sys.modules.values()):
-        search = getattr(module, "__path__", None)
-        if isinstance(search, list):
-            search[:] = moved(search)
+    # Only package search lists need moving; the zygote lists them once, so each sandbox does not
+    # touch (and so copy the memory pages of) every loaded module.
+    for search in PACKAGE_PATHS or _package_paths():
+        search[:] = moved(search)
     sys.path_importer_cache.clear()
 
 
 def _serve(config: dict[str, Any], listener: socket.socket, oom_fd: int | None) -> None:
-    """PID 1 becomes the executor's gunicorn arbiter, serving on the inherited socket."""
+    """PID 1 becomes the executor: one gunicorn gthread worker, serving on the inherited socket.
+
+    No gunicorn arbiter: one worker is all a sandbox runs, and PID 1's other duty, reaping orphaned
+    background processes, is a thread (:mod:`executor.reaper`). A second Python process per sandbox
+    cost ~5 MiB of unshared memory and a good part of the start time.
+    """
     from executor.serve import ExecutorServer
     from executor.settings import ExecutorSettings
 
@@ -181,7 +199,10 @@ def _serve(config: dict[str, Any], listener: socket.socket, oom_fd: int | None) 
         oom_control_path=f"/proc/self/fd/{oom_fd}" if oom_fd is not None else None,
     )
     sys.argv = ["grove-executor"]
-    ExecutorServer(settings, f"fd://{listener.fileno()}", worker_tmp_dir="/dev/shm").run()
+    from executor import reaper
+
+    reaper.start()
+    ExecutorServer(settings, f"fd://{listener.fileno()}", worker_tmp_dir="/dev/shm").run_single_worker()
 
 
 if __name__ == "__main__":
