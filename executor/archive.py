@@ -8,6 +8,7 @@ import tarfile
 from collections.abc import Iterator
 from typing import IO
 
+from executor.files import NO_SPACE
 from grove.errors import BadRequest, NotFound, TooLarge
 
 _CHUNK = 256 * 1024
@@ -113,6 +114,10 @@ def extract_tar(body: IO[bytes], target: str, api: str, *, max_bytes: int, max_m
                 _extract_one(tar, member, base)
         except tarfile.TarError as exc:
             raise BadRequest(f"archive is corrupt after {count} members: {exc}") from exc
+        except OSError as exc:
+            if exc.errno in NO_SPACE:
+                raise TooLarge(f"no space left in the sandbox to extract member {count} into {api}") from exc
+            raise
     return count
 
 

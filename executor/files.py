@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat
@@ -13,6 +14,7 @@ from typing import IO, Any
 from grove.errors import BadRequest, Conflict, Forbidden, Invalid, NotFound, TooLarge
 
 _CHUNK = 256 * 1024
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _kind(mode: int) -> str:
@@ -99,9 +101,12 @@ def write_atomic(path: str, api: str, body: IO[bytes], *, mode: int | None, limi
         else:
             os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+            # A full filesystem is the sandbox's limit, not a bug of grove: say so with a 413.
+            raise TooLarge(f"no space left in the sandbox to write {api} ({size} bytes written)") from exc
         raise
     return size
 

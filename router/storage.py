@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
+import signal
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+from artifacts import s3proc
 from artifacts.archive import TrajectoryArchive
 from artifacts.s3config import S3Config
 from artifacts.s3server import EmbeddedS3
 from artifacts.store import ObjectStore
+from grove.errors import Conflict
 from router.settings import RouterSettings
 
 log = logging.getLogger("grove.router")
@@ -21,9 +28,16 @@ async def open_storage(settings: RouterSettings) -> AsyncIterator[tuple[ObjectSt
     """Yield the object store and trajectory archive; an embedded server lives exactly as long."""
     embedded: EmbeddedS3 | None = None
     config = settings.s3
+    owner: int | None = None
     if config is None:
         embedded = EmbeddedS3(settings.state_dir / "s3")
-        await asyncio.to_thread(embedded.start)
+        owner = _own(embedded.data_dir)
+        try:
+            await asyncio.to_thread(_stop_leftover, embedded.data_dir)
+            await asyncio.to_thread(embedded.start)
+        except BaseException:
+            os.close(owner)
+            raise
         config = S3Config(endpoint=embedded.endpoint, access_key=embedded.access_key, secret_key=embedded.secret_key)
         log.info("embedded S3 server on %s (data in %s)", config.endpoint, embedded.data_dir)
     store = ObjectStore(config)
@@ -37,3 +51,34 @@ async def open_storage(settings: RouterSettings) -> AsyncIterator[tuple[ObjectSt
         store.close()
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
+        if owner is not None:
+            os.close(owner)
+
+
+def _own(data_dir: Path) -> int:
+    """Lock the embedded server's data dir for this router's life (the kernel drops the lock when the
+    router dies, however it dies); Conflict if another live router holds it."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / "grove-owner.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise Conflict(f"another grove router is using {data_dir.parent}; stop it first") from None
+    return fd
+
+
+def _stop_leftover(data_dir: Path) -> None:
+    """Stop a weed left serving ``data_dir`` by a router that was killed (holding the lock, it is no one else's)."""
+    pid = s3proc.live_weed_pid(data_dir)
+    if pid is None:
+        return
+    log.warning("stopping the embedded S3 server (PID %d) a killed router left running", pid)
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while s3proc.live_weed_pid(data_dir) == pid and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if s3proc.live_weed_pid(data_dir) != pid:
+            return

@@ -1,0 +1,210 @@
+"""Trajectory records as chat-messages JSONL for SFT: one line per trajectory, ``messages``/``tools``/``metadata``.
+
+Step shapes expected in ``record["steps"]`` (other keys are ignored, unknown types skipped)::
+
+    {"type": "exec", "command": str | [argv], "cwd": str | None, "exit_code": int | None,
+     "stdout": str, "stderr": str, "stdout_truncated": bool, "stderr_truncated": bool,
+     "timed_out": bool, "duration_s": float, "stdout_sha256": str, "t": epoch s}
+    {"type": "file_write" | "file_read", "path": str, "size": int, "sha256": str, "t": epoch s}
+    {"type": "event", "kind": "message" | "tool_call" | "tool_result" | "reward" | "result" | …,
+     "data": {…}, "t": epoch s}
+
+and ``record["outcome"]``: ``{"result": "pass" | "fail" | "infra_error", "reward": float | None,
+"reason": str | None}`` or None.
+
+How steps become messages, in order:
+
+- event ``message`` with ``data = {"role", "content"}`` (plus ``tool_calls``, ``tool_call_id``,
+  ``name`` if given): that message, as is. Roles: system, user, assistant, tool.
+- ``exec``: an assistant tool call ``{"type": "function", "function": {"name": "bash", "arguments":
+  "{\\"command\\": …}"}}`` — added to the preceding assistant message when that is the last message
+  (the model's text and its call are one turn), else to a new assistant message with empty content —
+  followed by a ``tool`` message: stdout, then stderr, then ``[output truncated]``, ``[timed out after
+  Ns]`` or ``[exit code N]`` when they apply.
+- event ``tool_call`` with ``data = {"name", "arguments" (dict or JSON string), "id"?, "output"?,
+  "description"?, "parameters"?}``: a call of that tool the same way (a ``tool`` message if ``output``).
+- event ``tool_result`` with ``data = {"tool_call_id", "content"}``: a ``tool`` message.
+- file steps, ``reward`` and ``result`` events: no message (rewards and the result go to metadata).
+
+``tools`` lists the JSON schema of every tool called (bash's is :data:`BASH_TOOL`). ``metadata``:
+sandbox_id, task_id, model, harness, harness_version, image, image_digest, result, ``resolved``
+(result == "pass"; None without an outcome) and reward (the outcome's, else the last reward event's).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterable
+from typing import IO, Any, Protocol
+
+from artifacts import trajectory as tj
+
+BASH_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "bash",
+        "description": "Run a shell command in the sandbox; returns its stdout and stderr.",
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string", "description": "The command, run by /bin/sh -c."}},
+            "required": ["command"],
+        },
+    },
+}
+_ROLES = ("system", "user", "assistant", "tool")
+
+
+class _Conversation:
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.tools: dict[str, dict[str, Any]] = {}
+        self._calls = 0
+
+    def call(self, name: str, arguments: Any, call_id: str | None, output: str | None) -> None:
+        self._calls += 1
+        call_id = call_id or f"call_{self._calls}"
+        args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last["role"] == "assistant":
+            last.setdefault("tool_calls", []).append(call)
+        else:
+            self.messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        if output is not None:
+            self.messages.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": output})
+
+    def message(self, data: dict[str, Any]) -> None:
+        role = data.get("role")
+        if role not in _ROLES:
+            return
+        msg: dict[str, Any] = {"role": role, "content": _content(data.get("content"))}
+        for extra in ("tool_calls", "tool_call_id", "name"):
+            if data.get(extra) is not None:
+                msg[extra] = data[extra]
+        for call in msg.get("tool_calls") or []:
+            name = (call.get("function") or {}).get("name") if isinstance(call, dict) else None
+            if isinstance(name, str):
+                self.tools.setdefault(name, _tool_schema(name, {}))
+        self.messages.append(msg)
+
+
+def to_chat(record: dict[str, Any]) -> dict[str, Any]:
+    """One record as ``{"messages", "tools", "metadata"}``."""
+    conv = _Conversation()
+    rewards: list[Any] = []
+    result_event: dict[str, Any] | None = None
+    for step in record.get("steps") or []:
+        kind = step.get("type")
+        if kind == "exec":
+            conv.tools["bash"] = BASH_TOOL
+            conv.call("bash", {"command": _command_text(step.get("command"))}, None, _observation(step))
+            continue
+        if kind != "event":
+            continue
+        data = step.get("data") or {}
+        event = step.get("kind")
+        if event == "message":
+            conv.message(data)
+        elif event == "tool_call" and isinstance(data.get("name"), str):
+            conv.tools.setdefault(data["name"], _tool_schema(data["name"], data))
+            output = None if data.get("output") is None else _text(data["output"])
+            conv.call(data["name"], data.get("arguments") or {}, data.get("id"), output)
+        elif event == "tool_result":
+            call_id = data.get("tool_call_id") or data.get("id")
+            conv.messages.append({"role": "tool", "tool_call_id": call_id, "content": _content(data.get("content"))})
+        elif event == "reward":
+            rewards.append(data.get("reward", data.get("value")))
+        elif event == "result":
+            result_event = data
+    outcome = record.get("outcome") or result_event or {}
+    reward = outcome.get("reward")
+    if reward is None and rewards:
+        reward = rewards[-1]
+    result = outcome.get("result")
+    metadata = {
+        "sandbox_id": tj.sandbox_id(record),
+        **{name: tj.meta(record, name) for name in ("task_id", "model", "harness", "harness_version")},
+        "image": (record.get("sandbox") or {}).get("image"),
+        "image_digest": (record.get("sandbox") or {}).get("image_digest"),
+        "result": result,
+        "resolved": None if result is None else result == "pass",
+        "reward": reward,
+    }
+    return {"messages": conv.messages, "tools": list(conv.tools.values()), "metadata": metadata}
+
+
+def write_jsonl(records: Iterable[dict[str, Any]], out: IO[str]) -> int:
+    """Write one JSON line per record to ``out``; return how many."""
+    count = 0
+    for record in records:
+        out.write(json.dumps(to_chat(record), ensure_ascii=False, default=str) + "\n")
+        count += 1
+    return count
+
+
+class _Archive(Protocol):
+    def list(
+        self, task_id: str | None = None, model: str | None = None, harness: str | None = None
+    ) -> list[dict[str, Any]]: ...
+
+    def get(self, sandbox_id: str) -> dict[str, Any]: ...
+
+
+def export_archive(
+    archive: _Archive,
+    out: IO[str],
+    *,
+    task_id: str | None = None,
+    model: str | None = None,
+    harness: str | None = None,
+) -> int:
+    """Export every stored trajectory matching the filters (a TrajectoryArchive) as JSONL; return the count."""
+    summaries = archive.list(task_id=task_id, model=model, harness=harness)
+    return write_jsonl((archive.get(s["sandbox_id"]) for s in summaries), out)
+
+
+def _observation(step: dict[str, Any]) -> str:
+    text = _text(step.get("stdout"))
+    stderr = _text(step.get("stderr"))
+    if stderr:
+        text += ("\n" if text and not text.endswith("\n") else "") + stderr
+    notes = []
+    if step.get("stdout_truncated") or step.get("stderr_truncated"):
+        notes.append("[output truncated]")
+    if step.get("timed_out"):
+        notes.append(f"[timed out after {float(step.get('duration_s') or 0):.1f}s]")
+    elif step.get("exit_code") not in (0, None):
+        notes.append(f"[exit code {step['exit_code']}]")
+    if notes:
+        text += ("\n" if text and not text.endswith("\n") else "") + " ".join(notes)
+    return text
+
+
+def _command_text(command: Any) -> str:
+    if isinstance(command, list | tuple):
+        return shlex.join(str(part) for part in command)
+    return _text(command)
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")  # msgpack keeps undecodable output as bytes
+    return value if isinstance(value, str) else str(value)
+
+
+def _content(value: Any) -> Any:
+    # Lists are multimodal content parts and stay lists; anything else becomes text.
+    return value if isinstance(value, list) else _text(value)
+
+
+def _tool_schema(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    if name == "bash" and not data.get("parameters"):
+        return BASH_TOOL
+    parameters = data.get("parameters") if isinstance(data.get("parameters"), dict) else {"type": "object"}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": _text(data.get("description")), "parameters": parameters},
+    }

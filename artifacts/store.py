@@ -1,0 +1,229 @@
+"""Objects in one S3 bucket through the ``minio`` client: put, get, list, delete and presigned URLs.
+
+Synchronous by design (the router calls it through ``asyncio.to_thread``) and thread-safe (the minio
+client is, and the bucket check is guarded). Every failure leaves as a :class:`grove.errors.GroveError`:
+an unreachable server is ``Unavailable`` naming the endpoint, a missing key ``NotFound``, refused
+credentials ``Forbidden``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import io
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, BinaryIO, cast
+
+import urllib3
+from minio import Minio
+from minio.error import InvalidResponseError, S3Error, ServerError
+
+from artifacts.s3config import S3Config
+from artifacts.streams import ObjectReader, Readable, as_reader
+from grove.errors import Forbidden, GroveError, InternalError, Invalid, NotFound, Unavailable
+
+_NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "NoSuchUpload", "NotFound", "ResourceNotFound"}
+_REFUSED = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"}
+_INVALID = {"InvalidBucketName", "InvalidArgument", "KeyTooLongError", "InvalidObjectName", "EntityTooLarge"}
+_MAX_EXPIRY = timedelta(days=7)  # S3's limit for SigV4 presigned URLs
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One listed object."""
+
+    key: str
+    """Its key in the bucket."""
+    size: int
+    """Its size in bytes."""
+    etag: str | None
+    """The server's entity tag."""
+    last_modified: float | None
+    """When it was last written (seconds since the epoch)."""
+
+
+class ObjectStore:
+    """One bucket on one S3 server; the bucket is created on first use."""
+
+    def __init__(self, config: S3Config) -> None:
+        self.config = config
+        """Where and how: endpoint, credentials, bucket."""
+        # minio's default pool retries five times with backoff and waits 5 minutes to connect; a down
+        # server must fail in well under a second so the archive can spool instead.
+        self._http = urllib3.PoolManager(
+            timeout=urllib3.Timeout(connect=config.connect_timeout_s, read=config.read_timeout_s),
+            maxsize=16,
+            retries=urllib3.Retry(total=2, connect=0, backoff_factor=0.1, status_forcelist=(500, 502, 503, 504)),
+        )
+        self._client = self._minio(config.host, config.secure)
+        same = config.public_host == config.host and config.public_secure == config.secure
+        # A presigned URL signs the Host header, so URLs for another name need a client of that name
+        # (it only signs: with the region fixed it never connects).
+        self._signer = self._client if same else self._minio(config.public_host, config.public_secure)
+        self._bucket_lock = threading.Lock()
+        self._bucket_ready = False
+
+    def _minio(self, host: str, secure: bool) -> Minio:
+        c = self.config
+        return Minio(host, c.access_key, c.secret_key, secure=secure, region=c.region, http_client=self._http)
+
+    def ensure_bucket(self) -> None:
+        """Create the bucket unless it exists (once per store; retried after a failure)."""
+        if self._bucket_ready:
+            return
+        with self._bucket_lock, self._errors("create bucket", None):
+            if self._bucket_ready:
+                return
+            if not self._client.bucket_exists(self.config.bucket):
+                try:
+                    self._client.make_bucket(self.config.bucket)
+                except S3Error as exc:  # another process made it between our check and our call
+                    if exc.code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                        raise
+            self._bucket_ready = True
+
+    def put_bytes(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> str | None:
+        """Store ``data`` under ``key``; return the server's etag."""
+        return self.put_stream(key, io.BytesIO(data), length=len(data), content_type=content_type)
+
+    def put_file(self, key: str, path: str | Path, content_type: str = "application/octet-stream") -> str | None:
+        """Upload a local file, in parts when larger than the part size; return the etag."""
+        try:
+            fh = open(path, "rb")  # noqa: SIM115 - closed below, after the size is known
+        except FileNotFoundError as exc:
+            raise NotFound(f"no such file: {path}") from exc
+        with fh:
+            size = Path(path).stat().st_size
+            return self.put_stream(key, fh, length=size, content_type=content_type)
+
+    def put_stream(
+        self,
+        key: str,
+        stream: Readable | Iterable[bytes],
+        length: int = -1,
+        content_type: str = "application/octet-stream",
+    ) -> str | None:
+        """Upload a byte stream (``length`` -1: unknown, sent as multipart); return the etag."""
+        reader = as_reader(stream)
+        self.ensure_bucket()
+        with self._errors("put", key):
+            result = self._client.put_object(
+                self.config.bucket,
+                key,
+                cast(BinaryIO, reader),  # minio only calls read(n)
+                length,
+                content_type=content_type,
+                part_size=self.config.part_size,
+            )
+        etag = getattr(result, "etag", None)
+        return str(etag) if etag is not None else None
+
+    def get_bytes(self, key: str) -> bytes:
+        """The whole object (NotFound if missing)."""
+        with self.get_stream(key) as reader:
+            return reader.read()
+
+    def get_stream(self, key: str) -> ObjectReader:
+        """A reader over the object, streamed from the server; close it (it is a context manager)."""
+        self.ensure_bucket()
+        with self._errors("get", key):
+            response = self._client.get_object(self.config.bucket, key)
+        return ObjectReader(response, lambda exc: self._translate(exc, "read", key))
+
+    def exists(self, key: str) -> bool:
+        """Whether ``key`` exists."""
+        self.ensure_bucket()
+        try:
+            with self._errors("stat", key):
+                self._client.stat_object(self.config.bucket, key)
+        except NotFound:
+            return False
+        return True
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` (no error if it is already gone: S3 deletes are idempotent)."""
+        self.ensure_bucket()
+        with self._errors("delete", key):
+            self._client.remove_object(self.config.bucket, key)
+
+    def presign_get(self, key: str, expires: float | timedelta = 3600.0) -> str:
+        """A URL that GETs ``key`` without credentials until it expires (seconds or a timedelta)."""
+        self.ensure_bucket()
+        with self._errors("presign", key):
+            return str(self._signer.presigned_get_object(self.config.bucket, key, expires=_expiry(expires)))
+
+    def presign_put(self, key: str, expires: float | timedelta = 3600.0) -> str:
+        """A URL that PUTs ``key`` (one request, with Content-Length) without credentials until it expires."""
+        self.ensure_bucket()
+        with self._errors("presign", key):
+            return str(self._signer.presigned_put_object(self.config.bucket, key, expires=_expiry(expires)))
+
+    def close(self) -> None:
+        """Drop pooled connections."""
+        self._http.clear()
+
+    def __enter__(self) -> ObjectStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def list(self, prefix: str = "", *, recursive: bool = True) -> builtins.list[ObjectInfo]:
+        """Objects whose key starts with ``prefix``, in key order."""
+        self.ensure_bucket()
+        with self._errors("list", prefix):
+            return [
+                ObjectInfo(
+                    key=str(obj.object_name),
+                    size=int(obj.size or 0),
+                    etag=obj.etag,
+                    last_modified=obj.last_modified.timestamp() if obj.last_modified else None,
+                )
+                for obj in self._client.list_objects(self.config.bucket, prefix=prefix, recursive=recursive)
+                if not obj.is_dir
+            ]
+
+    @contextlib.contextmanager
+    def _errors(self, op: str, key: str | None) -> Iterator[None]:
+        try:
+            yield
+        except GroveError:
+            raise
+        except (S3Error, ServerError, InvalidResponseError, urllib3.exceptions.HTTPError, ValueError) as exc:
+            raise self._translate(exc, op, key) from exc
+
+    def _translate(self, exc: BaseException, op: str, key: str | None) -> GroveError:
+        where = f"S3 at {self.config.endpoint}"
+        what = f"{op} {self.config.bucket}/{key}" if key is not None else f"{op} {self.config.bucket}"
+        if isinstance(exc, S3Error):
+            code = exc.code or ""
+            status = int(getattr(exc.response, "status", 0) or 0)
+            if code in _NOT_FOUND or status == 404:
+                return NotFound(f"{what}: not found ({code or status})")
+            if code in _REFUSED or status == 403:
+                return Forbidden(f"{where} refused the credentials for {what}: {code} {exc.message or ''}".rstrip())
+            if code in _INVALID:
+                return Invalid(f"{what}: {code} {exc.message or ''}".rstrip())
+            if status >= 500 or code in ("SlowDown", "ServiceUnavailable", "InternalError"):
+                return Unavailable(f"{where} failed to {what}: {code} {exc.message or ''}".rstrip(), retry_after=5)
+            return InternalError(f"{where}: {what}: {code} {exc.message or ''}".rstrip())
+        if isinstance(exc, ValueError):
+            return Invalid(f"{what}: {exc}")
+        return Unavailable(f"{where} is unreachable ({what}): {_reason(exc)}", retry_after=5)
+
+
+def _expiry(expires: float | timedelta) -> timedelta:
+    delta = expires if isinstance(expires, timedelta) else timedelta(seconds=expires)
+    if not timedelta(seconds=1) <= delta <= _MAX_EXPIRY:
+        raise Invalid(f"presigned URL expiry must be between 1 s and 7 days, got {delta}")
+    return delta
+
+
+def _reason(exc: BaseException) -> str:
+    # urllib3 wraps the OS error (e.g. connection refused) in MaxRetryError.reason; show the root.
+    reason: Any = getattr(exc, "reason", None)
+    return str(reason or exc)
