@@ -27,7 +27,7 @@ import aiohttp
 import msgpack
 
 from grove import wire
-from grove.errors import GroveError, Invalid, Unavailable, error_from_body
+from grove.errors import Conflict, GroveError, Invalid, NotFound, Unauthorized, Unavailable, error_from_body
 
 T = TypeVar("T")
 DEFAULT_URL = "http://127.0.0.1:8470"
@@ -86,6 +86,7 @@ class AsyncGrove:
         self.url, self._key = _resolve(url, api_key)
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
+        self._heartbeats: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> AsyncGrove:
         return self
@@ -103,7 +104,10 @@ class AsyncGrove:
         return self._session
 
     async def close(self) -> None:
-        """Close connections (sandboxes stay; close them first if you own them)."""
+        """Close connections and stop background heartbeats (sandboxes stay; close them first if you own them)."""
+        for task in list(self._heartbeats):
+            task.cancel()
+        await asyncio.gather(*self._heartbeats, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
 
@@ -194,10 +198,14 @@ class AsyncSandbox:
                 await asyncio.sleep(interval)
                 try:
                     await self.heartbeat()
+                except (NotFound, Conflict, Unauthorized):
+                    return  # deleted (or no longer ours): nothing left to keep alive
                 except GroveError:
-                    return  # deleted or unreachable: nothing left to keep alive
+                    continue  # e.g. the router restarting: keep beating, it re-adopts the sandbox
 
         self._heartbeat = asyncio.create_task(beat())
+        self.client._heartbeats.add(self._heartbeat)
+        self._heartbeat.add_done_callback(self.client._heartbeats.discard)
 
     async def heartbeat(self) -> None:
         """Keep the sandbox alive."""

@@ -32,29 +32,37 @@ def service_of(request: web.Request) -> SandboxService:
     return request.app[SERVICE]
 
 
-async def _call(
+async def call_executor(
     request: web.Request,
     upstream_path: str,
     **kwargs: Any,
 ) -> tuple[SandboxRecord, web.StreamResponse, float]:
-    """Look up (waking if needed), forward, and return the record, response and start time."""
+    """Look up (waking if needed), forward, and return the record, response and start time.
+
+    A fault of the environment on the way (executor lost, sandbox not resumable) is noted in the
+    trajectory as an infra error before it propagates, so it never reads as the policy's failure.
+    """
     service = service_of(request)
     record = service.registry.get(request.match_info["id"])
     service.touch(record)
     record.inflight += 1
     started = time.time()
     try:
-        endpoint = await service.endpoint(record)
-        response = await forward(
-            request, service.upstreams, endpoint, upstream_path, lambda: service.lost(record), **kwargs
-        )
+        with service.infra_faults(record, f"{request.method} {upstream_path}"):
+            endpoint = await service.endpoint(record)
+            response = await forward(
+                request, service.upstreams, endpoint, upstream_path, lambda: service.lost(record), **kwargs
+            )
     finally:
         record.inflight -= 1
         service.touch(record)
+    if response.status == 500:
+        service.record_infra_error(record, f"{request.method} {upstream_path}: the executor failed internally")
     return record, response, started
 
 
-async def _read_capped(request: web.Request, limit: int) -> bytes:
+async def read_capped(request: web.Request, limit: int) -> bytes:
+    """The whole request body, refusing more than ``limit`` bytes (413)."""
     if request.content_length is not None and request.content_length > limit:
         raise TooLarge(f"exec body of {request.content_length} bytes exceeds {limit}")
     data = bytearray()
@@ -67,9 +75,9 @@ async def _read_capped(request: web.Request, limit: int) -> bytes:
 
 async def exec_handler(request: web.Request) -> web.StreamResponse:
     """POST /v1/sandboxes/{id}/exec — forwarded whole; the result recorded as an exec step."""
-    body = await _read_capped(request, MAX_EXEC_BODY)
+    body = await read_capped(request, MAX_EXEC_BODY)
     answer = bytearray()
-    record, response, started = await _call(request, "/v1/exec", body=body, response_tap=answer.extend)
+    record, response, started = await call_executor(request, "/v1/exec", body=body, response_tap=answer.extend)
     service = service_of(request)
     step = _exec_step(body, request, bytes(answer), response.status, started)
     if step is not None:
@@ -159,7 +167,7 @@ def transfer(upstream_path: str, kind: str) -> Handler:
             taps["request_tap"] = digest
         elif request.method == "GET" and not upstream_path.endswith("/list"):
             taps["response_tap"] = digest
-        record, response, started = await _call(request, upstream_path, **taps)
+        record, response, started = await call_executor(request, upstream_path, **taps)
         op = {"GET": "read", "PUT": "write", "DELETE": "delete"}[request.method]
         if upstream_path.endswith("/list"):
             op = "list"

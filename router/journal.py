@@ -1,10 +1,11 @@
 """Per-sandbox trajectory journals: every step appended to a file as it happens, so nothing is lost.
 
 A journal is a stream of msgpack objects in ``<state>/journals/<id>.msgpack``: first the sandbox's
-metadata (``{"sandbox": {...}}``), then one object per step, then possibly ``{"outcome": {...}}`` and
-``{"ended": {...}}``. Appending costs one small write — no fsync — on the exec path; a router crash
-loses at most what the kernel had not written yet, and a restarted router continues the same file.
-When the sandbox ends, :meth:`Journal.record` assembles the trajectory record that goes to S3.
+metadata (``{"sandbox": {...}}``), then one object per step, then possibly ``{"outcome": {...}}``,
+``{"infra_error": {...}}`` (an environment fault, see :func:`_with_infra`) and ``{"ended": {...}}``.
+Appending costs one small write — no fsync — on the exec path; a router crash loses at most what the
+kernel had not written yet, and a restarted router continues the same file. When the sandbox ends,
+:meth:`Journal.record` assembles the trajectory record that goes to S3.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class Journal:
         sandbox: dict[str, Any] = {}
         steps: list[dict[str, Any]] = []
         outcome: dict[str, Any] | None = None
+        infra: list[dict[str, Any]] = []
         unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
         unpacker.feed(raw)
         try:
@@ -70,13 +72,15 @@ class Journal:
                     sandbox.update(entry["sandbox_update"])
                 elif "outcome" in entry:
                     outcome = entry["outcome"]
+                elif "infra_error" in entry:
+                    infra.append(entry["infra_error"])
                 elif "ended" in entry:
                     sandbox.update(entry["ended"])
                 else:
                     steps.append(entry)
         except (ValueError, msgpack.exceptions.ExtraData):
             pass  # a torn last write after a crash: keep everything before it
-        return {"version": RECORD_VERSION, "sandbox": sandbox, "steps": steps, "outcome": outcome}
+        return {"version": RECORD_VERSION, "sandbox": sandbox, "steps": steps, "outcome": _with_infra(outcome, infra)}
 
     def remove(self, sandbox_id: str) -> None:
         """Drop a journal once its record is safely stored (in S3 or the spool)."""
@@ -86,6 +90,16 @@ class Journal:
     def ids(self) -> set[str]:
         """Sandboxes that have a journal."""
         return {p.stem for p in self.dir.glob("sb-*.msgpack")}
+
+
+def _with_infra(outcome: dict[str, Any] | None, infra: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The outcome a trainer can trust: with no task result, an environment fault makes it ``infra_error``;
+    with one, the faults ride along in ``infra_errors`` so the result can be weighed (or dropped)."""
+    if not infra:
+        return outcome
+    if outcome is None:
+        outcome = {"result": "infra_error", "reward": None, "reason": infra[0].get("reason")}
+    return {**outcome, "infra_errors": infra}
 
 
 def _fallback(value: Any) -> Any:

@@ -98,7 +98,8 @@ async def post_artifacts(request: web.Request) -> web.Response:
     if not isinstance(paths, list) or not paths or not all(isinstance(p, str) and p for p in paths):
         raise BadRequest("'paths' must be a non-empty list of paths in the sandbox")
     service.touch(record)
-    items = await push_artifacts(service, record, paths)
+    with service.infra_faults(record, "pushing artifacts"):  # S3 or the executor failing is the environment's
+        items = await push_artifacts(service, record, paths)
     service.record_step(record, {"type": "artifacts", "t": time.time(), "items": items})
     return _reply(request, {"artifacts": items})
 

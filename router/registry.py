@@ -62,6 +62,8 @@ class SandboxRecord:
             network=Network(req.network.egress, tuple(req.network.allow)),
             token=self.token,
             labels={k: v for k, v in dataclasses.asdict(req.metadata).items() if isinstance(v, str)},
+            idle_timeout_s=req.idle_timeout_s,
+            ttl_s=req.ttl_s,
         )
 
     def endpoint(self) -> Endpoint | None:

@@ -8,14 +8,14 @@ import dataclasses
 import logging
 import secrets
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from typing import Any, Protocol
 
-from grove.errors import Conflict, GroveError, InternalError, Invalid, Unavailable
+from grove.errors import BadGateway, Conflict, GroveError, InternalError, Invalid, Unavailable, UpstreamTimeout
 from router.backends.base import Backend, Endpoint
 from router.journal import Journal
 from router.models import CreateRequest
-from router.proxy import Upstreams
+from router.proxy import StreamAborted, Upstreams
 from router.registry import Registry, SandboxRecord, new_id
 from router.settings import RouterSettings
 
@@ -74,7 +74,13 @@ class SandboxService:
         self._reaper = asyncio.create_task(self._reap_forever())
 
     async def _adopt(self, record: SandboxRecord) -> None:
-        if record.status in ("ready", "pending"):
+        if record.status == "pending":
+            # The router died while creating it: what the backend made may be half done (no overlay
+            # dir yet, or a tree it never heard back from). Start over; the client never saw it ready.
+            await self.backend.delete(record.id, {})
+            self._creating[record.id] = asyncio.create_task(self._bring_up(record))
+            return
+        if record.status == "ready":
             if record.handle and await self.backend.is_running(record.id, record.handle):
                 record.status = "ready"
             else:
@@ -134,9 +140,11 @@ class SandboxService:
             started = await self.backend.create(record.spec())
         except GroveError as exc:
             record.status, record.error = "failed", exc.message
+            self.record_infra_error(record, f"the sandbox failed to start: {exc.message}")
         except Exception as exc:  # a backend bug: keep the router up, say what happened
             log.exception("creating %s failed", record.id)
             record.status, record.error = "failed", f"{type(exc).__name__}: {exc}"
+            self.record_infra_error(record, f"the sandbox failed to start: {record.error}")
         else:
             if record.status == "deleting":  # deleted while it was starting
                 await self.backend.delete(record.id, started.handle)
@@ -210,6 +218,25 @@ class SandboxService:
     def record_step(self, record: SandboxRecord, step: dict[str, Any]) -> None:
         """Append one step to the sandbox's trajectory journal."""
         self.journal.append(record.id, step)
+
+    def record_infra_error(self, record: SandboxRecord, reason: str) -> None:
+        """Note a fault of the environment (not of the policy) in the trajectory: its outcome becomes
+        ``infra_error`` unless the harness posts a result, which then carries the fault in ``infra_errors``."""
+        log.warning("infra error in %s: %s", record.id, reason)
+        self.journal.append(record.id, {"infra_error": {"t": time.time(), "reason": reason}})
+
+    @contextlib.contextmanager
+    def infra_faults(self, record: SandboxRecord, what: str) -> Iterator[None]:
+        """Record the environment faults raised in the block (executor lost, sandbox not resumable, a
+        service timeout), then let them propagate."""
+        try:
+            yield
+        except StreamAborted as exc:
+            self.record_infra_error(record, f"{what}: {exc}")
+            raise
+        except (BadGateway, Unavailable, UpstreamTimeout, InternalError) as exc:
+            self.record_infra_error(record, f"{what}: {exc.code}: {exc.message}")
+            raise
 
     def record_events(self, record: SandboxRecord, events: list[dict[str, Any]]) -> dict[str, Any] | None:
         """Append harness events; a ``result`` event sets the trajectory's outcome, which is returned."""
@@ -305,13 +332,16 @@ class SandboxService:
                 await self._to_idle(record)
             elif record.status == "ready" and not await self.backend.is_running(record.id, record.handle):
                 await self._to_idle(record, error="the executor exited unexpectedly; restarted on the next call")
+                self.record_infra_error(record, "the executor exited unexpectedly between calls")
 
 
 
 def outcome_of(data: Any) -> dict[str, Any]:
     """Validate a ``result`` event's data into the trajectory outcome (the task's result, never the infra's)."""
-    if not isinstance(data, dict) or data.get("result") not in ("pass", "fail"):
-        raise Invalid("a 'result' event needs data {\"result\": \"pass\"|\"fail\"} (and optionally \"reward\")")
+    if not isinstance(data, dict) or data.get("result") not in ("pass", "fail", "infra_error"):
+        raise Invalid(
+            "a 'result' event needs data {\"result\": \"pass\"|\"fail\"|\"infra_error\"} (and optionally \"reward\")"
+        )
     reward = data.get("reward")
     if reward is not None and (isinstance(reward, bool) or not isinstance(reward, int | float)):
         raise Invalid("'reward' of a result event must be a number")

@@ -25,6 +25,8 @@ from typing import Any
 from sandbox_image import linux
 
 BUNDLE_MOUNT = "/.grove"
+# What every command sees unless the sandbox's env says otherwise (as a container runtime sets them).
+BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
 _DEVICES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "urandom": (1, 9), "tty": (5, 0)}
 
 
@@ -194,7 +196,7 @@ def _serve(config: dict[str, Any], listener: socket.socket, oom_fd: int | None) 
         token=config["token"],
         root="/",
         workdir=config["workdir"],
-        env=config["env"],
+        env={**BASE_ENV, **config["env"]},
         command_oom_score_adj=1000,
         oom_control_path=f"/proc/self/fd/{oom_fd}" if oom_fd is not None else None,
     )

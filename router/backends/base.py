@@ -40,6 +40,10 @@ class SandboxSpec:
     """The per-sandbox executor token (the router's API key never enters a sandbox)."""
     labels: dict[str, str] = field(default_factory=dict)
     """Metadata labels, for backends that can attach them (Kubernetes)."""
+    idle_timeout_s: float = 600.0
+    """Idle time before scale-to-zero, for backends whose platform scales on its own (Knative)."""
+    ttl_s: float = 6 * 3600.0
+    """The sandbox's lifetime, for credentials that must outlive it (presigned snapshot URLs)."""
 
 
 @dataclass(frozen=True)
