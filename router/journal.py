@@ -38,11 +38,15 @@ class Journal:
 
     def append(self, sandbox_id: str, entry: dict[str, Any]) -> None:
         """Add one entry: a step, ``{"sandbox_update": {...}}``, ``{"outcome": ...}`` or ``{"ended": ...}``."""
-        self._write(sandbox_id, entry, mode=os.O_APPEND)
+        try:
+            self._write(sandbox_id, entry, mode=os.O_APPEND)
+        except FileNotFoundError:
+            pass  # the sandbox's record was already stored (a late background step): nothing to add to
 
     def _write(self, sandbox_id: str, entry: dict[str, Any], *, mode: int) -> None:
         data = msgpack.packb(entry, use_bin_type=True, default=_fallback)
-        fd = os.open(self._path(sandbox_id), os.O_WRONLY | os.O_CREAT | mode | os.O_CLOEXEC, 0o600)
+        create = os.O_CREAT if mode == os.O_TRUNC else 0  # only start() makes a journal
+        fd = os.open(self._path(sandbox_id), os.O_WRONLY | create | mode | os.O_CLOEXEC, 0o600)
         try:
             os.write(fd, data)
         finally:

@@ -117,9 +117,9 @@ class SandboxService:
                 raise Unavailable(f"this router already runs {self.settings.max_sandboxes} sandboxes", retry_after=5)
             if not req.workdir.startswith("/"):
                 raise Invalid("'workdir' must be an absolute path")
-            digest = await self.backend_image_digest(req.image)
             record = SandboxRecord(id=new_id(), request=req, token=secrets.token_urlsafe(32), created_at=time.time())
-            record.image_digest = digest
+            self.backend.check(record.spec())
+            record.image_digest = await self.backend_image_digest(req.image)
             self.registry.add(record)
             self.registry.save(record)
             self.journal.start(record.id, self._trajectory_meta(record))
@@ -187,6 +187,7 @@ class SandboxService:
         if self.trajectories is None:
             return  # no storage configured: the journal stays in the state dir, nothing is lost
         record = self.journal.record(sandbox_id)
+        record["sandbox"].setdefault("id", sandbox_id)  # a journal torn before its header still names it
         try:
             where = await asyncio.to_thread(self.trajectories.store, record)
         except Exception:

@@ -114,6 +114,7 @@ def _setup(config: dict[str, Any]) -> None:
     linux.bind(config["bundle"], f"{root}{BUNDLE_MOUNT}", readonly=True)
     os.makedirs(f"{root}/proc", exist_ok=True)
     linux.mount("proc", f"{root}/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
+    _guard_proc(f"{root}/proc")
     _make_dev(f"{root}/dev")
     for sub in ("tmp", "root"):
         os.makedirs(f"{root}/{sub}", exist_ok=True)
@@ -128,6 +129,8 @@ def _setup(config: dict[str, Any]) -> None:
     linux.umount2(".", linux.MNT_DETACH)
     os.chdir("/")
     _remap_sys_path(config["bundle"])
+    linux.drop_capabilities_for_children()
+    linux.set_undumpable()
     # The OOM killer must pick the sandbox's commands, never its executor: commands get the highest
     # score (see command_oom_score_adj); lowering our own needs CAP_SYS_RESOURCE, which we may lack.
     try:
@@ -135,6 +138,25 @@ def _setup(config: dict[str, Any]) -> None:
             fh.write("-1000")
     except PermissionError:
         pass
+
+
+# Kernel knobs a sandbox must not turn (core_pattern and sysrq-trigger reach the host) and files that
+# leak host state: the same lists container runtimes use.
+_PROC_READ_ONLY = ("bus", "fs", "irq", "sys", "sysrq-trigger")
+_PROC_MASKED = ("kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug")
+_PROC_EMPTIED = ("acpi", "scsi")
+
+
+def _guard_proc(proc: str) -> None:
+    for name in _PROC_READ_ONLY:
+        if os.path.exists(f"{proc}/{name}"):
+            linux.bind(f"{proc}/{name}", f"{proc}/{name}", readonly=True)
+    for name in _PROC_MASKED:
+        if os.path.isfile(f"{proc}/{name}"):
+            linux.bind("/dev/null", f"{proc}/{name}", readonly=True)
+    for name in _PROC_EMPTIED:
+        if os.path.isdir(f"{proc}/{name}"):
+            linux.mount("tmpfs", f"{proc}/{name}", "tmpfs", linux.MS_RDONLY, "size=0")
 
 
 def _make_dev(dev: str) -> None:

@@ -118,6 +118,7 @@ def _create(router: RouterProcess, body: Any) -> tuple[int, dict[str, str]]:
     ({"wait": "yes"}, 400, "wait"),
     ({"network": {"egress": "maybe"}}, 422, "network.egress"),
     ({"network": {"egress": "deny", "extra": 1}}, 400, "extra"),
+    ({"network": {"egress": "allow", "allow": ["10.0.0.0/8"]}}, 422, "egress 'allow' is not available"),
     ({"metadata": {"labels": {"k": 5}}}, 400, "labels"),
     ({"metadata": {"owner": "x"}}, 400, "owner"),
     ({"bogus": 1, "other": 2}, 400, "bogus"),

@@ -192,3 +192,29 @@ def test_runtime_bundle_is_read_only(pair: tuple[Sandbox, Sandbox]) -> None:
     a, _ = pair
     r = a.exec("touch /.grove/x 2>&1; echo $?")
     assert b"Read-only" in r.stdout and r.stdout.strip().endswith(b"1")
+
+
+def test_kernel_knobs_and_host_state_are_out_of_reach(pair: tuple[Sandbox, Sandbox]) -> None:
+    a, _ = pair
+    # core_pattern and sysrq-trigger would reach the host kernel: read-only inside.
+    for path in ("/proc/sys/kernel/core_pattern", "/proc/sysrq-trigger", "/proc/sys/vm/drop_caches"):
+        r = a.exec(["sh", "-c", f"echo x > {path}"])
+        assert r.exit_code != 0, f"{path} is writable from inside a sandbox"
+    assert a.exec(["sh", "-c", "head -c 16 /proc/kcore | wc -c"]).text.strip() == "0"
+    assert a.exec(["sh", "-c", "cat /proc/keys | wc -c"]).text.strip() == "0"
+
+
+def test_root_inside_has_only_a_small_capability_set(pair: tuple[Sandbox, Sandbox]) -> None:
+    a, _ = pair
+    status = a.exec(["cat", "/proc/self/status"]).text
+    bounding = int(next(line for line in status.splitlines() if line.startswith("CapBnd:")).split()[1], 16)
+    for cap, name in ((21, "SYS_ADMIN"), (16, "SYS_MODULE"), (17, "SYS_RAWIO"), (19, "SYS_PTRACE"),
+                      (2, "DAC_READ_SEARCH"), (27, "MKNOD"), (12, "NET_ADMIN"), (25, "SYS_TIME")):
+        assert not bounding & (1 << cap), f"CAP_{name} is still in the bounding set"
+    assert bounding & (1 << 0), "CAP_CHOWN (kept for ordinary root work) is missing"
+    # Consequences, not just bits: no mounts, no device nodes, no reading the executor's memory.
+    assert a.exec(["sh", "-c", "mount -t tmpfs none /tmp"]).exit_code != 0
+    assert a.exec(["sh", "-c", "mknod /tmp/disk b 8 0"]).exit_code != 0
+    assert a.exec(["sh", "-c", "head -c 1 /proc/1/mem"]).exit_code != 0
+    # Ordinary root work still works.
+    assert a.exec(["sh", "-c", "touch /tmp/f && chown 1000:1000 /tmp/f && stat -c %u /tmp/f"]).text.strip() == "1000"

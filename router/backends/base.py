@@ -77,6 +77,9 @@ class Backend(Protocol):
     async def close(self) -> None:
         """Release clients; sandboxes keep running (a restarted router re-adopts them)."""
 
+    def check(self, spec: SandboxSpec) -> None:
+        """Refuse (``Invalid``) a sandbox this backend cannot make as asked, before anything is made."""
+
     async def image_digest(self, image: str) -> str:
         """The content digest of an image (``NotFound`` naming the images there are)."""
 

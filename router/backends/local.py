@@ -67,6 +67,14 @@ class LocalBackend:
     def _dir(self, sandbox_id: str) -> Path:
         return self._sandboxes / sandbox_id
 
+    def check(self, spec: SandboxSpec) -> None:
+        """Egress allow-lists need the bridge and NAT rules the local backend does not have yet."""
+        if spec.network.egress != "deny":
+            raise Invalid(
+                "network egress 'allow' is not available on the local backend yet (its sandboxes have no "
+                "network at all); use {\"egress\": \"deny\"} or the knative backend"
+            )
+
     async def image_digest(self, image: str) -> str:
         """The digest of a local image (NotFound names the images there are)."""
         return self.images.get(image).digest
