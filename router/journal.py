@@ -38,10 +38,9 @@ class Journal:
 
     def append(self, sandbox_id: str, entry: dict[str, Any]) -> None:
         """Add one entry: a step, ``{"sandbox_update": {...}}``, ``{"outcome": ...}`` or ``{"ended": ...}``."""
-        try:
+        # A missing journal means the record was already stored (a late background step): nothing to add to.
+        with contextlib.suppress(FileNotFoundError):
             self._write(sandbox_id, entry, mode=os.O_APPEND)
-        except FileNotFoundError:
-            pass  # the sandbox's record was already stored (a late background step): nothing to add to
 
     def _write(self, sandbox_id: str, entry: dict[str, Any], *, mode: int) -> None:
         data = msgpack.packb(entry, use_bin_type=True, default=_fallback)
