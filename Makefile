@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.grove-installed
 DEB_PACKAGES := busybox-static iproute2 zstd
 
-.PHONY: install demo test lint typecheck bench clean
+.PHONY: install demo demo-mini test lint typecheck bench clean
 
 install: $(STAMP)
 
@@ -21,6 +21,9 @@ $(STAMP): pyproject.toml
 
 demo: install
 	$(BIN)/python -m router.demo
+
+demo-mini: install
+	$(BIN)/python -m router.demo --harness mini-swe-agent
 
 test: install lint typecheck
 	$(BIN)/pytest -q tests

@@ -10,7 +10,7 @@ Step shapes expected in ``record["steps"]`` (other keys are ignored, unknown typ
      "data": {…}, "t": epoch s}
 
 and ``record["outcome"]``: ``{"result": "pass" | "fail" | "infra_error", "reward": float | None,
-"reason": str | None}`` or None.
+"reason": str | None, "infra_errors"?: [{"t", "reason"}]}`` or None.
 
 How steps become messages, in order:
 
@@ -28,7 +28,9 @@ How steps become messages, in order:
 
 ``tools`` lists the JSON schema of every tool called (bash's is :data:`BASH_TOOL`). ``metadata``:
 sandbox_id, task_id, model, harness, harness_version, image, image_digest, result, ``resolved``
-(result == "pass"; None without an outcome) and reward (the outcome's, else the last reward event's).
+(result == "pass"; None without an outcome or for ``infra_error``), reward (the outcome's, else the last
+reward event's; none for ``infra_error``) and ``infra_errors`` (the reasons of environment faults the
+router noted: a ``fail`` beside them may be the environment's doing, not the policy's).
 """
 
 from __future__ import annotations
@@ -119,17 +121,19 @@ def to_chat(record: dict[str, Any]) -> dict[str, Any]:
             result_event = data
     outcome = record.get("outcome") or result_event or {}
     reward = outcome.get("reward")
-    if reward is None and rewards:
-        reward = rewards[-1]
     result = outcome.get("result")
+    if reward is None and rewards and result != "infra_error":
+        reward = rewards[-1]
     metadata = {
         "sandbox_id": tj.sandbox_id(record),
         **{name: tj.meta(record, name) for name in ("task_id", "model", "harness", "harness_version")},
         "image": (record.get("sandbox") or {}).get("image"),
         "image_digest": (record.get("sandbox") or {}).get("image_digest"),
         "result": result,
-        "resolved": None if result is None else result == "pass",
+        # An environment fault is no verdict on the policy: neither resolved nor unresolved.
+        "resolved": None if result in (None, "infra_error") else result == "pass",
         "reward": reward,
+        "infra_errors": [str(e.get("reason")) for e in outcome.get("infra_errors") or [] if isinstance(e, dict)],
     }
     return {"messages": conv.messages, "tools": list(conv.tools.values()), "metadata": metadata}
 
@@ -181,8 +185,14 @@ def _observation(step: dict[str, Any]) -> str:
     return text
 
 
+_SHELLS = ("sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/bash")
+
+
 def _command_text(command: Any) -> str:
     if isinstance(command, list | tuple):
+        # A harness that runs `bash -c CMD` (mini-swe-agent does) meant CMD: that is the tool call.
+        if len(command) == 3 and command[0] in _SHELLS and command[1] in ("-c", "-lc"):
+            return _text(command[2])
         return shlex.join(str(part) for part in command)
     return _text(command)
 

@@ -7,7 +7,8 @@ A record is one dict per sandbox::
                  "resources": {…}, "network": {…},
                  "metadata": {"task_id": …, "model": …, "harness": …, "harness_version": …, "labels": {…}}},
      "steps": [...],          # in order; shapes in artifacts.export
-     "outcome": {"result": "pass"|"fail"|"infra_error", "reward": float|None, "reason": str|None} | None}
+     "outcome": {"result": "pass"|"fail"|"infra_error", "reward": float|None, "reason": str|None,
+                 "infra_errors"?: [{"t": <epoch s>, "reason": str}]} | None}
 
 ``sandbox`` is the router's public view of the sandbox; task_id, model, harness and harness_version
 are read from ``sandbox.metadata`` (or, failing that, from ``sandbox`` itself).
@@ -111,6 +112,7 @@ def summary(record: dict[str, Any]) -> dict[str, Any]:
         "ended_at": sandbox.get("ended_at"),
         "result": outcome.get("result"),
         "reward": outcome.get("reward"),
+        "infra_errors": len(outcome.get("infra_errors") or []),
         "steps": len(steps),
     }
 

@@ -18,6 +18,7 @@ from executor.paths import PathResolver
 from executor.push import check_items, put_file, require_files
 from executor.runner import Chunk, Runner
 from executor.settings import ExecutorSettings
+from executor.swerex import swerex_blueprint
 from grove import wire
 from grove.errors import (
     BadRequest,
@@ -148,6 +149,8 @@ def create_app(settings: ExecutorSettings | None = None) -> Flask:
         )
         return _reply({"path": api, "members": members}, status=201)
 
+    # The SWE-ReX remote-runtime protocol (SWE-agent's), behind the same bearer token.
+    app.register_blueprint(swerex_blueprint(settings, paths, runner), url_prefix="/swerex")
     return app
 
 

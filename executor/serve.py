@@ -7,6 +7,7 @@ sync workers close the connection after every response and the router relies on 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -15,6 +16,9 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 
 from executor.settings import ExecutorSettings
+from executor.snapshot import IdleSnapshots, Snapshots
+
+log = logging.getLogger("grove.executor")
 
 
 class ExecutorServer(BaseApplication):  # type: ignore[misc]
@@ -51,6 +55,12 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
             # and nothing grove uses.
             "control_socket_disable": True,
         }
+        snapshots = Snapshots(settings)
+        if snapshots.enabled or settings.snapshot_get_url or settings.snapshot_dir:
+            # In the arbiter: restore before the socket is bound (nothing is served from a half-restored
+            # workspace), snapshot after the workers are gone (SIGTERM: Knative is taking the pod away).
+            self._options["on_starting"] = lambda _server: snapshots.restore()
+            self._options["on_exit"] = lambda _server: _final_snapshot(snapshots)
         super().__init__()
 
     def load_config(self) -> None:
@@ -73,7 +83,17 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
         """Build the WSGI app (in the worker, after fork)."""
         from executor.app import create_app
 
-        return create_app(self._settings)
+        app = create_app(self._settings)
+        if self._settings.snapshot_put_url and self._settings.idle_snapshot_s > 0:
+            IdleSnapshots(Snapshots(self._settings), self._settings.idle_snapshot_s).install(app)
+        return app
+
+
+def _final_snapshot(snapshots: Snapshots) -> None:
+    try:
+        snapshots.take("exit")
+    except Exception:  # the exit goes on; the last idle snapshot is what survives
+        log.exception("the snapshot on exit failed")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -48,6 +48,14 @@ class ExecutorSettings:
     """If set, every command gets this OOM score so the kernel kills it before the executor."""
     oom_control_path: str | None = None
     """A cgroup v1 ``memory.oom_control`` file whose ``oom_kill`` counter tells OOM kills apart."""
+    snapshot_put_url: str | None = None
+    """Presigned PUT URL the workspace snapshot goes to (on SIGTERM and when idle); None: no snapshots."""
+    snapshot_get_url: str | None = None
+    """Presigned GET URL of the same snapshot, restored before the executor listens."""
+    snapshot_dir: str | None = None
+    """The directory (an API path) that snapshots keep, made at start if missing; None: ``workdir``."""
+    idle_snapshot_s: float = 0.0
+    """Snapshot after this long without a request (0: only on SIGTERM)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ExecutorSettings:
@@ -71,6 +79,7 @@ class ExecutorSettings:
             ("max_timeout_s", float),
             ("default_max_output_bytes", int),
             ("max_file_bytes", int),
+            ("idle_snapshot_s", float),
         ):
             raw = env.get("GROVE_EXECUTOR_" + name.upper())
             if raw:
@@ -81,5 +90,8 @@ class ExecutorSettings:
             workdir=env.get("GROVE_EXECUTOR_WORKDIR", "/"),
             env=sandbox_env,
             output_dir=env.get("GROVE_EXECUTOR_OUTPUT_DIR", "/tmp/grove-output"),
+            snapshot_put_url=env.get("GROVE_EXECUTOR_SNAPSHOT_PUT_URL") or None,
+            snapshot_get_url=env.get("GROVE_EXECUTOR_SNAPSHOT_GET_URL") or None,
+            snapshot_dir=env.get("GROVE_EXECUTOR_SNAPSHOT_DIR") or None,
             **kwargs,  # type: ignore[arg-type]
         )

@@ -11,12 +11,12 @@ from aiohttp import web
 
 from grove import wire
 from grove.errors import BadRequest, GroveError, InternalError, MethodNotAllowed, NotFound, TooLarge
-from router.auth import KeyRing
+from router.auth import KEY_FILE, KeyRing
 from router.backends.base import Backend
 from router.datapath import exec_handler, transfer
 from router.journal import Journal
 from router.models import CreateRequest, Empty, EventsRequest
-from router.openapi import build_spec
+from router.openapi import build_spec, canonical_path
 from router.proxy import StreamAborted, Upstreams
 from router.records_api import get_live_trajectory, get_trajectory, list_trajectories, post_artifacts, post_events
 from router.registry import Registry, SandboxRecord
@@ -24,6 +24,7 @@ from router.schema import parse
 from router.service import SandboxService
 from router.settings import RouterSettings
 from router.storage import open_storage
+from router.swerex import swerex_handler
 
 log = logging.getLogger("grove.router")
 
@@ -44,6 +45,8 @@ class Route:
     public: bool = False
     raw_body: str | None = None
     """Content type of a raw (streamed) request body, for the spec."""
+    key_header: str | None = None
+    """A header that may carry the API key instead of ``Authorization`` (SWE-ReX's client sends ``X-API-Key``)."""
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
@@ -151,6 +154,11 @@ ROUTES: list[Route] = [
     Route("GET", "/v1/sandboxes/{id}/trajectory", get_live_trajectory, "The trajectory so far"),
     Route("GET", "/v1/trajectories", list_trajectories, "Stored trajectories (?task_id=&model=&harness=)"),
     Route("GET", "/v1/trajectories/{sandbox_id}", get_trajectory, "One trajectory, alive or stored"),
+    Route("GET", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler, "SWE-ReX remote runtime: is_alive",
+          key_header="X-API-Key"),
+    Route("POST", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler,
+          "SWE-ReX remote runtime: create_session, run_in_session, close_session, execute, read_file, write_file, "
+          "upload, close", raw_body="application/json", key_header="X-API-Key"),
 ]
 
 
@@ -186,16 +194,22 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     return response
 
 
-_PUBLIC = {(r.method, r.path) for r in ROUTES if r.public}
+_PUBLIC = {(r.method, canonical_path(r.path)) for r in ROUTES if r.public}
+_KEY_HEADERS = {(r.method, canonical_path(r.path)): r.key_header for r in ROUTES if r.key_header}
 
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every call but the public ones needs a valid API key, loopback included."""
+    """Every call but the public ones needs a valid API key, loopback included (on routes that name a
+    ``key_header``, the key may come in that header instead of ``Authorization: Bearer``)."""
     route = request.match_info.route.resource
     canonical = route.canonical if route is not None else request.path
     if (request.method, canonical) not in _PUBLIC:
-        request.app[KEYS].check(request.headers.get("Authorization"))
+        header = request.headers.get("Authorization")
+        alternative = _KEY_HEADERS.get((request.method, canonical))
+        if header is None and alternative and alternative in request.headers:
+            header = f"Bearer {request.headers[alternative]}"
+        request.app[KEYS].check(header)
     return await handler(request)
 
 
@@ -211,7 +225,12 @@ def make_backend(settings: RouterSettings) -> Backend:
         from router.backends.local import LocalBackend
 
         return LocalBackend(settings.state_dir)
-    raise BadRequest(f"unknown backend {settings.backend!r}; available: local")
+    if settings.backend == "knative":
+        from router.backends.knative import KnativeBackend
+        from router.knative.options import KnativeOptions
+
+        return KnativeBackend(settings.knative or KnativeOptions())
+    raise BadRequest(f"unknown backend {settings.backend!r}; available: local, knative")
 
 
 def create_app(settings: RouterSettings, backend: Backend | None = None) -> web.Application:
@@ -225,13 +244,16 @@ def create_app(settings: RouterSettings, backend: Backend | None = None) -> web.
         Journal(settings.state_dir),
     )
     app[SERVICE] = service
-    app[KEYS] = KeyRing(list(settings.api_keys))
+    app[KEYS] = KeyRing(list(settings.api_keys), settings.state_dir / KEY_FILE)
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
 
     async def lifetime(_: web.Application) -> AsyncIterator[None]:
         async with open_storage(settings) as (objects, archive):
             service.objects, service.trajectories = objects, archive
+            # A backend that keeps state in object storage (Knative's snapshots) asks for it by this method.
+            if callable(attach := getattr(service.backend, "attach_storage", None)):
+                attach(objects)
             await service.start()
             yield
             await service.close()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from grove.errors import GroveError, Invalid
+from router.knative.cli import add_cluster_options, add_knative_parser
 
 DEFAULT_STATE = Path.home() / ".local" / "share" / "grove"
 
@@ -35,9 +36,19 @@ def cmd_up(args: argparse.Namespace) -> int:
         port=args.port,
         backend=args.backend,
         s3=_s3_config(args),
+        knative=_knative_options(args),
     )
     asyncio.run(serve(settings, new_key=new_key, ready_file=args.ready_file))
     return 0
+
+
+def _knative_options(args: argparse.Namespace) -> Any:
+    """The Knative backend's options, when that is the backend."""
+    if args.backend != "knative":
+        return None
+    from router.knative.cli import options_from_args
+
+    return options_from_args(args)
 
 
 def _s3_config(args: argparse.Namespace) -> Any:
@@ -213,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="start the router")
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=8470)
-    up.add_argument("--backend", default="local", choices=["local"])
+    up.add_argument("--backend", default="local", choices=["local", "knative"])
     up.add_argument("--s3", help="S3 endpoint URL (default: start an embedded S3 server on loopback)")
     up.add_argument("--s3-bucket", default="grove")
     up.add_argument("--s3-credentials", help='JSON file {"access_key": ..., "secret_key": ...}')
@@ -275,6 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
     tget = tsub.add_parser("get", help="one trajectory as JSON")
     tget.add_argument("id")
     traj.set_defaults(func=cmd_trajectories)
+
+
+    add_knative_parser(sub)
+    add_cluster_options(up)
     return parser
 
 

@@ -75,7 +75,9 @@ async def solve(grove: AsyncGrove, task: Task, *, right: bool) -> Outcome:
 
     metadata = {"task_id": task.task_id, "model": "scripted-agent", "harness": "grove-demo", "harness_version": "1"}
     try:
-        async with await grove.create("default", metadata=metadata, memory_mb=256, cpu=0.5) as sandbox:
+        # No .pyc: a same-size patch within the same second would leave a stale one valid (and the fix unseen).
+        async with await grove.create("default", metadata=metadata, memory_mb=256, cpu=0.5,
+                                      env={"PYTHONDONTWRITEBYTECODE": "1"}) as sandbox:
             outcome.sandbox_id = sandbox.id
             events = f"/v1/sandboxes/{sandbox.id}/events"
             ask = {"role": "user", "content": f"The test in test_visible.py fails. Fix the bug in {task.module}."}
@@ -179,10 +181,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="grove-demo", description=__doc__)
     parser.add_argument("--sandboxes", type=int, default=20)
     parser.add_argument("--state-dir", default=os.environ.get("GROVE_DEMO_STATE_DIR"))
+    parser.add_argument("--harness", choices=("scripted", "mini-swe-agent"), default="scripted",
+                        help="who drives the tasks: the built-in scripted agent, or mini-swe-agent's real agent loop "
+                             "with its deterministic model")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("grove demo: the local backend needs root (namespaces, cgroups, overlay mounts); run it as root")
     state = Path(args.state_dir or Path(tempfile.gettempdir()) / "grove-demo").resolve()
+    if args.harness == "mini-swe-agent":
+        from router import demo_mini
+
+        demo_mini.main(args.sandboxes, state)
     sys.exit(asyncio.run(run_demo(args.sandboxes, state)))
 
 

@@ -36,18 +36,26 @@ class _RouteLike(Protocol):
     raw_body: str | None
 
 
+def canonical_path(path: str) -> str:
+    """A route path without its parameters' regular expressions (``{tail:.*}`` → ``{tail}``), as aiohttp
+    names the resource and OpenAPI wants it."""
+    return re.sub(r"{(\w+):[^}]*}", r"{\1}", path)
+
+
 def build_spec(routes: list[Any]) -> dict[str, Any]:
     """The OpenAPI 3.0 document of exactly the routes served."""
     paths: dict[str, dict[str, Any]] = {}
+    schemes: dict[str, Any] = {"bearer": {"type": "http", "scheme": "bearer"}}
     for route in routes:
+        path = canonical_path(route.path)
         op: dict[str, Any] = {
             "summary": route.summary,
-            "operationId": f"{route.method.lower()}_{re.sub(r'[^a-z0-9]+', '_', route.path.lower()).strip('_')}",
+            "operationId": f"{route.method.lower()}_{re.sub(r'[^a-z0-9]+', '_', path.lower()).strip('_')}",
             "responses": {"200": {"description": "ok"}, "default": _ERROR},
         }
         params = [
             {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-            for name in re.findall(r"{(\w+)}", route.path)
+            for name in re.findall(r"{(\w+)}", path)
         ]
         if params:
             op["parameters"] = params
@@ -57,10 +65,14 @@ def build_spec(routes: list[Any]) -> dict[str, Any]:
             op["requestBody"] = {"content": {route.raw_body: {"schema": {}}}}
         if not route.public:
             op["security"] = [{"bearer": []}]
-        paths.setdefault(route.path, {})[route.method.lower()] = op
+        if header := getattr(route, "key_header", None):
+            scheme = re.sub(r"\W+", "_", header.lower())
+            schemes[scheme] = {"type": "apiKey", "in": "header", "name": header}
+            op["security"].append({scheme: []})
+        paths.setdefault(path, {})[route.method.lower()] = op
     return {
         "openapi": "3.0.3",
         "info": {"title": "grove", "version": "1", "description": "Sandboxes for AI-agent training and evaluation."},
         "paths": paths,
-        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "components": {"securitySchemes": schemes},
     }

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from artifacts.s3config import S3Config
+from router.knative.options import KnativeOptions
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class RouterSettings:
     port: int = 8470
     """Port to listen on (0: any free port)."""
     backend: str = "local"
-    """Which backend makes sandboxes: ``local``."""
+    """Which backend makes sandboxes: ``local`` or ``knative``."""
     reap_interval_s: float = 1.0
     """How often TTL, heartbeat and idle timeouts are checked."""
     max_body_bytes: int = 16 * 1024 * 1024
@@ -30,3 +31,5 @@ class RouterSettings:
     """Most live sandboxes at once (503 with Retry-After beyond)."""
     s3: S3Config | None = None
     """Object storage for trajectories and artifacts; None starts an embedded S3 server on loopback."""
+    knative: KnativeOptions | None = None
+    """The ``knative`` backend's options (namespace, cluster credentials, runtime image, ...)."""

@@ -49,8 +49,9 @@ DISTRIBUTIONS = (
     "msgpack",
     "zstandard",
 )
-#: grove's own packages, copied from the repository.
-GROVE_PACKAGES = ("grove", "executor", "sandbox_image")
+#: grove's own packages, copied from the repository (``artifacts`` for the executor's snapshots; its
+#: ``minio`` modules are never imported inside a sandbox).
+GROVE_PACKAGES = ("grove", "executor", "artifacts", "sandbox_image")
 #: Where the bundle is visible inside a sandbox.
 DEFAULT_MOUNT_POINT = "/.grove"
 #: The file in the bundle root that records what was built.

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterator
 
 # Component fixtures live beside the tests that use them; list each module here once.
-pytest_plugins = ["tests.executor_fixtures", "tests.router_fixtures", "tests.s3_fixtures"]
+pytest_plugins = ["tests.executor_fixtures", "tests.router_fixtures", "tests.s3_fixtures", "tests.knative_fixtures"]
 
 
 def free_tcp_port() -> int:

@@ -43,6 +43,7 @@ def test_messages_tools_and_metadata() -> None:
         "result": "pass",
         "resolved": True,
         "reward": 1.0,  # the outcome's reward wins over reward events
+        "infra_errors": [],
     }
 
 

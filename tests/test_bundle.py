@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_image.bundle import MANIFEST, Bundle, build_bundle
+from sandbox_image.bundle import GROVE_PACKAGES, MANIFEST, Bundle, build_bundle
 
 REPO = Path(__file__).resolve().parent.parent
 BUSYBOX = Path("/bin/busybox")
@@ -92,7 +92,7 @@ def test_noop_rebuild_is_fast(bundle: Bundle) -> None:
 
 def test_changed_source_rebuilds(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    for package in ("grove", "executor", "sandbox_image"):
+    for package in GROVE_PACKAGES:
         shutil.copytree(REPO / package, repo / package, ignore=shutil.ignore_patterns("__pycache__"))
     dest = tmp_path / "runtime"
     first = build_bundle(dest, repo_root=repo)

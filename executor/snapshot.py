@@ -1,0 +1,138 @@
+"""Workspace snapshots: how a sandbox's files survive a pod that Knative scaled to zero.
+
+The executor holds two presigned URLs (a PUT and a GET of the same key; no S3 credentials). It restores
+the workspace from the GET URL before it listens — so it answers nothing until the files are back —
+and packs the workspace to the PUT URL when gunicorn's arbiter exits (SIGTERM: the pod is going away)
+and, in the worker, after ``idle_snapshot_s`` without a request if anything ran since the last one.
+
+A restore that fails for any reason but "there is no snapshot yet" stops the start: an executor that
+came up with an empty workspace would later overwrite the good snapshot with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from flask import Flask
+
+from artifacts.presigned import download_via_presigned, upload_via_presigned
+from artifacts.snapshot import pack_directory, unpack_into
+from executor.paths import PathResolver
+from executor.settings import ExecutorSettings
+from grove.errors import NotFound, Unavailable
+
+log = logging.getLogger("grove.executor")
+_RESTORE_ATTEMPTS = (0.0, 1.0, 2.0, 4.0)
+
+
+class Snapshots:
+    """Pack and restore one directory through presigned URLs."""
+
+    def __init__(self, settings: ExecutorSettings) -> None:
+        self.put_url = settings.snapshot_put_url
+        self.get_url = settings.snapshot_get_url
+        api = settings.snapshot_dir or settings.workdir
+        self.directory = PathResolver(settings.root, settings.workdir).resolve(api)
+        """The directory on this filesystem that is kept."""
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        """Whether there is anywhere to put a snapshot."""
+        return bool(self.put_url)
+
+    def restore(self) -> int | None:
+        """Unpack the last snapshot into the directory; member count, or None if there was none."""
+        os.makedirs(self.directory, exist_ok=True)
+        if not self.get_url:
+            return None
+        for attempt, delay in enumerate(_RESTORE_ATTEMPTS):
+            time.sleep(delay)
+            try:
+                with download_via_presigned(self.get_url) as body:
+                    # Links that point outside (a venv's absolute python link) were the workspace's own.
+                    count = unpack_into(body, self.directory, allow_outside_links=True)
+            except NotFound:
+                log.info("no snapshot yet; starting with the image's %s", self.directory)
+                return None
+            except Unavailable as exc:  # S3 unreachable for a moment; a bad archive is not retried
+                if attempt == len(_RESTORE_ATTEMPTS) - 1:
+                    raise
+                log.warning("restoring the snapshot failed (%s); trying again", exc.message)
+            else:
+                log.info("restored %d entries into %s", count, self.directory)
+                return count
+        return None  # unreachable: the last attempt returns or raises
+
+    def take(self, reason: str) -> dict[str, Any] | None:
+        """Pack the directory and upload it (one at a time); None when snapshots are off."""
+        if not self.put_url:
+            return None
+        with self._lock:
+            started = time.monotonic()
+            etag = upload_via_presigned(self.put_url, pack_directory(self.directory))
+            took = time.monotonic() - started
+        log.info("snapshot of %s (%s) uploaded in %.2fs", self.directory, reason, took)
+        return {"etag": etag, "seconds": took, "reason": reason}
+
+
+class IdleSnapshots:
+    """In the worker: snapshot after ``idle_s`` without a request, once per period of activity."""
+
+    def __init__(self, snapshots: Snapshots, idle_s: float) -> None:
+        self.snapshots = snapshots
+        self.idle_s = idle_s
+        self.taken = 0
+        """How many idle snapshots were uploaded."""
+        self._last = time.monotonic()
+        self._inflight = 0
+        self._dirty = False
+        self._cond = threading.Condition()
+
+    def install(self, app: Flask) -> None:
+        """Count the app's requests (health checks excepted) and start the timer thread."""
+
+        @app.before_request
+        def _started() -> None:
+            from flask import request
+
+            if request.path != "/healthz":
+                with self._cond:
+                    self._inflight += 1
+                    self._dirty = True
+                    request.environ["grove.counted"] = True
+
+        @app.teardown_request
+        def _ended(_: BaseException | None) -> None:
+            from flask import request
+
+            if request.environ.pop("grove.counted", False):
+                with self._cond:
+                    self._inflight -= 1
+                    self._last = time.monotonic()
+                    self._cond.notify()
+
+        threading.Thread(target=self._run, name="grove-idle-snapshot", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._dirty or self._inflight:
+                    self._cond.wait()
+                due = self._last + self.idle_s - time.monotonic()
+                if due > 0:
+                    self._cond.wait(due)
+                    continue
+                self._dirty = False
+            try:
+                self.snapshots.take("idle")
+                self.taken += 1
+            except Exception:  # the next activity arms the timer again; SIGTERM snapshots regardless
+                log.exception("idle snapshot failed")
+                with self._cond:
+                    self._dirty = True
+                time.sleep(self.idle_s)

@@ -1,0 +1,250 @@
+"""The Kubernetes objects of one sandbox: its Knative Service, its Secret and its egress NetworkPolicy.
+
+Pure functions of the sandbox's spec and the backend's options, so ``grove knative manifest`` prints
+exactly what a create sends. The Service's template never changes after the create (any change would
+make a new revision, i.e. a new pod, and lose the workspace): everything that differs per sandbox and
+is secret — the executor token, the command environment, the presigned snapshot URLs — is in the Secret.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from grove.errors import Invalid
+from router.backends.base import Network, SandboxSpec
+from router.knative import labels as L
+from router.knative.options import KnativeOptions
+from sandbox_image.bundle import DEFAULT_MOUNT_POINT, Bundle
+
+PORT = 8080
+DEFAULT_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
+RUNTIME_VOLUME = "grove-runtime"
+# Knative's own bounds for the autoscaling window (6 s to 1 h); the retention period fills the rest.
+_WINDOW_MIN_S, _WINDOW_MAX_S = 6, 3600
+
+
+@dataclass(frozen=True)
+class SandboxObjects:
+    """What the backend creates for one sandbox, in creation order."""
+
+    secret: dict[str, Any]
+    service: dict[str, Any]
+    policy: dict[str, Any] | None
+    """The egress NetworkPolicy, only with ``egress: allow`` (the namespace denies by default)."""
+
+    def all(self) -> list[dict[str, Any]]:
+        """The objects in the order they are created."""
+        return [o for o in (self.secret, self.service, self.policy) if o is not None]
+
+
+def secret_name(sandbox_id: str) -> str:
+    """Name of the sandbox's Secret."""
+    return f"{sandbox_id}-grove"
+
+
+def policy_name(sandbox_id: str) -> str:
+    """Name of the sandbox's egress NetworkPolicy."""
+    return f"{sandbox_id}-egress"
+
+
+def snapshot_key(sandbox_id: str) -> str:
+    """Where the sandbox's workspace snapshot lives in the bucket."""
+    return f"snapshots/{sandbox_id}/workspace.tar.zst"
+
+
+def build(
+    spec: SandboxSpec,
+    options: KnativeOptions,
+    *,
+    image: str,
+    snapshot_urls: tuple[str, str] | None = None,
+) -> SandboxObjects:
+    """The sandbox's objects; ``image`` is the reference to run (pinned by digest when known)."""
+    if not PurePosixPath(spec.workdir).is_absolute():
+        raise Invalid("'workdir' must be an absolute path")
+    common = {L.MANAGED_BY: "grove", L.INSTANCE: L.sanitize_value(options.instance), L.SANDBOX: spec.id}
+
+    def meta(name: str, extra: dict[str, str]) -> dict[str, Any]:
+        return {"name": name, "namespace": options.namespace, "labels": {**common, **extra}}
+
+    return SandboxObjects(
+        secret={
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": meta(secret_name(spec.id), {}),
+            "type": "Opaque",
+            "stringData": _secret_data(spec, snapshot_urls),
+        },
+        service=_service(spec, options, image, meta(spec.id, _service_labels(spec))),
+        policy=_policy(spec, meta(policy_name(spec.id), {})) if spec.network.egress == "allow" else None,
+    )
+
+
+def _service_labels(spec: SandboxSpec) -> dict[str, str]:
+    return {L.VISIBILITY: "cluster-local", L.ROLE: "sandbox", **L.metadata_labels(spec.labels)}
+
+
+def _secret_data(spec: SandboxSpec, snapshot_urls: tuple[str, str] | None) -> dict[str, str]:
+    data = {"token": spec.token, "env": json.dumps({**DEFAULT_ENV, **spec.env}, sort_keys=True)}
+    if snapshot_urls is not None:
+        data["snapshot-put-url"], data["snapshot-get-url"] = snapshot_urls
+    return data
+
+
+def autoscaling_annotations(idle_timeout_s: float, options: KnativeOptions) -> dict[str, str]:
+    """Scale-to-zero after ``idle_timeout_s`` without traffic: the stable window, then the retention."""
+    idle = max(1, round(idle_timeout_s))
+    window = min(max(idle, _WINDOW_MIN_S), _WINDOW_MAX_S)
+    retention = min(max(idle - window, 0), _WINDOW_MAX_S)
+    return {
+        "autoscaling.knative.dev/min-scale": "0",
+        "autoscaling.knative.dev/max-scale": "1",
+        "autoscaling.knative.dev/target-burst-capacity": "0",
+        "autoscaling.knative.dev/window": f"{window}s",
+        "autoscaling.knative.dev/scale-to-zero-pod-retention-period": f"{retention}s",
+        "serving.knative.dev/progress-deadline": f"{options.progress_deadline_s}s",
+    }
+
+
+def executor_command() -> list[str]:
+    """The task container's command: the bundled Python through the bundled loader, serving the executor."""
+    bundle = Bundle(Path(DEFAULT_MOUNT_POINT), stamp="")
+    return [*bundle.python_argv(DEFAULT_MOUNT_POINT), "-m", "executor", "--bind", f"0.0.0.0:{PORT}"]
+
+
+def _from_secret(name: str, sandbox_id: str, key: str, *, optional: bool = False) -> dict[str, Any]:
+    ref: dict[str, Any] = {"name": secret_name(sandbox_id), "key": key}
+    if optional:
+        ref["optional"] = True
+    return {"name": name, "valueFrom": {"secretKeyRef": ref}}
+
+
+def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    pod_labels = {
+        L.MANAGED_BY: "grove",
+        L.SANDBOX: spec.id,
+        L.ROLE: "sandbox",
+        L.EGRESS: spec.network.egress,
+    }
+    cpu_m = max(1, round(spec.cpu * 1000))
+    env = [
+        _from_secret("GROVE_EXECUTOR_TOKEN", spec.id, "token"),
+        _from_secret("GROVE_EXECUTOR_ENV", spec.id, "env"),
+        _from_secret("GROVE_EXECUTOR_SNAPSHOT_PUT_URL", spec.id, "snapshot-put-url", optional=True),
+        _from_secret("GROVE_EXECUTOR_SNAPSHOT_GET_URL", spec.id, "snapshot-get-url", optional=True),
+        {"name": "GROVE_EXECUTOR_WORKDIR", "value": spec.workdir},
+        {"name": "GROVE_EXECUTOR_SNAPSHOT_DIR", "value": spec.workdir},
+        {"name": "GROVE_EXECUTOR_IDLE_SNAPSHOT_S", "value": f"{options.idle_snapshot_s:g}"},
+        {"name": "GROVE_EXECUTOR_MAX_TIMEOUT_S", "value": str(options.request_timeout_s)},
+    ]
+    container = {
+        "name": "sandbox",
+        "image": image,
+        "command": executor_command(),
+        "ports": [{"name": "http1", "containerPort": PORT}],
+        "env": env,
+        "resources": {
+            "requests": {"cpu": f"{cpu_m}m", "memory": f"{spec.memory_mb}Mi"},
+            "limits": {"cpu": f"{cpu_m}m", "memory": f"{spec.memory_mb}Mi"},
+        },
+        "readinessProbe": {"httpGet": {"path": "/healthz"}, "periodSeconds": 1},
+        "securityContext": {"allowPrivilegeEscalation": False, "seccompProfile": {"type": "RuntimeDefault"}},
+        "volumeMounts": [{"name": RUNTIME_VOLUME, "mountPath": DEFAULT_MOUNT_POINT, "readOnly": True}],
+    }
+    init = {
+        "name": "grove-runtime",
+        "image": options.runtime_image,
+        "args": ["/mnt/grove"],
+        "resources": {
+            "requests": {"cpu": options.init_cpu, "memory": options.init_memory},
+            "limits": {"cpu": options.init_cpu, "memory": options.init_memory},
+        },
+        "volumeMounts": [{"name": RUNTIME_VOLUME, "mountPath": "/mnt/grove"}],
+    }
+    return {
+        "apiVersion": "serving.knative.dev/v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": {
+            "template": {
+                "metadata": {
+                    "labels": pod_labels,
+                    "annotations": autoscaling_annotations(spec.idle_timeout_s, options),
+                },
+                "spec": {
+                    "containerConcurrency": 0,
+                    "timeoutSeconds": options.request_timeout_s,
+                    # The sandbox runs unreviewed code: no cluster credentials, no service env flood.
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "initContainers": [init],
+                    "containers": [container],
+                    "volumes": [{"name": RUNTIME_VOLUME, "emptyDir": {}}],
+                },
+            }
+        },
+    }
+
+
+def parse_destination(entry: str) -> tuple[str, int | None]:
+    """``CIDR[:port]`` (or a bare address) as (network, port); ``Invalid`` naming the entry otherwise."""
+    text, port = entry.strip(), None
+    head, slash, tail = text.partition("/")
+    if slash and ":" in tail:
+        tail, _, raw_port = tail.partition(":")
+        text, port = f"{head}/{tail}", _port(raw_port, entry)
+    elif not slash and text.count(":") == 1:
+        text, raw_port = text.split(":")
+        port = _port(raw_port, entry)
+    try:
+        return str(ipaddress.ip_network(text, strict=False)), port
+    except ValueError as exc:
+        raise Invalid(f"network.allow entry {entry!r} is not CIDR[:port]: {exc}") from exc
+
+
+def _port(raw: str, entry: str) -> int:
+    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+        raise Invalid(f"network.allow entry {entry!r} has a bad port {raw!r}")
+    return int(raw)
+
+
+def _policy(spec: SandboxSpec, metadata: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata,
+        "spec": {
+            "podSelector": {"matchLabels": {L.SANDBOX: spec.id}},
+            "policyTypes": ["Egress"],
+            "egress": egress_rules(spec.network),
+        },
+    }
+
+
+def egress_rules(network: Network) -> list[dict[str, Any]]:
+    """NetworkPolicy egress rules for an ``allow`` policy: the listed destinations (all but link-local
+    metadata addresses when none are listed) and cluster DNS, so names resolve."""
+    rules: list[dict[str, Any]] = []
+    if not network.allow:
+        rules.append({"to": [
+            {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}},
+            {"ipBlock": {"cidr": "::/0", "except": ["fe80::/10"]}},
+        ]})
+    for entry in network.allow:
+        cidr, port = parse_destination(entry)
+        rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": cidr}}]}
+        if port is not None:
+            rule["ports"] = [{"protocol": "TCP", "port": port}]
+        rules.append(rule)
+    rules.append({
+        "to": [{
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        }],
+        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+    })
+    return rules

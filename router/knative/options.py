@@ -1,0 +1,72 @@
+"""The Knative backend's configuration: one frozen value, built by the CLI (or a test), passed in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grove.errors import Invalid
+
+DEFAULT_RUNTIME_IMAGE = "ghcr.io/grove-sandbox/grove-runtime:0.1.0"
+ENDPOINT_MODES = ("revision", "address", "pod")
+
+
+@dataclass(frozen=True)
+class KnativeOptions:
+    """How the router reaches the cluster and what every sandbox's objects look like."""
+
+    namespace: str = "grove-sandboxes"
+    """Namespace the sandboxes' Knative Services, Secrets and NetworkPolicies live in."""
+    kubeconfig: str | None = None
+    """A kubeconfig file; None: in-cluster config when running in a pod, else ``~/.kube/config``."""
+    context: str | None = None
+    """Context of the kubeconfig to use (None: its current context)."""
+    runtime_image: str = DEFAULT_RUNTIME_IMAGE
+    """Image of the init container that copies the runtime bundle (``sandbox_image/Dockerfile``)."""
+    default_image: str = "docker.io/library/debian:bookworm-slim"
+    """The image of sandboxes that ask for ``default`` (the local backend's built-in image name)."""
+    instance: str = "grove"
+    """This router's name in the ``grove.dev/instance`` label: orphan collection touches only its own."""
+    endpoint_mode: str = "revision"
+    """``revision``: the revision's own Service (activator when cold, pod when warm); ``address``: the
+    Knative Service's ``status.address.url`` (through the cluster-local gateway); ``pod``: the ready
+    pod's IP on the queue-proxy port from its EndpointSlice, falling back to the revision URL."""
+    cluster_domain: str = "cluster.local"
+    """DNS suffix of cluster Services, for revision URLs."""
+    request_timeout_s: int = 3600
+    """``timeoutSeconds`` of each revision: the longest single data-path call (a long exec)."""
+    ready_timeout_s: float = 600.0
+    """How long a create or resume waits for ``Ready=True`` before giving up."""
+    progress_deadline_s: int = 300
+    """``serving.knative.dev/progress-deadline``: when Knative declares a revision that never got ready failed."""
+    idle_snapshot_s: float = 60.0
+    """The executor snapshots its workspace after this long without a request (0: only on SIGTERM)."""
+    create_qps: float = 20.0
+    """Sustained Kubernetes write calls per second for creates (token bucket rate)."""
+    create_burst: int = 40
+    """Writes allowed at once before the rate applies (token bucket size)."""
+    delete_qps: float = 20.0
+    """Sustained Kubernetes write calls per second for deletes."""
+    delete_burst: int = 40
+    """Deletes allowed at once before the rate applies."""
+    retries: int = 5
+    """Attempts after the first on 429, 5xx and connection errors (exponential backoff with jitter)."""
+    backoff_s: float = 0.2
+    """First backoff delay; doubled per attempt, capped at 10 s, or the server's Retry-After."""
+    api_threads: int = 16
+    """Threads making blocking Kubernetes calls (and the client's connection pool size)."""
+    init_cpu: str = "100m"
+    """CPU request and limit of the init container."""
+    init_memory: str = "128Mi"
+    """Memory request and limit of the init container."""
+
+    def __post_init__(self) -> None:
+        if self.endpoint_mode not in ENDPOINT_MODES:
+            raise Invalid(f"endpoint mode must be one of {', '.join(ENDPOINT_MODES)}, got {self.endpoint_mode!r}")
+        if self.request_timeout_s < 1 or self.progress_deadline_s < 1:
+            raise Invalid("request timeout and progress deadline must be at least 1 s")
+        if min(self.create_qps, self.delete_qps) <= 0 or min(self.create_burst, self.delete_burst) < 1:
+            raise Invalid("rate limits need a positive rate and a burst of at least 1")
+
+    def image_for(self, image: str) -> str:
+        """The image reference to run for a requested image name."""
+        return self.default_image if image == "default" else image
