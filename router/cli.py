@@ -204,6 +204,21 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_key(args: argparse.Namespace) -> int:
+    """API keys in the state dir's key file; a running router picks changes up within a second."""
+    from router import auth
+
+    state = _state_dir(args)
+    if args.key_cmd == "add":
+        print(auth.add_key(state, " ".join(args.label)))
+    elif args.key_cmd == "ls":
+        for fp, label in auth.list_keys(state):
+            print(f"{fp}  {label}".rstrip())
+    else:
+        print(f"revoked {auth.revoke_key(state, args.fingerprint)}")
+    return 0
+
+
 def _texty(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
@@ -287,6 +302,14 @@ def build_parser() -> argparse.ArgumentParser:
     tget.add_argument("id")
     traj.set_defaults(func=cmd_trajectories)
 
+    key = sub.add_parser("key", help="API keys: add, ls, revoke (a running router follows within a second)")
+    ksub = key.add_subparsers(dest="key_cmd", required=True)
+    kadd = ksub.add_parser("add", help="create a key and print it (the only time it is shown)")
+    kadd.add_argument("label", nargs="*", help="a note kept next to the key (who has it)")
+    ksub.add_parser("ls", help="fingerprints and labels of the keys")
+    krev = ksub.add_parser("revoke", help="remove a key by its fingerprint (or a unique prefix)")
+    krev.add_argument("fingerprint")
+    key.set_defaults(func=cmd_key)
 
     add_knative_parser(sub)
     add_cluster_options(up)
