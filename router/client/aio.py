@@ -1,14 +1,4 @@
-"""The Python SDK: ``AsyncGrove`` (aiohttp) and ``Grove`` (the same, driven from a background loop).
-
-    from router.client import Grove
-    with Grove() as grove:                       # GROVE_URL and GROVE_API_KEY from the environment
-        with grove.create(image="default", metadata={"task_id": "t1"}) as sb:
-            print(sb.exec("python3 -c 'print(1+1)'").stdout)
-
-Errors come back as the router's own :mod:`grove.errors` classes. Create and exec carry a
-``request_id``, so retrying them after a dropped connection never makes two sandboxes or runs a
-command twice; nothing else is retried.
-"""
+"""The async client: :class:`AsyncGrove` and :class:`AsyncSandbox` (aiohttp)."""
 
 from __future__ import annotations
 
@@ -16,10 +6,8 @@ import asyncio
 import io
 import os
 import tarfile
-import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Coroutine
-from dataclasses import dataclass, fields
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,47 +16,12 @@ import msgpack
 
 from grove import wire
 from grove.errors import Conflict, GroveError, Invalid, NotFound, Unauthorized, Unavailable, error_from_body
+from router.client.results import ExecResult
 
 T = TypeVar("T")
 DEFAULT_URL = "http://127.0.0.1:8470"
 _RETRIES = 4
 
-
-@dataclass(frozen=True)
-class ExecResult:
-    """What a command did."""
-
-    exit_code: int
-    stdout: bytes
-    stderr: bytes
-    stdout_truncated: bool = False
-    stderr_truncated: bool = False
-    timed_out: bool = False
-    oom_killed: bool = False
-    duration_s: float = 0.0
-    stdout_bytes: int = 0
-    stderr_bytes: int = 0
-    stdout_sha256: str = ""
-    stderr_sha256: str = ""
-    stdout_file: str | None = None
-    stderr_file: str | None = None
-    request_id: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        """Exit code 0 and no timeout."""
-        return self.exit_code == 0 and not self.timed_out
-
-    @property
-    def text(self) -> str:
-        """stdout as text (invalid UTF-8 replaced)."""
-        return self.stdout.decode("utf-8", "replace")
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> ExecResult:
-        """Build from the executor's result, ignoring fields this SDK version does not know."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def _resolve(url: str | None, api_key: str | None) -> tuple[str, str]:
@@ -335,116 +288,3 @@ def _decode(body: bytes, content_type: str) -> Any:
 
 
 # -- the synchronous client ------------------------------------------------------------------------------
-
-
-class _Loop:
-    """A private event loop in a daemon thread that runs the async client for sync callers."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="grove-client", daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T] | Awaitable[T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()  # type: ignore[arg-type]
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=5)
-
-
-class Grove:
-    """Synchronous client: the same calls as :class:`AsyncGrove`, usable from any thread."""
-
-    def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout_s: float = 3600.0) -> None:
-        self._loop = _Loop()
-        self._async = self._loop.run(_make(url, api_key, timeout_s))
-        self.url = self._async.url
-
-    def __enter__(self) -> Grove:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close connections and the background loop."""
-        self._loop.run(self._async.close())
-        self._loop.stop()
-
-    def create(self, image: str = "default", **options: Any) -> Sandbox:
-        """Create a sandbox; see :meth:`AsyncGrove.create`."""
-        return Sandbox(self._loop, self._loop.run(self._async.create(image, **options)))
-
-    def attach(self, sandbox_id: str) -> Sandbox:
-        """A handle on an existing sandbox."""
-        return Sandbox(self._loop, self._loop.run(self._async.attach(sandbox_id)))
-
-    def list(self, labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
-        """Live sandboxes."""
-        return self._loop.run(self._async.list(labels))
-
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        """A raw API call (decoded body)."""
-        return self._loop.run(self._async.request(method, path, **kwargs))
-
-
-async def _make(url: str | None, api_key: str | None, timeout_s: float) -> AsyncGrove:
-    return AsyncGrove(url, api_key, timeout_s=timeout_s)
-
-
-class Sandbox:
-    """Synchronous handle on one sandbox; see :class:`AsyncSandbox` for each call."""
-
-    def __init__(self, loop: _Loop, inner: AsyncSandbox) -> None:
-        self._loop = loop
-        self.inner = inner
-        self.id = inner.id
-        self.info = inner.info
-
-    def __enter__(self) -> Sandbox:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def exec(self, command: str | list[str], **options: Any) -> ExecResult:
-        """Run a command."""
-        return self._loop.run(self.inner.exec(command, **options))
-
-    def read_file(self, path: str) -> bytes:
-        """The bytes of a file."""
-        return self._loop.run(self.inner.read_file(path))
-
-    def write_file(self, path: str, data: bytes | str, *, mode: int | None = None) -> None:
-        """Write a file atomically."""
-        self._loop.run(self.inner.write_file(path, data, mode=mode))
-
-    def delete_file(self, path: str, *, recursive: bool = False) -> None:
-        """Delete a file or tree."""
-        self._loop.run(self.inner.delete_file(path, recursive=recursive))
-
-    def list_files(self, path: str = ".") -> list[dict[str, Any]]:
-        """Entries of a directory."""
-        return self._loop.run(self.inner.list_files(path))
-
-    def upload(self, local_dir: str | Path, remote_dir: str) -> int:
-        """Copy a local directory in."""
-        return self._loop.run(self.inner.upload(local_dir, remote_dir))
-
-    def download(self, remote_dir: str, local_dir: str | Path) -> None:
-        """Copy a directory out."""
-        self._loop.run(self.inner.download(remote_dir, local_dir))
-
-    def heartbeat(self) -> None:
-        """Keep alive."""
-        self._loop.run(self.inner.heartbeat())
-
-    def status(self) -> dict[str, Any]:
-        """The current record."""
-        self.info = self._loop.run(self.inner.status())
-        return self.info
-
-    def close(self) -> None:
-        """Delete the sandbox."""
-        self._loop.run(self.inner.close())
