@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import hmac
 import logging
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +24,8 @@ from executor.swerex import swerex_blueprint
 from grove import wire
 from grove.errors import (
     BadRequest,
+    Conflict,
+    Forbidden,
     GroveError,
     InternalError,
     MethodNotAllowed,
@@ -200,6 +204,14 @@ def _stream_of(events: Any) -> Response:
     return Response(frames(), mimetype=mimetype, headers={"X-Accel-Buffering": "no"})
 
 
+_CLIENT_ERRNOS: dict[int, type[GroveError]] = {
+    errno.ENAMETOOLONG: BadRequest, errno.ELOOP: BadRequest, errno.EINVAL: BadRequest, errno.EILSEQ: BadRequest,
+    errno.ENOENT: NotFound, errno.ENOTDIR: NotFound, errno.EACCES: Forbidden, errno.EPERM: Forbidden,
+    errno.EROFS: Forbidden, errno.EISDIR: Conflict, errno.EEXIST: Conflict, errno.ENOTEMPTY: Conflict,
+    errno.ENOSPC: TooLarge, errno.EDQUOT: TooLarge, errno.EFBIG: TooLarge,
+}
+
+
 def _error_response(exc: Exception) -> Response:
     """The one place an exception becomes an HTTP error."""
     if isinstance(exc, HTTPException):
@@ -214,6 +226,10 @@ def _error_response(exc: Exception) -> Response:
             err = BadRequest(exc.description or "bad request") if code < 500 else InternalError(str(exc))
     elif isinstance(exc, GroveError):
         err = exc
+    elif isinstance(exc, OSError) and exc.errno in _CLIENT_ERRNOS:
+        # A path the caller chose that the kernel refuses (too long, a loop, not a directory, ...):
+        # the caller's mistake, named, not a server error.
+        err = _CLIENT_ERRNOS[exc.errno](f"{os.strerror(exc.errno)}: {exc.filename or request.path}")
     else:
         log.exception("unhandled error on %s %s", request.method, request.path)
         err = InternalError(f"executor error: {type(exc).__name__}: {exc}")

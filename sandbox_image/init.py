@@ -22,7 +22,7 @@ import stat
 import sys
 from typing import Any
 
-from sandbox_image import linux
+from sandbox_image import linux, seccomp
 
 BUNDLE_MOUNT = "/.grove"
 # What every command sees unless the sandbox's env says otherwise (as a container runtime sets them).
@@ -138,6 +138,9 @@ def _setup(config: dict[str, Any]) -> None:
             fh.write("-1000")
     except PermissionError:
         pass
+    # Last: from here on the calls a sandbox never needs (mounts, modules, kexec, bpf, new user
+    # namespaces, ...) fail with EPERM, for the executor and every command it starts.
+    seccomp.install()
 
 
 # Kernel knobs a sandbox must not turn (core_pattern and sysrq-trigger reach the host) and files that

@@ -1,0 +1,182 @@
+"""The sandbox's seccomp filter: system calls a sandbox never needs fail with EPERM.
+
+Installed by PID 1 (:mod:`sandbox_image.init`) after its own setup and before the executor serves,
+so the executor and every command it starts inherit it; a filter can never be removed, only
+stacked. The program is classic BPF built here in pure Python (no libseccomp):
+
+* a foreign architecture (i386 ``int 0x80``, anything but ``AUDIT_ARCH_X86_64``) and x32 system
+  calls (numbers with bit 30 set) are refused outright — they are a second syscall table to audit;
+* the calls in :data:`DENIED` fail with EPERM: kernel modules, kexec, reboot, swap, every mount
+  call (old and new API), pivot_root, unshare, setns, the kernel keyring, bpf, perf, userfaultfd,
+  file handles, acct, port I/O, quotas, io_uring, process_vm_writev;
+* ``clone`` with any namespace flag fails with EPERM (``CLONE_NEWUSER`` is the one an unprivileged
+  process could otherwise use, and a user namespace hands it every capability again inside it);
+  ``clone3`` fails with ENOSYS (its flags sit behind a pointer BPF cannot read), so libc falls back
+  to ``clone``;
+* ``personality`` accepts only what programs really ask for (Linux default, ``PER_LINUX32``,
+  ``UNAME26``, ``ADDR_NO_RANDOMIZE`` for gdb, and queries), never ``READ_IMPLIES_EXEC`` and friends.
+
+``ptrace`` stays allowed: gdb and strace on a task's own processes are ordinary agent work, and
+the kernel already refuses everything else (no ``CAP_SYS_PTRACE``, PID 1 undumpable, no other
+sandbox or host process in the PID namespace).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import struct
+from collections.abc import Iterable
+
+AUDIT_ARCH_X86_64 = 0xC000003E
+X32_SYSCALL_BIT = 0x40000000
+
+# x86_64 system call numbers, by name (asm/unistd_64.h).
+SYSCALLS: dict[str, int] = {
+    "ptrace": 101, "syslog": 103, "personality": 135, "uselib": 134, "_sysctl": 156,
+    "acct": 163, "swapon": 167, "swapoff": 168, "reboot": 169, "iopl": 172, "ioperm": 173,
+    "create_module": 174, "init_module": 175, "delete_module": 176, "get_kernel_syms": 177,
+    "query_module": 178, "quotactl": 179, "nfsservctl": 180, "lookup_dcookie": 212,
+    "kexec_load": 246, "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272,
+    "perf_event_open": 298, "name_to_handle_at": 303, "open_by_handle_at": 304, "setns": 308,
+    "process_vm_writev": 311, "finit_module": 313, "kexec_file_load": 320, "bpf": 321,
+    "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+    "fspick": 433, "clone3": 435, "mount_setattr": 442, "quotactl_fd": 443,
+    "mount": 165, "umount2": 166, "pivot_root": 155, "clone": 56,
+}
+
+DENIED: tuple[str, ...] = (
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "create_module",
+    "get_kernel_syms", "query_module", "reboot", "swapon", "swapoff", "mount", "umount2", "pivot_root",
+    "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
+    "unshare", "setns", "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
+    "open_by_handle_at", "name_to_handle_at", "acct", "iopl", "ioperm", "quotactl", "quotactl_fd",
+    "lookup_dcookie", "uselib", "_sysctl", "nfsservctl", "io_uring_setup", "io_uring_enter",
+    "io_uring_register", "process_vm_writev",
+)
+"""Always EPERM."""
+
+CLONE_NAMESPACE_FLAGS = 0x7E020000
+"""CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET."""
+
+ALLOWED_PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0x40000, 0xFFFFFFFF)
+"""PER_LINUX, PER_LINUX32, UNAME26, both, ADDR_NO_RANDOMIZE (gdb, ``setarch -R``) and the query value:
+Docker's list plus ADDR_NO_RANDOMIZE, which only affects the caller's own address space."""
+
+# Classic BPF (linux/filter.h, linux/seccomp.h).
+_LD_W_ABS = 0x20
+_JEQ_K = 0x15
+_JGE_K = 0x35
+_JSET_K = 0x45
+_RET_K = 0x06
+_RET_ALLOW = 0x7FFF0000
+_RET_ERRNO = 0x00050000
+_RET_KILL_PROCESS = 0x80000000
+_OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16  # struct seccomp_data; arg0's low 32 bits (little endian)
+
+_SYS_SECCOMP = 317
+_SECCOMP_SET_MODE_FILTER = 1
+_SECCOMP_FILTER_FLAG_TSYNC = 1
+_PR_SET_NO_NEW_PRIVS = 38
+
+_Insn = tuple[int, int | str, int | str, int]
+"""(code, jt, jf, k); a jump target is a relative offset or a label resolved by :func:`_assemble`."""
+
+
+def _assemble(code: Iterable[_Insn | str]) -> list[tuple[int, int, int, int]]:
+    """Resolve labels (plain strings in the list) into forward jump offsets."""
+    items = list(code)
+    labels: dict[str, int] = {}
+    insns: list[_Insn] = []
+    for item in items:
+        if isinstance(item, str):
+            labels[item] = len(insns)
+        else:
+            insns.append(item)
+    out: list[tuple[int, int, int, int]] = []
+    def rel(pc: int, target: int | str) -> int:
+        if isinstance(target, int):
+            return target
+        offset = labels[target] - pc - 1
+        assert 0 <= offset <= 255, f"jump to {target} out of range"
+        return offset
+
+    for pc, (op, jt, jf, k) in enumerate(insns):
+        out.append((op, rel(pc, jt), rel(pc, jf), k))
+    return out
+
+
+def program() -> list[tuple[int, int, int, int]]:
+    """The filter as (code, jt, jf, k) instructions."""
+    code: list[_Insn | str] = [
+        (_LD_W_ABS, 0, 0, _OFF_ARCH),
+        (_JEQ_K, 0, "kill", AUDIT_ARCH_X86_64),
+        (_LD_W_ABS, 0, 0, _OFF_NR),
+        (_JGE_K, "deny", 0, X32_SYSCALL_BIT),
+    ]
+    code += [(_JEQ_K, "deny", 0, SYSCALLS[name]) for name in DENIED]
+    code += [
+        (_JEQ_K, "clone", 0, SYSCALLS["clone"]),
+        (_JEQ_K, "personality", 0, SYSCALLS["personality"]),
+        (_JEQ_K, "enosys", 0, SYSCALLS["clone3"]),
+        (_RET_K, 0, 0, _RET_ALLOW),
+        "clone",
+        (_LD_W_ABS, 0, 0, _OFF_ARG0),
+        (_JSET_K, "deny", "allow", CLONE_NAMESPACE_FLAGS),
+        "personality",
+        (_LD_W_ABS, 0, 0, _OFF_ARG0),
+    ]
+    code += [(_JEQ_K, "allow", 0, value) for value in ALLOWED_PERSONALITIES]
+    code += [  # jumps only go forward: the shared returns come last
+        "deny",
+        (_RET_K, 0, 0, _RET_ERRNO | errno.EPERM),
+        "allow",
+        (_RET_K, 0, 0, _RET_ALLOW),
+        "enosys",
+        (_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS),
+        "kill",
+        (_RET_K, 0, 0, _RET_KILL_PROCESS),
+    ]
+    return _assemble(code)
+
+
+# Loaded at import, which happens once in the zygote: find_library runs ``ldconfig``/``gcc`` in a
+# subprocess, ~30 ms of CPU and two processes that every sandbox start would otherwise pay.
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_LIBC.syscall.restype = ctypes.c_long
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def install() -> None:
+    """Install the filter on this process (all its threads) and everything it starts from now on.
+
+    Root with CAP_SYS_ADMIN may install a filter without ``no_new_privs``; that is what we want, so
+    that setuid programs inside (``su``, ``sudo``) keep working. Without the capability we set
+    ``no_new_privs`` first, as the kernel then requires.
+    """
+    insns = program()
+    raw = b"".join(struct.pack("HBBI", *insn) for insn in insns)
+    buf = ctypes.create_string_buffer(raw, len(raw))
+    prog = _SockFprog(len(insns), ctypes.cast(buf, ctypes.c_void_p))
+    libc = _LIBC
+
+    def attempt() -> int:
+        return int(libc.syscall(
+            ctypes.c_long(_SYS_SECCOMP), ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
+            ctypes.c_uint(_SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(prog),
+        ))
+
+    result = attempt()
+    if result != 0 and ctypes.get_errno() == errno.EACCES:
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"prctl(PR_SET_NO_NEW_PRIVS): {errno.errorcode.get(err, err)}")
+        result = attempt()
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"seccomp(SECCOMP_SET_MODE_FILTER): {errno.errorcode.get(err, err)}")
