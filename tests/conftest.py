@@ -8,6 +8,8 @@ import socket
 import tempfile
 from collections.abc import Iterator
 
+import pytest
+
 # Component fixtures live beside the tests that use them; list each module here once.
 pytest_plugins = ["tests.executor_fixtures", "tests.router_fixtures", "tests.s3_fixtures", "tests.knative_fixtures"]
 
@@ -27,3 +29,20 @@ def short_tempdir(prefix: str = "grove-t-") -> Iterator[str]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register grove's markers."""
+    config.addinivalue_line("markers", "local_only: about the local backend's host; not run against Knative")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests about the host are not collected for the Knative parametrization of a module's router."""
+    keep, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_knative = callspec is not None and callspec.params.get("any_router") == "knative"
+        (dropped if on_knative and item.get_closest_marker("local_only") else keep).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

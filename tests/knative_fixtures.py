@@ -10,6 +10,7 @@ NetworkPolicy or pod is left; whatever is left is killed regardless.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -27,7 +28,7 @@ from sandbox_image.bundle import Bundle, build_bundle
 from tests.crd_schema import REPO
 from tests.k8s_standin import KubeStandin
 from tests.knative_standin import KnativeStandin
-from tests.router_fixtures import RouterProcess
+from tests.router_fixtures import RouterProcess, router_state
 from tests.s3_fixtures import new_bucket
 
 NAMESPACE = "grove-sandboxes"
@@ -70,13 +71,13 @@ def runtime_bundle(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
     return build_bundle(tmp_path_factory.mktemp("knative-bundle") / "runtime")
 
 
-@pytest.fixture
-def cluster(runtime_bundle: Bundle) -> Iterator[Cluster]:
-    """A fresh stand-in cluster; fails the test if grove left anything in it."""
+@contextlib.contextmanager
+def stand_in_cluster(bundle: Bundle) -> Iterator[Cluster]:
+    """A fresh stand-in cluster for the block; fails if grove left anything in it."""
     scratch = Path(tempfile.mkdtemp(prefix="gk-"))
     api = KubeStandin(token="t-" + secrets.token_hex(8)).start()
     api.allowed = role_rules()  # everything grove does must be allowed by knative/rbac.yaml's Role
-    knative = KnativeStandin(api, runtime_bundle, scratch, time_scale=0.05).install()
+    knative = KnativeStandin(api, bundle, scratch, time_scale=0.05).install()
     kubeconfig = scratch / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(api.kubeconfig(NAMESPACE)))
     found = Cluster(api, knative, kubeconfig, scratch)
@@ -90,15 +91,16 @@ def cluster(runtime_bundle: Bundle) -> Iterator[Cluster]:
     assert not left, f"grove left objects in the cluster: {left}"
 
 
-@pytest.fixture
-def knative_router(cluster: Cluster, s3_server: EmbeddedS3) -> Iterator[RouterProcess]:
-    """``grove up --backend knative`` against the stand-in, with the real S3 server."""
+@contextlib.contextmanager
+def knative_router_on(cluster: Cluster, s3: EmbeddedS3) -> Iterator[RouterProcess]:
+    """``grove up --backend knative`` against the stand-in for the block, with the real S3 server."""
     state = Path(os.path.realpath(tempfile.mkdtemp(prefix="gkr-")))
     router = RouterProcess(
         state, key="gk-" + secrets.token_hex(16),
         up_args=("--backend", "knative", "--namespace", NAMESPACE, "--kubeconfig", str(cluster.kubeconfig),
-                 "--endpoint-mode", "address", "--s3", s3_server.endpoint, "--s3-bucket", new_bucket()),
-        extra_env={"GROVE_S3_ACCESS_KEY": s3_server.access_key, "GROVE_S3_SECRET_KEY": s3_server.secret_key},
+                 "--endpoint-mode", "address", "--s3", s3.endpoint, "--s3-bucket", new_bucket()),
+        extra_env={"GROVE_S3_ACCESS_KEY": s3.access_key, "GROVE_S3_SECRET_KEY": s3.secret_key},
+        backend="knative",
     )
     try:
         router.start()
@@ -109,3 +111,34 @@ def knative_router(cluster: Cluster, s3_server: EmbeddedS3) -> Iterator[RouterPr
         log = router.log()
         shutil.rmtree(state, ignore_errors=True)
     assert code in (None, 0), f"the router exited with {code}:\n{log}"
+
+
+@pytest.fixture
+def cluster(runtime_bundle: Bundle) -> Iterator[Cluster]:
+    """A fresh stand-in cluster; fails the test if grove left anything in it."""
+    with stand_in_cluster(runtime_bundle) as found:
+        yield found
+
+
+@pytest.fixture
+def knative_router(cluster: Cluster, s3_server: EmbeddedS3) -> Iterator[RouterProcess]:
+    """``grove up --backend knative`` against the stand-in, with the real S3 server."""
+    with knative_router_on(cluster, s3_server) as router:
+        yield router
+
+
+@pytest.fixture(scope="module", params=["local", "knative"])
+def any_router(
+    request: pytest.FixtureRequest, runtime_bundle: Bundle, s3_server: EmbeddedS3
+) -> Iterator[RouterProcess]:
+    """The module's router, once per backend: modules that use it as ``router`` run against both.
+
+    A test about the host (cgroups, namespaces, the router's own memory) is marked ``local_only`` and
+    is not collected for Knative, where a cluster provides its own.
+    """
+    if request.param == "local":
+        with router_state() as router:
+            yield router
+    else:
+        with stand_in_cluster(runtime_bundle) as found, knative_router_on(found, s3_server) as router:
+            yield router

@@ -160,6 +160,8 @@ class RouterProcess:
     """Extra ``grove up`` arguments (e.g. ``--backend knative ...``)."""
     extra_env: dict[str, str] = field(default_factory=dict)
     """Extra environment of the router process (e.g. S3 credentials)."""
+    backend: str = "local"
+    """Which backend the router runs (tests that check it read this)."""
 
     @property
     def url(self) -> str:

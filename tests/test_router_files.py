@@ -19,6 +19,12 @@ MiB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
+def router(any_router: RouterProcess) -> RouterProcess:
+    """This module runs against both backends (local and the Knative stand-in)."""
+    return any_router
+
+
+@pytest.fixture(scope="module")
 def sandbox(router: RouterProcess) -> Iterator[Sandbox]:
     """One sandbox for the module."""
     with router.client() as client:
@@ -59,6 +65,7 @@ def test_file_errors(router: RouterProcess, sandbox: Sandbox) -> None:
     assert reply.status in (400, 422) and "path" in error_of(reply)["message"]
 
 
+@pytest.mark.local_only  # the stand-in runs pods on the host, without a root of their own
 def test_written_files_are_visible_to_commands_and_back(sandbox: Sandbox) -> None:
     sandbox.exec("mkdir -p /srv/out && seq 3 > /srv/out/nums && ln -s nums /srv/out/link")
     assert sandbox.read_file("/srv/out/nums") == b"1\n2\n3\n"
@@ -66,6 +73,7 @@ def test_written_files_are_visible_to_commands_and_back(sandbox: Sandbox) -> Non
     assert b"NAME=" in sandbox.read_file("/etc/os-release")  # the image's files read like any other
 
 
+@pytest.mark.local_only  # the stand-in runs pods on the host, without a root of their own
 def test_archive_upload_and_download(sandbox: Sandbox, tmp_path: Path) -> None:
     src = tmp_path / "src"
     (src / "pkg").mkdir(parents=True)
@@ -97,6 +105,7 @@ def test_archive_that_escapes_is_refused(router: RouterProcess, sandbox: Sandbox
     assert sandbox.exec("test -e /etc/evil || echo absent").stdout == b"absent\n"
 
 
+@pytest.mark.local_only  # the stand-in runs pods on the host, without a root of their own
 def test_full_filesystem_is_413(router: RouterProcess) -> None:
     """A write beyond the sandbox's /dev/shm (a 64 MiB tmpfs) is a clear 413, not an internal error."""
     with router.client() as client, client.create(heartbeat=False) as sb:
@@ -115,6 +124,7 @@ def _blocks(count: int, digest: hashlib._Hash) -> Iterator[bytes]:
         yield block
 
 
+@pytest.mark.local_only  # the stand-in runs pods on the host, without a root of their own
 def test_large_file_streams_through_the_router(router: RouterProcess, sandbox: Sandbox) -> None:
     size_mib = 200
     pid = router.pid
