@@ -7,8 +7,16 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from router.client import Grove
 from tests.router_fixtures import RouterProcess, cgroup_procs, error_of, wait_for
+
+
+@pytest.fixture(scope="module")
+def router(any_router: RouterProcess) -> RouterProcess:
+    """This module runs against both backends (local and the Knative stand-in)."""
+    return any_router
 
 
 def _status(router: RouterProcess, sandbox_id: str) -> dict[str, object]:
@@ -18,6 +26,7 @@ def _status(router: RouterProcess, sandbox_id: str) -> dict[str, object]:
     return info
 
 
+@pytest.mark.local_only  # reads the sandbox cgroup on the host; test_knative_router covers idle/resume
 def test_idle_scale_to_zero_and_transparent_wake(router: RouterProcess, grove: Grove) -> None:
     sb = grove.create(heartbeat=False, idle_timeout_s=2, heartbeat_timeout_s=60)
     sb.write_file("/workspace/kept.txt", "written before\n")
