@@ -16,6 +16,7 @@ from perf.common import REPO
 BENCHMARKS = {
     "executor": "perf.bench_executor",
     "router": "perf.bench_router",
+    "record": "perf.bench_record",
 }
 
 
