@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import posixpath
 import urllib.parse
 from typing import Any
 
@@ -29,7 +30,8 @@ async def push_artifacts(service: SandboxService, record: SandboxRecord, paths: 
     store = service.objects
     if store is None:
         raise Unavailable("object storage is not ready yet", retry_after=1)
-    keys = {p: artifact_key(record.id, p) for p in paths}
+    # Keys name the absolute path, so "out/x" and "/workspace/out/x" are one artifact, not two.
+    keys = {p: artifact_key(record.id, posixpath.normpath(posixpath.join(record.request.workdir, p))) for p in paths}
     urls = {p: await asyncio.to_thread(store.presign_put, keys[p]) for p in paths}
     endpoint = await service.endpoint(record)
     session, base = service.upstreams.session(endpoint)
