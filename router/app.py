@@ -20,6 +20,7 @@ from router.openapi import build_spec, canonical_path
 from router.proxy import StreamAborted, Upstreams
 from router.records_api import get_live_trajectory, get_trajectory, list_trajectories, post_artifacts, post_events
 from router.registry import Registry, SandboxRecord
+from router.replies import reply
 from router.schema import parse
 from router.service import SandboxService
 from router.settings import RouterSettings
@@ -50,14 +51,6 @@ class Route:
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
-
-
-def reply(request: web.Request, value: Any, status: int = 200) -> web.Response:
-    """JSON, or msgpack when the client accepts it."""
-    as_msgpack = wire.is_msgpack(request.headers.get("Accept"))
-    return web.Response(
-        body=wire.encode(value, as_msgpack), status=status, content_type=wire.MSGPACK if as_msgpack else wire.JSON
-    )
 
 
 async def read_model(request: web.Request, model: type[Any]) -> Any:

@@ -13,6 +13,7 @@ from grove.errors import BadRequest, Unavailable
 from router.datapath import service_of
 from router.models import EventsRequest
 from router.pushing import push_artifacts
+from router.replies import reply
 from router.schema import parse
 
 
@@ -36,13 +37,6 @@ class TrajectoryReader(Protocol):
         """One stored trajectory record."""
 
 
-def _reply(request: web.Request, value: Any, status: int = 200) -> web.Response:
-    as_msgpack = wire.is_msgpack(request.headers.get("Accept"))
-    return web.Response(
-        body=wire.encode(value, as_msgpack), status=status, content_type=wire.MSGPACK if as_msgpack else wire.JSON
-    )
-
-
 async def post_events(request: web.Request) -> web.Response:
     """POST /v1/sandboxes/{id}/events — append harness events; a ``result`` event sets the outcome."""
     service = service_of(request)
@@ -53,14 +47,14 @@ async def post_events(request: web.Request) -> web.Response:
     events = parse(EventsRequest, body)
     service.touch(record)
     outcome = service.record_events(record, [{"kind": e.kind, "data": e.data} for e in events.events])
-    return _reply(request, {"id": record.id, "appended": len(events.events), "outcome": outcome})
+    return reply(request, {"id": record.id, "appended": len(events.events), "outcome": outcome})
 
 
 async def get_live_trajectory(request: web.Request) -> web.Response:
     """GET /v1/sandboxes/{id}/trajectory — the record so far, while the sandbox lives."""
     service = service_of(request)
     record = service.registry.get(request.match_info["id"])
-    return _reply(request, await asyncio.to_thread(service.journal.record, record.id))
+    return reply(request, await asyncio.to_thread(service.journal.record, record.id))
 
 
 async def list_trajectories(request: web.Request) -> web.Response:
@@ -68,7 +62,7 @@ async def list_trajectories(request: web.Request) -> web.Response:
     reader = _reader(request)
     q = request.query
     items = await asyncio.to_thread(reader.list, q.get("task_id"), q.get("model"), q.get("harness"))
-    return _reply(request, {"trajectories": items})
+    return reply(request, {"trajectories": items})
 
 
 async def get_trajectory(request: web.Request) -> web.Response:
@@ -76,8 +70,8 @@ async def get_trajectory(request: web.Request) -> web.Response:
     service = service_of(request)
     sandbox_id = request.match_info["sandbox_id"]
     if service.journal.exists(sandbox_id):
-        return _reply(request, await asyncio.to_thread(service.journal.record, sandbox_id))
-    return _reply(request, await asyncio.to_thread(_reader(request).get, sandbox_id))
+        return reply(request, await asyncio.to_thread(service.journal.record, sandbox_id))
+    return reply(request, await asyncio.to_thread(_reader(request).get, sandbox_id))
 
 
 def _reader(request: web.Request) -> TrajectoryReader:
@@ -101,6 +95,6 @@ async def post_artifacts(request: web.Request) -> web.Response:
     with service.infra_faults(record, "pushing artifacts"):  # S3 or the executor failing is the environment's
         items = await push_artifacts(service, record, paths)
     service.record_step(record, {"type": "artifacts", "t": time.time(), "items": items})
-    return _reply(request, {"artifacts": items})
+    return reply(request, {"artifacts": items})
 
 

@@ -119,7 +119,7 @@ class SandboxService:
                 raise Invalid("'workdir' must be an absolute path")
             record = SandboxRecord(id=new_id(), request=req, token=secrets.token_urlsafe(32), created_at=time.time())
             self.backend.check(record.spec())
-            record.image_digest = await self.backend_image_digest(req.image)
+            record.image_digest = await self.backend.image_digest(req.image)
             self.registry.add(record)
             self.registry.save(record)
             self.journal.start(record.id, self._trajectory_meta(record))
@@ -130,10 +130,6 @@ class SandboxService:
         if req.wait and record.status == "failed":
             raise Unavailable(f"sandbox {record.id} failed to start: {record.error}", retry_after=1)
         return record
-
-    async def backend_image_digest(self, image: str) -> str:
-        """The digest of an image, or the backend's NotFound."""
-        return await self.backend.image_digest(image)
 
     async def _bring_up(self, record: SandboxRecord) -> None:
         try:
