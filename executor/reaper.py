@@ -19,6 +19,11 @@ from typing import Any
 _lock = threading.Lock()
 _ours: set[int] = set()
 _started = False
+# Set by spawn(): with no child at all the reaper sleeps on this instead of polling, so an idle sandbox's
+# PID 1 stays asleep (hundreds of idle sandboxes polling twice a second cost real CPU). Orphans are
+# only ever descendants of a spawned child, so none can appear while it sleeps; the timeout is a backstop.
+_wake = threading.Event()
+_IDLE_BACKSTOP_S = 60.0
 
 
 def spawn(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
@@ -26,6 +31,7 @@ def spawn(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
     with _lock:
         proc: subprocess.Popen[bytes] = subprocess.Popen(*args, **kwargs)
         _ours.add(proc.pid)
+    _wake.set()
     return proc
 
 
@@ -46,11 +52,12 @@ def start() -> None:
 
 def _reap_forever() -> None:
     while True:
+        _wake.clear()  # before waitid: a spawn from here on either is seen by it or sets the event
         try:
             # WNOWAIT: look without collecting, so a child of ours stays for its owner's wait().
             info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
         except ChildProcessError:
-            time.sleep(0.5)  # no children at all right now
+            _wake.wait(_IDLE_BACKSTOP_S)  # no children at all right now
             continue
         if info is None:
             continue

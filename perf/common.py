@@ -244,8 +244,15 @@ def instance_of(state_dir: Path) -> str:
 
 @contextlib.contextmanager
 def running_router(*, key: str = "bench-key", ready_timeout_s: float = 120.0) -> Iterator[Router]:
-    """``grove up`` on a free port and a fresh short state dir; everything of it removed on exit, even on failure."""
-    state = Path(tempfile.mkdtemp(prefix="gb-"))  # short: sandbox Unix socket paths must stay < 108 bytes
+    """``grove up`` on a free port and a fresh short state dir; everything of it removed on exit, even on failure.
+
+    The router gets SIGTERM if this process dies without cleaning up (SIGKILL): it stops, and the next run's
+    :func:`sweep_stale` removes what it left.
+    """
+    swept = sweep_stale()
+    if swept:
+        print(f"removed what earlier, killed benchmark runs left: {', '.join(swept)}", file=sys.stderr)
+    state = Path(tempfile.mkdtemp(prefix=STATE_PREFIX))  # short: sandbox Unix socket paths must stay < 108 bytes
     instance = instance_of(state)
     log = state / "bench-router.log"
     ready = state / "ready"
@@ -258,7 +265,14 @@ def running_router(*, key: str = "bench-key", ready_timeout_s: float = 120.0) ->
     try:
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+                argv,
+                env=env,
+                cwd=REPO,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+                preexec_fn=_stop_with_parent,
             )
         deadline = time.monotonic() + ready_timeout_s
         while not (ready.exists() and ready.read_text().startswith("http")):
@@ -285,6 +299,48 @@ def running_router(*, key: str = "bench-key", ready_timeout_s: float = 120.0) ->
             router.cleanup = report
         if report.get("deleted_via_api") or report["removed_by_force"]:
             print(f"cleanup: {report}", file=sys.stderr)
+
+
+STATE_PREFIX = "gb-"
+_PR_SET_PDEATHSIG = 1
+
+
+def _stop_with_parent() -> None:
+    """In the router's child process before exec: SIGTERM when the benchmark process dies."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def sweep_stale(tmp: Path | None = None) -> list[str]:
+    """Remove benchmark routers' state dirs whose router no longer runs, with everything of them still running
+    (sandboxes by their cgroups, then any process started from the dir: its zygote, its S3 server): what a
+    benchmark killed outright (SIGKILL) leaves. A dir some live ``grove --state-dir DIR`` uses is left alone."""
+    root = tmp or Path(tempfile.gettempdir())
+    stale = [d for d in root.glob(STATE_PREFIX + "*") if d.is_dir() and (d / "ready").exists()]
+    if not stale:
+        return []
+    routers: set[str] = set()
+    started_from: dict[int, list[str]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            args = [a.decode(errors="replace") for a in Path(entry.path, "cmdline").read_bytes().split(b"\0")]
+            routers.update(args[i + 1] for i, a in enumerate(args[:-1]) if a == "--state-dir")
+            started_from[int(entry.name)] = args
+    removed = []
+    for state in stale:
+        if str(state) in routers:
+            continue
+        _remove_cgroups(instance_of(state))
+        for pid, args in started_from.items():
+            if any(str(state) in arg for arg in args):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(state, ignore_errors=True)
+        removed.append(state.name)
+    return removed
 
 
 def _delete_all(router: Router) -> list[str]:

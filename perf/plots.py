@@ -77,3 +77,48 @@ def latency_cdf(
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def burst_timeline(
+    series: Mapping[str, Mapping[str, Sequence[float]]],
+    path: Path,
+    *,
+    title: str,
+) -> Path | None:
+    """One panel per burst: sandboxes alive and in creation (left axis) and commands answered per second
+    (right axis) over time. ``series`` maps a panel title to :func:`perf.burst.timeline`'s dict."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (`make install` brings it): plot skipped", file=sys.stderr)
+        return None
+    fig, axes = plt.subplots(len(series), 1, figsize=(12, 3.6 * len(series)), dpi=100, squeeze=False)
+    for ax, (name, data) in zip(axes[:, 0], series.items(), strict=True):
+        t = list(data["t_s"])
+        alive = list(data["alive"])
+        ax.fill_between(t, alive, step="post", alpha=0.35, color="tab:green", label="alive (ready, not deleted)")
+        ax.step(t, list(data["creating"]), where="post", color="tab:orange", linewidth=1.3, label="being created")
+        ax.set_ylabel("sandboxes")
+        ax.set_xlim(0, t[-1] if t else 1)
+        ax.grid(True, alpha=0.3)
+        rate = ax.twinx()
+        window = 10  # 1 s moving average of the 0.1 s bins
+        cps = list(data["commands_per_s"])
+        smooth = [sum(cps[max(0, i - window + 1) : i + 1]) / min(window, i + 1) for i in range(len(cps))]
+        rate.plot(t, smooth, color="tab:blue", linewidth=1.2, label="commands answered /s (1 s average)")
+        rate.set_ylabel("commands / s")
+        rate.set_ylim(bottom=0)
+        ax.set_title(name, fontsize=10)
+        lines = ax.get_legend_handles_labels()[0] + rate.get_legend_handles_labels()[0]
+        labels = ax.get_legend_handles_labels()[1] + rate.get_legend_handles_labels()[1]
+        ax.legend(lines, labels, loc="upper right", fontsize=8, frameon=False)
+    axes[-1, 0].set_xlabel("seconds since the burst started")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -17,6 +17,8 @@ BENCHMARKS = {
     "executor": "perf.bench_executor",
     "router": "perf.bench_router",
     "record": "perf.bench_record",
+    "burst": "perf.bench_burst",
+    "knative": "perf.knative_calls",
 }
 
 

@@ -8,6 +8,7 @@ turns a decoded body into the model or raises ``BadRequest``/``Invalid`` naming 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -36,7 +37,7 @@ def parse(model: type[T], body: Any, where: str = "body") -> T:
     unknown = sorted(set(body) - set(fields))
     if unknown:
         raise BadRequest(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}; known: {', '.join(fields)}")
-    hints = typing.get_type_hints(model)
+    hints = _hints(model)  # type: ignore[arg-type]  # a class is hashable; mypy cannot tell for type[T]
     values: dict[str, Any] = {}
     for name, field in fields.items():
         if name not in body or (body[name] is None and _optional(hints[name])):
@@ -45,6 +46,12 @@ def parse(model: type[T], body: Any, where: str = "body") -> T:
             continue
         values[name] = _check(hints[name], body[name], f"{where}.{name}" if where != "body" else name, field.metadata)
     return model(**values)
+
+
+@functools.cache
+def _hints(model: Any) -> dict[str, Any]:
+    """A model's resolved field types (resolving evaluates every annotation string: once per model, not per request)."""
+    return typing.get_type_hints(model)
 
 
 def _optional(tp: Any) -> bool:

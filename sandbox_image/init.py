@@ -20,9 +20,12 @@ import os
 import socket
 import stat
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox_image import linux, seccomp
+
+if TYPE_CHECKING:
+    from executor.serve import ExecutorServer
 
 BUNDLE_MOUNT = "/.grove"
 # What every command sees unless the sandbox's env says otherwise (as a container runtime sets them).
@@ -180,6 +183,9 @@ def _make_dev(dev: str) -> None:
 
 
 PACKAGE_PATHS: list[list[str]] = []
+WORKER_TMP_DIR = "/dev/shm"
+SERVER_TEMPLATE: ExecutorServer | None = None
+"""The executor's gunicorn application, built ahead of time by the zygote (None when run on its own)."""
 
 
 def _package_paths() -> list[list[str]]:
@@ -229,7 +235,12 @@ def _serve(config: dict[str, Any], listener: socket.socket, oom_fd: int | None) 
     from executor import reaper
 
     reaper.start()
-    ExecutorServer(settings, f"fd://{listener.fileno()}", worker_tmp_dir="/dev/shm").run_single_worker()
+    bind = f"fd://{listener.fileno()}"
+    if SERVER_TEMPLATE is not None:  # forked from the zygote, which built one
+        server = SERVER_TEMPLATE.retarget(settings, bind)
+    else:
+        server = ExecutorServer(settings, bind, worker_tmp_dir=WORKER_TMP_DIR)
+    server.run_single_worker()
 
 
 if __name__ == "__main__":

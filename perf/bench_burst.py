@@ -1,0 +1,191 @@
+"""The burst benchmark: Orchard's 1,000 sandboxes at once, through the SDK, on this machine.
+
+``python -m perf.bench_burst [--sizes 100,500,1000] [--concurrency 0]`` starts a real router (``grove up``,
+local backend) and, on it: the quiet exec latency of ``["true"]`` and of each burst command against
+their floors; idle sandboxes' memory and CPU; sandboxes scaled to zero and their cold start; the
+sequential create latency; then one burst per size (:mod:`perf.burst`), with the CPU of each by role and a
+leak check around the largest. Writes ``perf/results/burst.json``, ``burst_timeline.png``,
+``burst_cdf.png`` and the "Burst" section of ``perf/README.md``. Everything it started is removed, also
+when it fails or is interrupted (SIGINT, SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from perf import burst_phases, cpuacct, leaks, router_phases
+from perf.burst import BurstResult, burst, latency_samples, timeline
+from perf.burst_report import markdown, targets
+from perf.calls import child_pids
+from perf.common import (
+    RESULTS_DIR,
+    Router,
+    code_version,
+    machine,
+    running_router,
+    sigterm_as_exit,
+    update_readme,
+    utc_now,
+    write_results,
+)
+from perf.plots import burst_timeline, latency_cdf
+
+NAME = "burst"
+TIMELINE_PNG = RESULTS_DIR / "burst_timeline.png"
+CDF_PNG = RESULTS_DIR / "burst_cdf.png"
+
+
+@contextlib.contextmanager
+def cpu_group() -> Iterator[cpuacct.CpuGroup | None]:
+    """A ``cpuacct`` group for the router's process tree, if this machine has the hierarchy."""
+    if not cpuacct.available():
+        yield None
+        return
+    cpuacct.sweep_stale_groups()
+    group = cpuacct.CpuGroup(f"{cpuacct.BENCH_PREFIX}{os.getpid()}")
+    try:
+        yield group
+    finally:
+        group.close()
+
+
+def _assign_helpers(router: Router, group: cpuacct.CpuGroup | None) -> None:
+    """Put the router's helpers in their sub-groups: the embedded S3 server, and the zygote (whose
+    sandboxes, forked from it, stay in its group with every command they run)."""
+    if group is None:
+        return
+    for pid in child_pids(router.pid):
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8") as fh:
+                comm = fh.read().strip()
+        except OSError:
+            continue
+        group.add(pid, "s3" if comm == "weed" else "sandboxes")
+
+
+def _wait_empty(router: Router, timeout_s: float = 120.0) -> None:
+    """Until the router lists no sandbox (a burst's deletes all done)."""
+    api = router.api()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while api.call("GET", "/v1/sandboxes")["sandboxes"]:
+            if time.monotonic() > deadline:
+                raise RuntimeError("sandboxes still listed after the burst")
+            time.sleep(0.2)
+    finally:
+        api.close()
+
+
+def one_burst(
+    router: Router, group: cpuacct.CpuGroup | None, n: int, concurrency: int
+) -> tuple[dict[str, Any], BurstResult]:
+    """One burst of ``n``: its report, its CPU by role, and the leak check around it."""
+    _wait_empty(router)
+    time.sleep(2.0)  # let the previous phase's teardown (kernel work included) finish
+    before = leaks.snapshot(router)
+    meter = burst_phases.CpuMeter(group)
+    meter.start()
+    result = asyncio.run(burst(router.url, router.key, n, concurrency=concurrency))
+    cpu = meter.stop(n)
+    _wait_empty(router)
+    time.sleep(2.0)
+    after = leaks.snapshot(router)
+    report = result.report()
+    report["cpu"] = cpu
+    report["leak_check"] = leaks.compare(before, after)
+    print(
+        f"burst of {n}: {report['success_rate'] * 100:.1f}% ok in {report['end_to_end_s']:.1f} s, "
+        f"{report['commands_per_s']:.0f} commands/s, errors {report['errors_by_kind']}",
+        flush=True,
+    )
+    return report, result
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Every phase on one router."""
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    with cpu_group() as group, running_router() as router:
+        if group is not None:
+            group.add(router.pid, "router")
+        asyncio.run(burst(router.url, router.key, 3))  # starts the zygote and S3; not measured
+        _assign_helpers(router, group)
+        quiet = burst_phases.quiet_exec_sync(router, args.calls, args.per_command)
+        idle = asyncio.run(burst_phases.idle_sandboxes(router, group, args.idle, args.settle))
+        zero = router_phases.scale_to_zero(router, args.cold)
+        sequential = router_phases.sequential_lifecycle(router, args.creates)
+        bursts: dict[str, Any] = {}
+        results: dict[int, BurstResult] = {}
+        for n in sizes:
+            bursts[str(n)], results[n] = one_burst(router, group, n, args.concurrency)
+    largest = max(sizes)
+    _plots(results, largest, quiet)
+    for n, result in results.items():
+        bursts[str(n)]["timeline_step_s"] = 0.1
+        if n == largest:
+            bursts[str(n)]["timeline"] = timeline(result.runs)
+    return {
+        "quiet_exec": quiet,
+        "idle": idle,
+        "scale_to_zero": zero,
+        "sequential": sequential,
+        "bursts": bursts,
+        "cleanup": router.cleanup,
+        "cpu_accounting": group is not None,
+    }
+
+
+def _plots(results: dict[int, BurstResult], largest: int, quiet: dict[str, Any]) -> None:
+    nproc = machine()["nproc"]
+    burst_timeline(
+        {f"{n} sandboxes at once": timeline(r.runs) for n, r in sorted(results.items())},
+        TIMELINE_PNG,
+        title=f"Orchard-shaped bursts through the SDK, local backend — {nproc} CPUs",
+    )
+    samples = latency_samples(results[largest].runs)
+    floor = quiet["true"]["floor"]["p50_ms"] / 1000
+    latency_cdf(
+        samples,
+        CDF_PNG,
+        title=f"latencies in the {largest}-sandbox burst (client round trips, SDK) — {nproc} CPUs",
+        marks={"4x floor p50 (quiet)": 4 * floor},
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark; write the JSON, the plots and the README section."""
+    parser = argparse.ArgumentParser(prog="python -m perf.bench_burst", description=__doc__)
+    parser.add_argument("--sizes", default="100,500,1000", help="burst sizes, comma-separated (default 100,500,1000)")
+    parser.add_argument("--concurrency", type=int, default=0,
+                        help="most sandboxes the client drives at once; 0 (default): all of them, as Orchard did")
+    parser.add_argument("--calls", type=int, default=300, help="quiet exec calls of `true` (default 300)")
+    parser.add_argument("--per-command", type=int, default=30, help="quiet calls of each burst command (default 30)")
+    parser.add_argument("--idle", type=int, default=50, help="idle sandboxes measured for memory and CPU (default 50)")
+    parser.add_argument("--settle", type=float, default=5.0, help="seconds idle before they are measured (default 5)")
+    parser.add_argument("--cold", type=int, default=20, help="sandboxes scaled to zero, then woken (default 20)")
+    parser.add_argument("--creates", type=int, default=30, help="sequential create/delete pairs (default 30)")
+    args = parser.parse_args(argv)
+    sigterm_as_exit()
+    report: dict[str, Any] = {
+        "benchmark": "Orchard's burst: N sandboxes at once, each create+wait, 4 commands, delete (SDK)",
+        "date": utc_now(),
+        "sizes": args.sizes,
+        "machine": machine(),
+        "code": code_version(),
+    }
+    report.update(measure(args))
+    rows = targets(report)
+    report["targets"] = [row.as_dict() for row in rows]
+    write_results(NAME, report)
+    section = markdown(report, rows)
+    update_readme(section)
+    print(section)
+
+
+if __name__ == "__main__":
+    main()
