@@ -294,10 +294,12 @@ def running_router(*, key: str = "bench-key", ready_timeout_s: float = 120.0) ->
             terminate(proc)
             report["router_exit_code"] = proc.returncode
         report["removed_by_force"] = _remove_cgroups(instance)
+        # A router killed after its grace time leaves its own children (the S3 server, the zygote) behind.
+        report["processes_killed"] = _kill_started_from(state)
         shutil.rmtree(state, ignore_errors=True)
         if router is not None:
             router.cleanup = report
-        if report.get("deleted_via_api") or report["removed_by_force"]:
+        if report.get("deleted_via_api") or report["removed_by_force"] or report["processes_killed"]:
             print(f"cleanup: {report}", file=sys.stderr)
 
 
@@ -320,27 +322,39 @@ def sweep_stale(tmp: Path | None = None) -> list[str]:
     stale = [d for d in root.glob(STATE_PREFIX + "*") if d.is_dir() and (d / "ready").exists()]
     if not stale:
         return []
-    routers: set[str] = set()
-    started_from: dict[int, list[str]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            args = [a.decode(errors="replace") for a in Path(entry.path, "cmdline").read_bytes().split(b"\0")]
-            routers.update(args[i + 1] for i, a in enumerate(args[:-1]) if a == "--state-dir")
-            started_from[int(entry.name)] = args
+    routers = {args[i + 1] for args in _command_lines().values() for i, a in enumerate(args[:-1]) if a == "--state-dir"}
     removed = []
     for state in stale:
         if str(state) in routers:
             continue
         _remove_cgroups(instance_of(state))
-        for pid, args in started_from.items():
-            if any(str(state) in arg for arg in args):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
+        _kill_started_from(state)
         shutil.rmtree(state, ignore_errors=True)
         removed.append(state.name)
     return removed
+
+
+def _command_lines() -> dict[int, list[str]]:
+    found: dict[int, list[str]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                raw = Path(entry.path, "cmdline").read_bytes()
+                found[int(entry.name)] = [a.decode(errors="replace") for a in raw.split(b"\0")]
+    return found
+
+
+def _kill_started_from(state: Path) -> list[int]:
+    """SIGKILL every process whose command line names something in ``state``; returns their pids."""
+    killed = []
+    here = str(state)
+    for pid, args in _command_lines().items():
+        # The dir itself or a path inside it — never a sibling whose name merely starts the same.
+        if pid != os.getpid() and any(arg == here or f"{here}/" in arg for arg in args):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+    return killed
 
 
 def _delete_all(router: Router) -> list[str]:

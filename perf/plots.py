@@ -60,7 +60,8 @@ def latency_cdf(
     ax.set_xscale("log")
     ticks = [
         t
-        for t in (0.5, 0.7, 1, 1.5, 2, 3, 4, 5, 7, 10, 15, 20, 30, 50, 70, 100, 200, 500, 1000)
+        for t in (0.5, 0.7, 1, 1.5, 2, 3, 4, 5, 7, 10, 15, 20, 30, 50, 70, 100, 200, 500, 1000, 2000, 5000, 10000,
+                  20000, 50000, 100000)
         if lo <= t * 1.15 and t <= hi
     ]
     ax.set_xticks(ticks)
@@ -102,6 +103,7 @@ def burst_timeline(
         ax.fill_between(t, alive, step="post", alpha=0.35, color="tab:green", label="alive (ready, not deleted)")
         ax.step(t, list(data["creating"]), where="post", color="tab:orange", linewidth=1.3, label="being created")
         ax.set_ylabel("sandboxes")
+        ax.set_ylim(bottom=0)
         ax.set_xlim(0, t[-1] if t else 1)
         ax.grid(True, alpha=0.3)
         rate = ax.twinx()
@@ -114,7 +116,7 @@ def burst_timeline(
         ax.set_title(name, fontsize=10)
         lines = ax.get_legend_handles_labels()[0] + rate.get_legend_handles_labels()[0]
         labels = ax.get_legend_handles_labels()[1] + rate.get_legend_handles_labels()[1]
-        ax.legend(lines, labels, loc="upper right", fontsize=8, frameon=False)
+        ax.legend(lines, labels, loc="center right", fontsize=8, frameon=False)
     axes[-1, 0].set_xlabel("seconds since the burst started")
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
