@@ -80,6 +80,20 @@ def test_create_ready_by_watch_then_delete(cluster: Cluster) -> None:
     assert cluster.api.calls[("*", "watch", "services")] == 1
 
 
+def test_a_denied_egress_sandbox_costs_four_writes(cluster: Cluster) -> None:
+    sb = spec()  # egress deny: the namespace's default-deny policy covers it, no policy of its own
+
+    async def body(backend: KnativeBackend) -> None:
+        started = await backend.create(sb)
+        assert started.handle["policy"] is False
+        await backend.delete(sb.id, started.handle)
+
+    run(cluster, body)
+    made = calls(cluster, sb.id)
+    assert made == {"create secrets": 1, "create services": 1, "get revisions": 1,
+                    "delete services": 1, "delete secrets": 1}, made
+
+
 def test_second_sandbox_of_an_image_runs_it_pinned_by_digest(cluster: Cluster) -> None:
     async def body(backend: KnativeBackend) -> list[str]:
         first, second = spec(), spec()

@@ -145,7 +145,9 @@ class KnativeBackend:
     async def delete(self, sandbox_id: str, handle: dict[str, Any]) -> None:
         """Delete the Service (its pods first), Secret and NetworkPolicy; the snapshot once the pods are
         gone (the last one is written while the pod terminates). What is already gone is fine."""
-        await self._remove(sandbox_id, cleanup=["Service", "Secret", "NetworkPolicy"])
+        # An unknown handle (an orphan, an old record) may have a policy: only a known "no" skips it.
+        kinds = ["Service", "Secret"] + ([] if handle.get("policy") is False else ["NetworkPolicy"])
+        await self._remove(sandbox_id, cleanup=kinds)
 
     async def is_running(self, sandbox_id: str, handle: dict[str, Any]) -> bool:
         """From the watch cache (no API call): the Service exists and is not failed; in pod mode, the
@@ -226,7 +228,8 @@ class KnativeBackend:
         if digest and "@" not in spec.image:
             self._digests[spec.image] = digest  # later sandboxes of this image run exactly this one
         url, pod = self._endpoint(obj, ready_revision)
-        handle = {"revision": ready_revision, **({"pod": pod} if pod else {})}
+        # Whether a NetworkPolicy was made: delete then skips a call that could only answer 404.
+        handle = {"revision": ready_revision, "policy": spec.network.egress != "deny", **({"pod": pod} if pod else {})}
         return Started(Endpoint(url, spec.token), digest, handle)
 
     async def _revision(self, name: str) -> Obj | None:
