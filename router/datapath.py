@@ -80,7 +80,8 @@ async def exec_handler(request: web.Request) -> web.StreamResponse:
     record, response, started = await call_executor(request, "/v1/exec", body=body, response_tap=answer.extend)
     service = service_of(request)
     step = _exec_step(body, request, bytes(answer), response.status, started)
-    if step is not None:
+    # A failed call is always a step; a result is one step however often a retry fetched it.
+    if step is not None and ("error" in step or _first_time(record, step.get("request_id"))):
         full = [step[f"{s}_file"] for s in ("stdout", "stderr") if isinstance(step.get(f"{s}_file"), str)]
         for stream in ("stdout", "stderr"):
             if isinstance(path := step.get(f"{stream}_file"), str):
@@ -90,6 +91,21 @@ async def exec_handler(request: web.Request) -> web.StreamResponse:
             # The full text of a truncated output goes to S3 beside the step that links it.
             service.background(push_artifacts(service, record, full), f"full output of {record.id}")
     return response
+
+
+_REMEMBERED_REQUESTS = 4096
+
+
+def _first_time(record: SandboxRecord, request_id: object) -> bool:
+    """Whether this exec's request id is new to the trajectory (the SDK retries with the same id)."""
+    if not isinstance(request_id, str):
+        return True
+    if request_id in record.recorded_requests:
+        return False
+    record.recorded_requests[request_id] = None
+    if len(record.recorded_requests) > _REMEMBERED_REQUESTS:
+        del record.recorded_requests[next(iter(record.recorded_requests))]
+    return True
 
 
 def _exec_step(body: bytes, request: web.Request, answer: bytes, status: int, started: float) -> dict[str, Any] | None:

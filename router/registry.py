@@ -47,6 +47,8 @@ class SandboxRecord:
     # Not persisted: after a restart every sandbox counts as just used.
     last_activity: float = field(default_factory=time.time)
     inflight: int = 0
+    recorded_requests: dict[str, None] = field(default_factory=dict)
+    """Request ids of execs already in the trajectory (a retry the executor answered again is one step)."""
 
     def spec(self) -> SandboxSpec:
         """What the backend needs to (re)start this sandbox."""
@@ -118,7 +120,8 @@ class SandboxRecord:
         return cls(request=CreateRequest(**req), **data)
 
 
-_DISK_FIELDS = tuple(f for f in dataclasses.fields(SandboxRecord) if f.name not in ("last_activity", "inflight"))
+_MEMORY_ONLY = ("last_activity", "inflight", "recorded_requests")
+_DISK_FIELDS = tuple(f for f in dataclasses.fields(SandboxRecord) if f.name not in _MEMORY_ONLY)
 
 
 class Registry:

@@ -124,6 +124,9 @@ def test_request_id_never_runs_twice(router: RouterProcess, sandbox: Sandbox) ->
     assert first.status == second.status == 200
     assert first.json()["stdout"] == second.json()["stdout"] == "1\n"
     assert sandbox.exec("wc -l < once.txt").stdout == b"1\n"
+    # The trajectory shows the command once, like the sandbox saw it.
+    steps = router.http("GET", f"/v1/sandboxes/{sandbox.id}/trajectory").json()["steps"]
+    assert [s.get("request_id") for s in steps].count("exec-once-1") == 1
 
 
 def test_stream_over_the_wire(router: RouterProcess, sandbox: Sandbox) -> None:
