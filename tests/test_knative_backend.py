@@ -200,7 +200,9 @@ def test_the_watch_recovers_from_expired_versions(cluster: Cluster) -> None:
         assert backend._services is not None
         return backend._services.relists
 
-    assert run(cluster, body) == 2
+    # The second create got ready by watch after a 410 forced a relist; on a loaded machine the stand-in's
+    # watch may also time out and come back once more, so count "at least one relist after the first list".
+    assert run(cluster, body) >= 2
 
 
 async def _async(fn: Callable[[], None]) -> None:
