@@ -31,7 +31,7 @@ import msgpack
 import pytest
 
 from router.backends.local import LocalBackend
-from router.client import Grove
+from router.client import Grove, Sandbox
 from tests.conftest import free_tcp_port
 from tests.executor_fixtures import MSGPACK, Reply, processes_with
 
@@ -354,6 +354,17 @@ def fresh_router() -> Iterator[RouterProcess]:
     """A router of its own, for a test that restarts or kills it."""
     with router_state() as r:
         yield r
+
+
+@pytest.fixture(scope="module")
+def sandbox(router: RouterProcess) -> Iterator[Sandbox]:
+    """One sandbox shared by a module's tests (on whichever router the module uses); deleted at its end."""
+    with router.client() as client:
+        shared = client.create(heartbeat=False)
+        try:
+            yield shared
+        finally:
+            shared.close()
 
 
 @pytest.fixture

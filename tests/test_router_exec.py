@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator
 
 import msgpack
 import pytest
@@ -22,17 +21,6 @@ from tests.router_fixtures import RouterProcess, error_of
 def router(any_router: RouterProcess) -> RouterProcess:
     """This module runs against both backends (local and the Knative stand-in)."""
     return any_router
-
-
-@pytest.fixture(scope="module")
-def sandbox(router: RouterProcess) -> Iterator[Sandbox]:
-    """One sandbox shared by the module's tests (they only run commands)."""
-    with router.client() as client:
-        sb = client.create(heartbeat=False)
-        try:
-            yield sb
-        finally:
-            sb.close()
 
 
 def test_shell_string_and_argv(sandbox: Sandbox) -> None:

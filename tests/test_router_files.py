@@ -24,17 +24,6 @@ def router(any_router: RouterProcess) -> RouterProcess:
     return any_router
 
 
-@pytest.fixture(scope="module")
-def sandbox(router: RouterProcess) -> Iterator[Sandbox]:
-    """One sandbox for the module."""
-    with router.client() as client:
-        sb = client.create(heartbeat=False)
-        try:
-            yield sb
-        finally:
-            sb.close()
-
-
 def test_write_read_list_delete(sandbox: Sandbox) -> None:
     sandbox.write_file("/workspace/dir/a.txt", "hello\n")
     sandbox.write_file("b.bin", bytes(range(256)), mode=0o750)  # relative: under the workdir

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import io
 import tarfile
-from collections.abc import Iterator
 
 import pytest
 
@@ -14,14 +13,9 @@ from tests.router_fixtures import RouterProcess, error_of
 
 
 @pytest.fixture(scope="module")
-def sb(router: RouterProcess) -> Iterator[Sandbox]:
+def sb(sandbox: Sandbox) -> Sandbox:
     """One sandbox the bad requests are aimed at (it must outlive them all)."""
-    with router.client() as client:
-        sandbox = client.create(heartbeat=False)
-        try:
-            yield sandbox
-        finally:
-            sandbox.close()
+    return sandbox
 
 
 def _4xx(reply_status: int, body: bytes) -> None:
