@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from executor.settings import ExecutorSettings
+from executor.users import parse_spec
 from grove.errors import BadRequest, Invalid
 
-_FIELDS = frozenset({"command", "cwd", "env", "stdin", "timeout_s", "max_output_bytes", "request_id"})
+_FIELDS = frozenset({"command", "cwd", "env", "stdin", "timeout_s", "max_output_bytes", "request_id", "user"})
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class ExecRequest:
     """Cap per stream of what the response carries."""
     request_id: str | None
     """Idempotency key: a retry with the same id never runs the command twice."""
+    user: str | None = None
+    """Run as this user (``name``, ``uid``, ``name:group``, ``uid:gid``); the sandbox's root when None."""
 
     @classmethod
     def parse(cls, body: Any, settings: ExecutorSettings) -> ExecRequest:
@@ -48,6 +51,7 @@ class ExecRequest:
             timeout_s=_timeout(body.get("timeout_s"), settings),
             max_output_bytes=_max_output(body.get("max_output_bytes"), settings),
             request_id=_request_id(body.get("request_id")),
+            user=_user(body.get("user")),
         )
 
 
@@ -130,4 +134,13 @@ def _request_id(value: Any) -> str | None:
         return None
     if not isinstance(value, str) or not 1 <= len(value) <= 200:
         raise BadRequest("'request_id' must be a string of 1 to 200 characters")
+    return value
+
+
+def _user(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BadRequest("'user' must be a string: 'name', 'uid', 'name:group' or 'uid:gid'")
+    parse_spec(_no_nul(value, "'user'"))
     return value

@@ -17,6 +17,7 @@ from executor.models import ExecRequest
 from executor.paths import PathResolver
 from executor.proctree import kill_tree
 from executor.settings import ExecutorSettings
+from executor.users import RunAs, resolve
 from grove.errors import Invalid, NotFound, Unavailable
 
 _READ = 65536
@@ -63,7 +64,8 @@ class Runner:
         cwd = self._paths.resolve(cwd_api)
         if not os.path.isdir(cwd):
             raise NotFound(f"cwd {cwd_api!r} is not a directory in the sandbox")
-        env = {**settings.env, **req.env}
+        run_as = self._run_as(req.user) if req.user is not None else None
+        env = {**settings.env, **(_user_env(run_as) if run_as else {}), **req.env}
         exec_id = uuid.uuid4().hex[:16]
         out_dir = self._paths.resolve(settings.output_dir)
         captures = {
@@ -86,11 +88,14 @@ class Runner:
                 env=env,
                 start_new_session=True,
                 close_fds=True,
+                **(_credentials(run_as) if run_as else {}),
             )
+        except PermissionError as exc:
+            if run_as is not None and exc.filename == cwd:
+                raise Invalid(f"user {req.user!r} may not enter the working directory {cwd_api!r}") from exc
+            raise Invalid(f"program is not executable: {req.argv[0]!r}") from exc
         except FileNotFoundError as exc:
             raise NotFound(f"program not found: {req.argv[0]!r}") from exc
-        except PermissionError as exc:
-            raise Invalid(f"program is not executable: {req.argv[0]!r}") from exc
         except BlockingIOError as exc:
             raise Unavailable(
                 "cannot start the command: the sandbox is out of processes (pids_max)", retry_after=1
@@ -100,6 +105,16 @@ class Runner:
         if settings.command_oom_score_adj is not None:
             _set_oom_score(proc.pid, settings.command_oom_score_adj)
         return self._events(proc, req, captures, started, oom_before)
+
+    def _run_as(self, user: str) -> RunAs:
+        texts = []
+        for name in ("/etc/passwd", "/etc/group"):
+            try:
+                with open(self._paths.resolve(name), encoding="utf-8", errors="replace") as fh:
+                    texts.append(fh.read())
+            except OSError:
+                texts.append("")  # an image without the file: numeric ids still work
+        return resolve(user, texts[0], texts[1])
 
     def _events(
         self,
@@ -211,6 +226,17 @@ class Runner:
                 if stream is not None:
                     stream.close()
         return timed_out
+
+
+def _user_env(run_as: RunAs) -> dict[str, str]:
+    env = {"HOME": run_as.home}
+    if run_as.name is not None:
+        env["USER"] = env["LOGNAME"] = run_as.name
+    return env
+
+
+def _credentials(run_as: RunAs) -> dict[str, Any]:
+    return {"user": run_as.uid, "group": run_as.gid, "extra_groups": list(run_as.groups)}
 
 
 def _set_oom_score(pid: int, score: int) -> None:

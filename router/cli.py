@@ -114,7 +114,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     """Run a command in a sandbox; exits with the command's exit code."""
     command: str | list[str] = args.command if len(args.command) > 1 else args.command[0]
     with _client(args) as grove:
-        result = grove.attach(args.id).exec(command, timeout_s=args.timeout, cwd=args.cwd)
+        result = grove.attach(args.id).exec(command, timeout_s=args.timeout, cwd=args.cwd, user=args.user)
     sys.stdout.buffer.write(result.stdout)
     sys.stderr.buffer.write(result.stderr)
     if result.timed_out:
@@ -268,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("id")
     ex.add_argument("--timeout", type=float, default=600.0)
     ex.add_argument("--cwd")
+    ex.add_argument("--user", help="run as this user of the sandbox (name, uid, name:group, uid:gid; default root)")
     ex.add_argument("command", nargs="+")
     ex.set_defaults(func=cmd_exec)
 

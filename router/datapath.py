@@ -123,6 +123,7 @@ def _exec_step(body: bytes, request: web.Request, answer: bytes, status: int, st
         "latency_s": round(time.time() - started, 6),
         "command": sent.get("command"),
         "cwd": sent.get("cwd"),
+        "user": sent.get("user"),
         "env_keys": sorted(env) if isinstance(env, dict) else [],
         "stdin_bytes": len(stdin) if isinstance(stdin, bytes | str) else 0,
         "timeout_s": sent.get("timeout_s"),

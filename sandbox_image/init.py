@@ -2,12 +2,15 @@
 
 ``python -m sandbox_image.init`` reads a JSON config on stdin and:
 
-1. joins the sandbox's cgroups and binds the executor's Unix socket (a host path the router reaches);
+1. joins the sandbox's cgroups, binds the executor's Unix socket (a host path the router reaches) and,
+   given a ``uid_base``, makes the sandbox's user namespace (:mod:`sandbox_image.userns`);
 2. unshares mount, UTS, IPC, network and PID namespaces and forks PID 1 of the new PID namespace;
-3. PID 1 mounts the overlay root (image read-only below, the sandbox's own layer above), the runtime
-   bundle read-only at ``/.grove``, a fresh ``/proc`` and a minimal ``/dev``, brings up ``lo`` in its
-   empty network namespace, ``pivot_root``s into the new root, and becomes the gunicorn arbiter of the
-   executor, serving on the inherited socket;
+3. PID 1 mounts the overlay root (the image read-only below — through an idmapped mount, so its files
+   are the sandbox root's — and the sandbox's own layer above), the runtime bundle read-only at
+   ``/.grove``, a fresh ``/proc`` and a minimal ``/dev``, brings up ``lo`` in its empty network
+   namespace, ``pivot_root``s into the new root, enters the user namespace (root inside is an
+   unprivileged id range on the host from here on), drops capabilities, installs the seccomp filter and
+   becomes the executor, serving on the inherited socket;
 4. the first process reports ``{"pid": <host pid of PID 1>}`` (or ``{"error": ...}``) and exits.
 
 Nothing is mounted in the host's namespace, so nothing can leak there: every mount dies with PID 1.
@@ -22,7 +25,7 @@ import stat
 import sys
 from typing import TYPE_CHECKING, Any
 
-from sandbox_image import linux, seccomp
+from sandbox_image import linux, seccomp, userns
 
 if TYPE_CHECKING:
     from executor.serve import ExecutorServer
@@ -62,6 +65,8 @@ def launch(config: dict[str, Any]) -> int:
     import executor.app
     import executor.serve  # noqa: F401
 
+    uid_base = config.get("uid_base")
+    userns_fd = userns.create(int(uid_base)) if uid_base is not None else None
     linux.unshare(
         linux.CLONE_NEWNS | linux.CLONE_NEWUTS | linux.CLONE_NEWIPC | linux.CLONE_NEWNET | linux.CLONE_NEWPID
     )
@@ -70,7 +75,7 @@ def launch(config: dict[str, Any]) -> int:
     if pid == 0:
         os.close(ready_r)
         try:
-            _setup(config)
+            _setup(config, userns_fd)
         except BaseException as exc:
             import traceback
 
@@ -104,26 +109,30 @@ def _bind(path: str) -> socket.socket:
     return sock
 
 
-def _setup(config: dict[str, Any]) -> None:
-    """PID 1, before serving: the root filesystem, devices, hostname, loopback, pivot_root."""
+def _setup(config: dict[str, Any], userns_fd: int | None) -> None:
+    """PID 1, before serving: the root filesystem, devices, hostname, loopback, pivot_root, then (with
+    ``userns_fd``) the sandbox's user namespace, and last the capability and system-call limits."""
     root = config["merged"]
     linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
-    opts = f"lowerdir={config['rootfs']},upperdir={config['upper']},workdir={config['work']}"
+    lower = config["rootfs"]
+    if userns_fd is not None:
+        # The image read through an idmapped mount: its root-owned files are the sandbox's root's.
+        lower = config["lower"]
+        linux.idmapped_bind(config["rootfs"], lower, userns_fd, readonly=True)
+    opts = f"lowerdir={lower},upperdir={config['upper']},workdir={config['work']}"
     linux.mount("overlay", root, "overlay", 0, opts)
     if config.get("bind_host_usr"):
         os.makedirs(f"{root}/usr", exist_ok=True)
-        linux.bind("/usr", f"{root}/usr", readonly=True)
+        if userns_fd is not None:
+            linux.idmapped_bind("/usr", f"{root}/usr", userns_fd, readonly=True)
+        else:
+            linux.bind("/usr", f"{root}/usr", readonly=True)
     os.makedirs(f"{root}{BUNDLE_MOUNT}", exist_ok=True)
     linux.bind(config["bundle"], f"{root}{BUNDLE_MOUNT}", readonly=True)
     os.makedirs(f"{root}/proc", exist_ok=True)
     linux.mount("proc", f"{root}/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
     _guard_proc(f"{root}/proc")
     _make_dev(f"{root}/dev")
-    for sub in ("tmp", "root"):
-        os.makedirs(f"{root}/{sub}", exist_ok=True)
-    os.chmod(f"{root}/tmp", 0o1777)
-    workdir = config["workdir"]
-    os.makedirs(f"{root}{workdir}", exist_ok=True)
     linux.sethostname(config["hostname"])
     linux.loopback_up()
     # pivot_root(".", ".") stacks the old root under the new one; detaching it leaves only the sandbox.
@@ -132,15 +141,23 @@ def _setup(config: dict[str, Any]) -> None:
     linux.umount2(".", linux.MNT_DETACH)
     os.chdir("/")
     _remap_sys_path(config["bundle"])
-    linux.drop_capabilities_for_children()
-    linux.set_undumpable()
     # The OOM killer must pick the sandbox's commands, never its executor: commands get the highest
-    # score (see command_oom_score_adj); lowering our own needs CAP_SYS_RESOURCE, which we may lack.
+    # score (see command_oom_score_adj); lowering our own needs CAP_SYS_RESOURCE on the host.
     try:
         with open("/proc/self/oom_score_adj", "w", encoding="ascii") as fh:
             fh.write("-1000")
     except PermissionError:
         pass
+    if userns_fd is not None:
+        # The last step that needs host privileges is done: from here on PID 1 is the sandbox's root,
+        # an unprivileged id on the host. What it creates below is its own.
+        userns.enter(userns_fd)
+    for sub in ("tmp", "root"):
+        os.makedirs(f"/{sub}", exist_ok=True)
+    os.chmod("/tmp", 0o1777)
+    os.makedirs(config["workdir"], exist_ok=True)
+    linux.drop_capabilities_for_children()
+    linux.set_undumpable()
     # Last: from here on the calls a sandbox never needs (mounts, modules, kexec, bpf, new user
     # namespaces, ...) fail with EPERM, for the executor and every command it starts.
     seccomp.install()

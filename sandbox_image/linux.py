@@ -14,6 +14,7 @@ CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
 
 MS_RDONLY = 1
 MS_NOSUID = 2
@@ -26,6 +27,19 @@ MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
 
 _SYS_PIVOT_ROOT = 155  # x86_64
+_SYS_OPEN_TREE = 428
+_SYS_MOVE_MOUNT = 429
+_SYS_MOUNT_SETATTR = 442
+_OPEN_TREE_CLONE = 1
+_OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+_AT_FDCWD = -100
+_AT_EMPTY_PATH = 0x1000
+_AT_RECURSIVE = 0x8000
+_MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_MOUNT_ATTR_RDONLY = 0x1
+_MOUNT_ATTR_NOSUID = 0x2
+_MOUNT_ATTR_NODEV = 0x4
+_MOUNT_ATTR_IDMAP = 0x100000
 _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
@@ -55,6 +69,48 @@ def bind(source: str, target: str, *, readonly: bool) -> None:
     mount(source, target, None, MS_BIND | MS_REC)
     if readonly:
         mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def idmapped_bind(source: str, target: str, userns_fd: int, *, readonly: bool) -> None:
+    """Bind ``source`` (recursively) on ``target`` with its owners shifted by the user namespace's id map.
+
+    ``open_tree(OPEN_TREE_CLONE)`` copies the tree as a detached mount, ``mount_setattr(MOUNT_ATTR_IDMAP)``
+    gives it the mapping (file owner 0 on disk reads as the namespace's root, and writes through it go
+    back to disk as 0), ``move_mount`` attaches it. The files on disk are untouched.
+    """
+    flags = _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE
+    tree = _libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, source.encode(), flags)
+    if tree < 0:
+        _check(-1, f"open_tree {source}")
+    try:
+        attr_set = _MOUNT_ATTR_IDMAP | (_MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV if readonly else 0)
+        attr = _MountAttr(attr_set, 0, 0, userns_fd)
+        _check(
+            _libc.syscall(
+                _SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH | _AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)
+            ),
+            f"idmap {source} (does its filesystem support idmapped mounts?)",
+        )
+        _check(
+            _libc.syscall(_SYS_MOVE_MOUNT, tree, b"", _AT_FDCWD, target.encode(), _MOVE_MOUNT_F_EMPTY_PATH),
+            f"move_mount {target}",
+        )
+    finally:
+        os.close(tree)
+
+
+def setns(fd: int, nstype: int) -> None:
+    """setns(2)."""
+    _check(_libc.setns(fd, nstype), "setns")
 
 
 def umount2(target: str, flags: int) -> None:

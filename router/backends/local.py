@@ -2,8 +2,9 @@
 
 Per sandbox: cgroups (memory, pids, cpu), a directory ``<state>/sandboxes/<id>/`` holding its writable
 layer (``upper``), overlay work dir, mount point and the executor's Unix socket, and one process tree
-started by :mod:`sandbox_image.init` from the runtime bundle. Scale-to-zero kills the tree and keeps the
-directory; resume starts a new tree over the same layer.
+started by :mod:`sandbox_image.init` from the runtime bundle, its root an unprivileged host id range
+(:mod:`router.local.uids`, recorded in the directory's ``userns`` file). Scale-to-zero kills the tree and
+keeps the directory; resume starts a new tree over the same layer, in the same id range.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from router.backends.base import Endpoint, SandboxSpec, Started
 from router.local import procs
 from router.local.cgroups import CgroupSet, Limits, instance_ids, remove_instance
 from router.local.images import Image, ImageStore
+from router.local.uids import UidRanges, shift_owners
 from router.local.zygote import Zygote
 from sandbox_image.bundle import Bundle, build_bundle
 
@@ -49,6 +51,7 @@ class LocalBackend:
         self._bundle: Bundle | None = None
         self._zygote_proc: Zygote | None = None
         self._starts = asyncio.Semaphore(concurrent_starts or _STARTS_PER_CPU * len(os.sched_getaffinity(0)))
+        self._uids: UidRanges | None = None
 
     async def open(self) -> None:
         """Build (or reuse) the runtime bundle and the default image."""
@@ -56,6 +59,7 @@ class LocalBackend:
             if any(c in str(path.resolve()) for c in ",:"):
                 raise Invalid(f"the state dir {path} may not contain ',' or ':' (overlayfs cannot take such paths)")
         self._sandboxes.mkdir(parents=True, exist_ok=True)
+        self._uids = await asyncio.to_thread(UidRanges, self._sandboxes)
         self._bundle = await asyncio.to_thread(build_bundle, self._state / "runtime")
         await asyncio.to_thread(self.images.ensure_default)
 
@@ -91,7 +95,7 @@ class LocalBackend:
         """Make the directories and cgroups, then start the tree."""
         image = self.images.get(spec.image)
         base = self._dir(spec.id)
-        for sub in ("upper", "work", "merged"):
+        for sub in ("upper", "work", "merged", "lower"):
             (base / sub).mkdir(parents=True, exist_ok=True)
         try:
             return await self._start(spec, image)
@@ -110,8 +114,9 @@ class LocalBackend:
             return await self._start_now(spec, image)
 
     async def _start_now(self, spec: SandboxSpec, image: Image) -> Started:
-        assert self._bundle is not None, "open() first"
+        assert self._bundle is not None and self._uids is not None, "open() first"
         base = self._dir(spec.id)
+        uid_base = await asyncio.to_thread(self._own_layer, base, spec.id)
         cgroups = CgroupSet(self.instance, spec.id)
         cgroups.create(Limits(memory_mb=spec.memory_mb, pids_max=spec.pids_max, cpu=spec.cpu))
         socket_path = base / "executor.sock"
@@ -120,6 +125,8 @@ class LocalBackend:
             "hostname": spec.id[:63],
             "rootfs": str(image.rootfs),
             "bind_host_usr": image.bind_host_usr,
+            "uid_base": uid_base,
+            "lower": str(base / "lower"),
             "upper": str(base / "upper"),
             "work": str(base / "work"),
             "merged": str(base / "merged"),
@@ -142,6 +149,19 @@ class LocalBackend:
         handle = {"pid": pid, "start_time": started}
         await self._wait_ready(socket_path, spec.id, base)
         return Started(Endpoint(f"unix:{socket_path}", spec.token), image.digest, handle)
+
+    def _own_layer(self, base: Path, sandbox_id: str) -> int:
+        """The sandbox's host id range, with its layer owned by the range's root (a layer made before
+        sandboxes had user namespaces is shifted into the range once)."""
+        assert self._uids is not None
+        legacy = not (base / "userns").exists()
+        uid_base = self._uids.base(sandbox_id)
+        (base / "lower").mkdir(exist_ok=True)
+        if legacy:
+            shift_owners(base / "upper", uid_base)
+        for sub in ("upper", "work"):
+            os.chown(base / sub, uid_base, uid_base)
+        return uid_base
 
     async def _wait_ready(self, socket_path: Path, sandbox_id: str, base: Path) -> None:
         # The socket listens before gunicorn runs, so one request waits in the backlog until the
@@ -186,6 +206,8 @@ class LocalBackend:
         except GroveError:
             raise
         await asyncio.to_thread(shutil.rmtree, self._dir(sandbox_id), True)
+        if self._uids is not None:
+            self._uids.release(sandbox_id)
 
     async def is_running(self, sandbox_id: str, handle: dict[str, Any]) -> bool:
         """Whether PID 1 of the sandbox still runs."""

@@ -178,9 +178,11 @@ class AsyncSandbox:
         stdin: bytes | str | None = None,
         timeout_s: float | None = None,
         max_output_bytes: int | None = None,
+        user: str | None = None,
     ) -> ExecResult:
-        """Run a command (a string runs under /bin/sh -c); safe to retry: it carries a request id."""
-        body = _exec_body(command, cwd, env, stdin, timeout_s, max_output_bytes)
+        """Run a command (a string runs under /bin/sh -c) as the sandbox's root, or as ``user`` (``name``,
+        ``uid``, ``name:group``, ``uid:gid``); safe to retry: it carries a request id."""
+        body = _exec_body(command, cwd, env, stdin, timeout_s, max_output_bytes, user)
         data = await self.client.request("POST", self._path("/exec"), msgpack_body=body, retry=True)
         return ExecResult.from_wire(data)
 
@@ -271,10 +273,11 @@ def _exec_body(
     stdin: bytes | str | None = None,
     timeout_s: float | None = None,
     max_output_bytes: int | None = None,
+    user: str | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"command": command, "request_id": uuid.uuid4().hex}
     for key, value in (("cwd", cwd), ("env", env), ("stdin", stdin), ("timeout_s", timeout_s),
-                       ("max_output_bytes", max_output_bytes)):
+                       ("max_output_bytes", max_output_bytes), ("user", user)):
         if value is not None:
             body[key] = value
     return body

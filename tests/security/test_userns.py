@@ -1,0 +1,166 @@
+"""Root inside is not root outside: each sandbox runs in its own user namespace, its root an
+unprivileged host id range that no other sandbox shares, over an image whose files stay the host's."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from router.client import Grove, Sandbox
+from router.local.uids import FLOOR
+from tests.router_fixtures import RouterProcess, cgroup_procs, wait_for
+
+RANGE = 65536
+
+
+def host_ids(pid: int) -> tuple[int, int]:
+    """A host process's real uid and gid."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        fields = dict(line.split(":", 1) for line in fh)
+    return int(fields["Uid"].split()[0]), int(fields["Gid"].split()[0])
+
+
+def uid_map(sb: Sandbox) -> list[int]:
+    result = sb.exec("cat /proc/self/uid_map")
+    assert result.exit_code == 0, result.stderr
+    return [int(n) for n in result.stdout.split()]
+
+
+@pytest.fixture(scope="module")
+def pair(router: RouterProcess) -> Iterator[tuple[Sandbox, Sandbox]]:
+    with router.client() as grove:
+        a, b = grove.create(heartbeat=False), grove.create(heartbeat=False)
+        try:
+            yield a, b
+        finally:
+            a.close()
+            b.close()
+
+
+def test_root_inside_maps_to_an_unprivileged_range_of_its_own(pair: tuple[Sandbox, Sandbox]) -> None:
+    a, b = pair
+    inside, base_a, count = uid_map(a)
+    assert (inside, count) == (0, RANGE)
+    _, base_b, _ = uid_map(b)
+    assert base_a >= FLOOR and base_b >= FLOOR
+    assert abs(base_a - base_b) >= RANGE  # no id in common
+    assert a.exec("id -u; id -g").stdout == b"0\n0\n"  # SWE tasks expect root inside
+
+
+def test_every_process_of_the_sandbox_is_unprivileged_on_the_host(
+    router: RouterProcess, pair: tuple[Sandbox, Sandbox]
+) -> None:
+    a, _ = pair
+    _, base, _ = uid_map(a)
+    a.exec("sleep 30 >/dev/null 2>&1 &")
+    pids = cgroup_procs(router.state_dir, a.id)
+    assert len(pids) >= 2  # the executor (PID 1) and the sleep
+    for pid in pids:
+        assert host_ids(pid) == (base, base), f"host pid {pid} runs as {host_ids(pid)}, not the sandbox's root"
+    a.exec("pkill sleep || true")
+
+
+def test_files_written_inside_belong_to_the_range_and_the_image_is_untouched(
+    router: RouterProcess, pair: tuple[Sandbox, Sandbox]
+) -> None:
+    a, _ = pair
+    _, base, _ = uid_map(a)
+    # Root inside owns the image's files (an idmapped mount) and can change them: copy-up works.
+    listing = a.exec("stat -c '%u %g' /etc/passwd / /workspace /tmp && echo extra >> /etc/passwd && "
+                     "touch /tmp/x && chown 1000:1000 /tmp/x && chmod 4755 /tmp/x")
+    assert listing.exit_code == 0, listing.stderr
+    assert listing.stdout == b"0 0\n0 0\n0 0\n0 0\n"
+    layer = router.state_dir / "sandboxes" / a.id / "upper"
+    assert (layer / "etc" / "passwd").stat().st_uid == base
+    made = (layer / "tmp" / "x").stat()
+    assert (made.st_uid, made.st_gid) == (base + 1000, base + 1000)
+    image_passwd = router.state_dir / "images" / "default"
+    found = [p for p in image_passwd.rglob("passwd") if p.parent.name == "etc"]
+    assert found, "the default image has an /etc/passwd"
+    for path in found:
+        assert path.stat().st_uid == 0 and b"extra" not in path.read_bytes()
+
+
+def test_root_inside_has_no_power_over_the_host_owned_namespaces(pair: tuple[Sandbox, Sandbox]) -> None:
+    a, _ = pair
+    # Owned by the host's user namespace: root inside cannot rename the host, touch the network
+    # or the kernel's knobs, even where a capability it holds would allow it in a namespace it owned.
+    probe = a.exec(
+        "hostname other 2>&1; echo rc=$?; "
+        "python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)\" "
+        "2>&1 | tail -1; "
+        "echo 1 > /proc/sys/net/ipv4/ip_forward 2>&1; echo rc=$?"
+    )
+    lines = probe.stdout.decode().splitlines()
+    assert lines[1] == "rc=1" and "PermissionError" in lines[2], lines  # hostname, raw socket
+    assert lines[-1] != "rc=0", lines  # /proc/sys
+    assert a.exec("hostname").stdout.decode().strip() == a.id[:63]
+
+
+def test_a_setuid_root_binary_gains_nothing_on_the_host(router: RouterProcess, pair: tuple[Sandbox, Sandbox]) -> None:
+    a, _ = pair
+    _, base, _ = uid_map(a)
+    made = a.exec("cp /bin/sleep /tmp/suid-sleep && chmod 4755 /tmp/suid-sleep")
+    assert made.exit_code == 0, made.stderr
+    # Run by nobody, a setuid-root program becomes the sandbox's root: on the host, still just `base`.
+    started = a.exec("/tmp/suid-sleep 30 >/dev/null 2>&1 & sleep 0.3", user="nobody")
+    assert started.exit_code == 0, started.stderr
+    found = []
+    for pid in cgroup_procs(router.state_dir, a.id):
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            fields = dict(line.split(":", 1) for line in fh)
+        if fields["Name"].strip() == "suid-sleep":
+            real, effective = (int(n) for n in fields["Uid"].split()[:2])
+            found.append((real, effective))
+    assert found == [(base + 65534, base)], found
+    a.exec("kill $(pidof suid-sleep) 2>/dev/null; true")
+
+
+def test_commands_run_as_another_user_on_request(grove: Grove, pair: tuple[Sandbox, Sandbox]) -> None:
+    a, _ = pair
+    assert a.exec("id", user="nobody").stdout.decode().startswith("uid=65534(nobody) gid=65534(nogroup)")
+    numeric = a.exec("id -u; id -g; echo $HOME; touch /workspace/mine 2>&1; echo rc=$?", user="1000:1000")
+    assert numeric.stdout.decode().splitlines()[:3] == ["1000", "1000", "/"], numeric.stdout
+    assert "rc=1" in numeric.stdout.decode()  # /workspace is root's
+    a.exec("mkdir -p /home/u && chown 1000:1000 /home/u")
+    made = a.exec("touch f && stat -c %u f", user="1000", cwd="/home/u")
+    assert made.stdout == b"1000\n", made.stderr
+    assert a.exec("id -u").stdout == b"0\n"  # the default stays root
+
+
+@pytest.mark.parametrize(
+    ("user", "needle"),
+    [
+        ("nosuchuser", "no user 'nosuchuser'"),
+        ("root:nosuchgroup", "no group 'nosuchgroup'"),
+        ("-1", "between 0 and 65535"),
+        ("70000", "between 0 and 65535"),
+        ("", "user"),
+        ("a:b:c", "user"),
+    ],
+)
+def test_a_bad_user_is_a_clear_error(pair: tuple[Sandbox, Sandbox], user: str, needle: str) -> None:
+    a, _ = pair
+    with pytest.raises(Exception) as caught:
+        a.exec("true", user=user)
+    status = getattr(caught.value, "status", None)
+    assert status in (400, 404, 422), repr(caught.value)
+    assert needle in str(caught.value), str(caught.value)
+
+
+def test_the_range_and_the_owners_survive_scale_to_zero(router: RouterProcess) -> None:
+    with router.client() as grove:
+        sb = grove.create(heartbeat=False, idle_timeout_s=1, heartbeat_timeout_s=60)
+        try:
+            before = uid_map(sb)
+            sb.exec("echo kept > /root/note && chown 7:7 /root/note")
+            wait_for(lambda: router.http("GET", f"/v1/sandboxes/{sb.id}").json()["status"] == "idle", 8, 0.1,
+                     "the sandbox to scale to zero")
+            assert uid_map(sb) == before  # woken by the call, in the same range
+            again = sb.exec("cat /root/note; stat -c '%u %g' /root/note; echo more >> /root/note")
+            assert again.stdout == b"kept\n7 7\n", again.stderr
+        finally:
+            sb.close()
+    assert not os.path.exists(router.state_dir / "sandboxes" / sb.id)
