@@ -164,3 +164,30 @@ def test_the_range_and_the_owners_survive_scale_to_zero(router: RouterProcess) -
         finally:
             sb.close()
     assert not os.path.exists(router.state_dir / "sandboxes" / sb.id)
+
+
+def test_a_layer_from_before_user_namespaces_is_shifted_into_the_range(fresh_router: RouterProcess) -> None:
+    router = fresh_router
+    with router.client() as grove:
+        sb = grove.create(heartbeat=False, idle_timeout_s=1, heartbeat_timeout_s=120)
+        sb.exec("echo old > /root/note && mkdir -p /home/u && touch /home/u/f && chown -R 1000:1000 /home/u")
+        wait_for(lambda: router.http("GET", f"/v1/sandboxes/{sb.id}").json()["status"] == "idle", 8, 0.1,
+                 "the sandbox to scale to zero")
+    router.stop()
+    # What an older grove left: no range file, a layer owned by plain host ids.
+    sandbox_dir = router.state_dir / "sandboxes" / sb.id
+    (sandbox_dir / "userns").unlink()
+    layer = sandbox_dir / "upper"
+    for path in [layer, *layer.rglob("*")]:
+        st = path.lstat()
+        os.lchown(path, st.st_uid % RANGE, st.st_gid % RANGE)
+    assert (layer / "home" / "u" / "f").stat().st_uid == 1000
+    router.start()
+    with router.client() as grove:
+        again = grove.attach(sb.id)
+        _, base, _ = uid_map(again)
+        seen = again.exec("cat /root/note; stat -c '%u %g' /root/note /home/u/f; echo new >> /root/note")
+        assert seen.stdout == b"old\n0 0\n1000 1000\n", seen.stderr
+        assert seen.exit_code == 0, seen.stderr
+        assert (layer / "home" / "u" / "f").stat().st_uid == base + 1000
+        again.close()
