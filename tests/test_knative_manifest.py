@@ -131,6 +131,19 @@ def test_serving_config_enables_what_the_template_uses() -> None:
     assert template["timeoutSeconds"] <= limit
 
 
+def test_a_runtime_class_puts_every_sandbox_under_it() -> None:
+    assert "runtimeClassName" not in build().service["spec"]["template"]["spec"]
+    objects = manifest.build(spec(), KnativeOptions(runtime_class="gvisor"), image="python:3.11-slim",
+                             snapshot_urls=None)
+    template = objects.service["spec"]["template"]["spec"]
+    assert template["runtimeClassName"] == "gvisor"
+    assert validate(objects.service, load_schema()) == []
+    assert serving_config()["config-features"]["kubernetes.podspec-runtimeclassname"] == "enabled"
+    for bad in ("gVisor", "-kata", "a_b", "x" * 254, ""):
+        with pytest.raises(Invalid, match="not a valid RuntimeClass name"):
+            KnativeOptions(runtime_class=bad)
+
+
 @pytest.mark.parametrize("fmt", ["yaml", "json"])
 def test_grove_knative_manifest_prints_what_a_create_makes(fmt: str) -> None:
     proc = subprocess.run(

@@ -35,6 +35,8 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--request-timeout", type=int, default=3600, help="timeoutSeconds of every revision")
     group.add_argument("--api-qps", type=float, default=20.0, help="Kubernetes create/delete calls per second")
     group.add_argument("--api-burst", type=int, default=40, help="Kubernetes calls allowed at once")
+    group.add_argument("--runtime-class", help="RuntimeClass of every sandbox pod (e.g. gvisor, kata): a kernel "
+                       "boundary between sandbox and node")
 
 
 def options_from_args(args: argparse.Namespace) -> KnativeOptions:
@@ -52,6 +54,7 @@ def options_from_args(args: argparse.Namespace) -> KnativeOptions:
         create_burst=args.api_burst,
         delete_qps=args.api_qps,
         delete_burst=args.api_burst,
+        runtime_class=args.runtime_class,
     )
 
 

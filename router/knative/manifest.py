@@ -184,6 +184,7 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
                     "initContainers": [init],
                     "containers": [container],
                     "volumes": [{"name": RUNTIME_VOLUME, "emptyDir": {}}],
+                    **({"runtimeClassName": options.runtime_class} if options.runtime_class else {}),
                 },
             }
         },

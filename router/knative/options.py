@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from grove.errors import Invalid
 
 DEFAULT_RUNTIME_IMAGE = "ghcr.io/grove-sandbox/grove-runtime:0.1.0"
 ENDPOINT_MODES = ("revision", "address", "pod")
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,10 @@ class KnativeOptions:
     """CPU request and limit of the init container."""
     init_memory: str = "128Mi"
     """Memory request and limit of the init container."""
+    runtime_class: str | None = None
+    """``runtimeClassName`` of every sandbox pod, e.g. ``gvisor`` or ``kata``: a kernel boundary between
+    sandbox and node, which namespaces alone (the local backend) cannot give. The RuntimeClass must exist
+    in the cluster, and Knative's ``kubernetes.podspec-runtimeclassname`` feature be enabled."""
 
     def __post_init__(self) -> None:
         if self.endpoint_mode not in ENDPOINT_MODES:
@@ -66,6 +72,11 @@ class KnativeOptions:
             raise Invalid("request timeout and progress deadline must be at least 1 s")
         if min(self.create_qps, self.delete_qps) <= 0 or min(self.create_burst, self.delete_burst) < 1:
             raise Invalid("rate limits need a positive rate and a burst of at least 1")
+        if self.runtime_class is not None and not _DNS_SUBDOMAIN.fullmatch(self.runtime_class):
+            raise Invalid(
+                f"runtime class {self.runtime_class!r} is not a valid RuntimeClass name "
+                "(lowercase letters, digits, '-' and '.', at most 253 characters)"
+            )
 
     def image_for(self, image: str) -> str:
         """The image reference to run for a requested image name."""
