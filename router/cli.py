@@ -1,4 +1,4 @@
-"""The ``grove`` command: ``up``, ``ls``, ``create``, ``exec``, ``cp``, ``rm``, ``image import|ls``."""
+"""The ``grove`` command: ``up``, ``ls``, ``create``, ``exec``, ``cp``, ``rm``, ``image import|ls|rm``."""
 
 from __future__ import annotations
 
@@ -161,13 +161,18 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_image(args: argparse.Namespace) -> int:
-    """Import and list local images (works on the state dir directly)."""
+    """Import, list and remove local images (works on the state dir directly)."""
     from router.local.images import ImageStore
 
     store = ImageStore(_state_dir(args) / "images")
     if args.image_cmd == "import":
         image = store.import_image(args.name, Path(args.source), force=args.force)
         print(f"imported {image.name} {image.digest}")
+        return 0
+    if args.image_cmd == "rm":
+        for name in args.names:
+            store.remove(name)
+            print(f"removed {name} (sandboxes made from it keep their copy until they are deleted)")
         return 0
     store.ensure_default()
     for image in store.list():
@@ -288,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("source")
     imp.add_argument("--force", action="store_true")
     isub.add_parser("ls", help="list images")
+    irm = isub.add_parser("rm", help="remove images (sandboxes made from one keep their copy)")
+    irm.add_argument("names", nargs="+")
     image.set_defaults(func=cmd_image)
 
     traj = sub.add_parser("trajectories", help="stored trajectories: ls, get, export")

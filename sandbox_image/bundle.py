@@ -347,12 +347,37 @@ def _swap_into_place(tmp: Path, dest: Path) -> None:
     if not dest.exists():
         tmp.rename(dest)
         return
-    # Two renames: a reader can miss `dest` for a moment, but never sees a mix of two bundles.
-    old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
-    old.rmdir()
-    dest.rename(old)
+    # Two renames: a reader can miss `dest` for a moment, but never sees a mix of two bundles. The old
+    # bundle is retired, not deleted: running sandboxes have it mounted and still load from it.
+    old_manifest = _read_manifest(dest)
+    old_stamp = old_manifest["stamp"] if old_manifest else "unknown"
+    retired = retired_path(dest, old_stamp)
+    if retired.exists():  # the same bundle retired before: this copy is not needed
+        doomed = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
+        doomed.rmdir()
+        dest.rename(doomed)
+        tmp.rename(dest)
+        shutil.rmtree(doomed, ignore_errors=True)
+        return
+    dest.rename(retired)
     tmp.rename(dest)
-    shutil.rmtree(old, ignore_errors=True)
+
+
+def retired_path(dest: Path, stamp: str) -> Path:
+    """Where the bundle with ``stamp`` lives once a newer one replaced it at ``dest``."""
+    return dest.parent / f".{dest.name}.retired-{stamp}"
+
+
+def collect_retired(dest: Path, keep: set[str]) -> list[str]:
+    """Delete the retired bundles beside ``dest`` whose stamp is not in ``keep`` (those running
+    sandboxes still use); return the stamps deleted."""
+    deleted = []
+    for path in dest.parent.glob(f".{dest.name}.retired-*"):
+        stamp = path.name.rsplit("-", 1)[1]
+        if stamp not in keep:
+            shutil.rmtree(path, ignore_errors=True)
+            deleted.append(stamp)
+    return deleted
 
 
 @contextlib.contextmanager

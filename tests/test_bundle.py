@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_image.bundle import GROVE_PACKAGES, MANIFEST, Bundle, build_bundle
+from sandbox_image.bundle import GROVE_PACKAGES, MANIFEST, Bundle, build_bundle, collect_retired
 
 REPO = Path(__file__).resolve().parent.parent
 BUSYBOX = Path("/bin/busybox")
@@ -101,7 +101,13 @@ def test_changed_source_rebuilds(tmp_path: Path) -> None:
     second = build_bundle(dest, repo_root=repo)
     assert second.stamp != first.stamp
     assert "MARKER = 1" in (dest / "lib/python3.11/site-packages/grove/__init__.py").read_text()
-    # Nothing of the two builds is left beside the bundle but the lock file.
+    # The first bundle is retired, not deleted (running sandboxes may have it mounted), until nothing
+    # uses it; nothing else of the two builds is left.
+    retired = f".runtime.retired-{first.stamp}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".runtime.lock", retired, "repo", "runtime"]
+    assert "MARKER" not in (tmp_path / retired / "lib/python3.11/site-packages/grove/__init__.py").read_text()
+    assert collect_retired(dest, keep={first.stamp}) == []
+    assert collect_retired(dest, keep={second.stamp}) == [first.stamp]
     assert sorted(p.name for p in tmp_path.iterdir()) == [".runtime.lock", "repo", "runtime"]
 
 

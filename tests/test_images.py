@@ -38,8 +38,15 @@ def busybox(tmp_path: Path) -> Path:
 
 
 def leftovers(store_root: Path) -> list[str]:
-    """Everything in the store's directory besides images and the lock file."""
-    return sorted(p.name for p in store_root.iterdir() if p.name != ".lock" and not (p / "image.json").exists())
+    """Everything in the store's directory besides images, the lock file and retired images."""
+    return sorted(p.name for p in store_root.iterdir()
+                  if p.name not in (".lock", ".retired") and not (p / "image.json").exists())
+
+
+def retired(store_root: Path) -> list[str]:
+    """Digests of the replaced or removed images kept for their sandboxes."""
+    root = store_root / ".retired"
+    return sorted(f"sha256:{p.name}" for p in root.iterdir()) if root.is_dir() else []
 
 
 def run_busybox(rootfs: Path, *args: str) -> str:

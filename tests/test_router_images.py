@@ -10,7 +10,7 @@ import pytest
 
 from router.client import Grove
 from tests.imagetools import make_busybox_rootfs, make_docker_save_tar, tar_directory
-from tests.router_fixtures import RouterProcess, error_of
+from tests.router_fixtures import RouterProcess, error_of, wait_for
 
 
 def _import(router: RouterProcess, name: str, source: Path) -> str:
@@ -90,3 +90,52 @@ def test_unknown_and_invalid_images(router: RouterProcess, busybox: str) -> None
     bad = router.cli("image", "import", "x", "/no/such/source")
     assert bad.returncode != 0 and b"/no/such/source" in bad.stderr
     assert router.http("GET", "/v1/sandboxes").json()["sandboxes"] == []
+
+
+def _versioned_rootfs(base: Path, version: str) -> Path:
+    rootfs = make_busybox_rootfs(base / f"v{version}")
+    (rootfs / "data").mkdir()
+    (rootfs / "data" / "version").write_text(f"{version}\n")
+    for n in range(20):  # files the running sandbox has not opened yet when the image is replaced
+        (rootfs / "data" / f"late-{n}").write_text(f"{version}-{n}\n")
+    return rootfs
+
+
+def _retired(router: RouterProcess) -> set[str]:
+    root = router.state_dir / "images" / ".retired"
+    return {f"sha256:{p.name}" for p in root.iterdir()} if root.is_dir() else set()
+
+
+def test_replacing_or_removing_an_image_leaves_its_sandboxes_their_own_version(
+    router: RouterProcess, grove: Grove, tmp_path: Path
+) -> None:
+    first = _import(router, "versioned", _versioned_rootfs(tmp_path, "1"))
+    old = grove.create("versioned", heartbeat=False, idle_timeout_s=1, heartbeat_timeout_s=120)
+    old.exec("echo mine > /root/mine")
+
+    done = router.cli("image", "import", "versioned", str(_versioned_rootfs(tmp_path, "2")), "--force")
+    assert done.returncode == 0, done.stderr.decode()
+    second = done.stdout.decode().split()[-1]
+    assert second != first and _retired(router) == {first}
+    new = grove.create("versioned", heartbeat=False)
+    assert new.exec("cat /data/version").stdout == b"2\n"
+    # The running sandbox keeps reading its own version, also files it had not touched yet.
+    assert old.exec("cat /data/version /data/late-7").stdout == b"1\n1-7\n"
+
+    # Scaled to zero and woken: the layer goes back over the version it was made on.
+    wait_for(lambda: router.http("GET", f"/v1/sandboxes/{old.id}").json()["status"] == "idle", 8, 0.1,
+             "the old sandbox to scale to zero")
+    assert old.exec("cat /data/version /data/late-9 /root/mine").stdout == b"1\n1-9\nmine\n"
+
+    removed = router.cli("image", "rm", "versioned")
+    assert removed.returncode == 0, removed.stderr.decode()
+    assert _retired(router) == {first, second}
+    assert new.exec("cat /data/late-3").stdout == b"2-3\n"
+    with pytest.raises(Exception) as gone:
+        grove.create("versioned", heartbeat=False)
+    assert getattr(gone.value, "status", None) == 404 and "no image 'versioned'" in str(gone.value)
+
+    old.close()  # its version is collected with it; the other stays for `new`
+    assert _retired(router) == {second}
+    new.close()
+    assert _retired(router) == set()

@@ -3,8 +3,11 @@ restarting them, and a new router collects what has no record."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -12,6 +15,7 @@ import pytest
 
 from grove.errors import Unavailable
 from router.client import Grove
+from sandbox_image.bundle import MANIFEST
 from tests.router_fixtures import RouterProcess, cgroup_procs, process_alive, sandbox_cgroups, wait_for
 
 
@@ -145,3 +149,28 @@ def test_dead_idle_and_orphaned_sandboxes_across_a_restart(fresh_router: RouterP
         assert died.status()["status"] == "ready"
         assert asleep.exec("cat /workspace/kept").stdout == b"asleep"
         assert asleep.status()["status"] == "ready"
+
+
+def test_a_new_runtime_bundle_leaves_running_sandboxes_theirs(fresh_router: RouterProcess) -> None:
+    """An upgrade rebuilds the runtime bundle at the next start; sandboxes still running keep the one they
+    have mounted (retired beside it, not deleted) until they stop."""
+    router = fresh_router
+    runtime = router.state_dir / "runtime"
+    with router.client() as grove:
+        sb = grove.create(heartbeat=False)
+        listing = sb.exec("ls /.grove/lib | wc -l").stdout
+        assert int(listing) > 5
+        router.stop()
+        old_stamp = json.loads((runtime / MANIFEST).read_text())["stamp"]
+        rebuilt = subprocess.run([sys.executable, "-m", "sandbox_image.bundle", "build", str(runtime), "--force"],
+                                 capture_output=True, text=True, timeout=600)
+        assert rebuilt.returncode == 0, rebuilt.stderr
+        retired = router.state_dir / f".runtime.retired-{old_stamp}"
+        assert retired.is_dir()
+        router.start()  # its collection at start keeps what the running sandbox uses
+        assert retired.is_dir()
+        # Every file of the old bundle is still there for the running sandbox, also ones it never opened.
+        assert sb.exec("ls /.grove/lib | wc -l").stdout == listing
+        assert sb.exec("cat /.grove/lib/python3.11/site-packages/grove/__init__.py >/dev/null").exit_code == 0
+        sb.close()
+    assert not retired.exists()

@@ -25,7 +25,7 @@ from router.local.cgroups import CgroupSet, Limits, instance_ids, remove_instanc
 from router.local.images import Image, ImageStore
 from router.local.uids import UidRanges, shift_owners
 from router.local.zygote import Zygote
-from sandbox_image.bundle import Bundle, build_bundle
+from sandbox_image.bundle import Bundle, build_bundle, collect_retired
 
 _READY_TIMEOUT_S = 30.0
 _STOP_TIMEOUT_S = 10.0
@@ -35,6 +35,10 @@ _STOP_TIMEOUT_S = 10.0
 # instead of failing. Measured with 500 at once on 2 CPUs: 1, 2, 4 and 8 per CPU give the same
 # throughput within noise; exec latency meanwhile grows with it (p50 25, 58, 146, 314 ms).
 _STARTS_PER_CPU = 2
+# Files in a sandbox's directory: the image digest its layer was made on (for its life) and the stamp of
+# the runtime bundle its running tree has mounted (while it runs).
+_IMAGE_FILE = "image"
+_BUNDLE_FILE = "bundle"
 
 
 class LocalBackend:
@@ -62,6 +66,7 @@ class LocalBackend:
         self._uids = await asyncio.to_thread(UidRanges, self._sandboxes)
         self._bundle = await asyncio.to_thread(build_bundle, self._state / "runtime")
         await asyncio.to_thread(self.images.ensure_default)
+        await asyncio.to_thread(self._collect_retired)
 
     def _zygote(self) -> Zygote:
         assert self._bundle is not None, "open() first"
@@ -97,6 +102,8 @@ class LocalBackend:
         base = self._dir(spec.id)
         for sub in ("upper", "work", "merged", "lower"):
             (base / sub).mkdir(parents=True, exist_ok=True)
+        # The layer belongs to this version of the image: resume uses it even if the name moves on.
+        (base / _IMAGE_FILE).write_text(image.digest + "\n", encoding="ascii")
         try:
             return await self._start(spec, image)
         except BaseException:
@@ -105,9 +112,16 @@ class LocalBackend:
 
     async def resume(self, spec: SandboxSpec, handle: dict[str, Any]) -> Started:
         """Start the tree again over the layer it left."""
-        if not self._dir(spec.id).is_dir():
+        base = self._dir(spec.id)
+        if not base.is_dir():
             raise NotFound(f"sandbox {spec.id} has no files left on this host; it cannot be resumed")
-        return await self._start(spec, self.images.get(spec.image))
+        try:
+            digest = (base / _IMAGE_FILE).read_text(encoding="ascii").strip()
+        except FileNotFoundError:  # made by a grove that did not record it
+            image = self.images.get(spec.image)
+        else:
+            image = self.images.version(spec.image, digest)
+        return await self._start(spec, image)
 
     async def _start(self, spec: SandboxSpec, image: Image) -> Started:
         async with self._starts:
@@ -120,6 +134,7 @@ class LocalBackend:
         cgroups = CgroupSet(self.instance, spec.id)
         cgroups.create(Limits(memory_mb=spec.memory_mb, pids_max=spec.pids_max, cpu=spec.cpu))
         socket_path = base / "executor.sock"
+        (base / _BUNDLE_FILE).write_text(self._bundle.stamp + "\n", encoding="ascii")
         config = {
             "id": spec.id,
             "hostname": spec.id[:63],
@@ -182,8 +197,10 @@ class LocalBackend:
     async def stop(self, sandbox_id: str, handle: dict[str, Any]) -> dict[str, Any]:
         """Kill the tree; keep the directory and cgroups."""
         await self._kill(sandbox_id, handle)
-        with contextlib.suppress(FileNotFoundError):
-            (self._dir(sandbox_id) / "executor.sock").unlink()
+        for name in ("executor.sock", _BUNDLE_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                (self._dir(sandbox_id) / name).unlink()
+        await asyncio.to_thread(self._collect_retired)
         return {}
 
     async def _kill(self, sandbox_id: str, handle: dict[str, Any]) -> None:
@@ -208,6 +225,24 @@ class LocalBackend:
         await asyncio.to_thread(shutil.rmtree, self._dir(sandbox_id), True)
         if self._uids is not None:
             self._uids.release(sandbox_id)
+        await asyncio.to_thread(self._collect_retired)
+
+    def _collect_retired(self) -> None:
+        """Delete replaced runtime bundles no running sandbox has mounted and replaced or removed images
+        no sandbox was made from. Nothing to do (one directory listing each) unless something was replaced."""
+        runtime = self._state / "runtime"
+        bundles = any(runtime.parent.glob(f".{runtime.name}.retired-*"))
+        if not bundles and not self.images.has_retired():
+            return
+        stamps: set[str] = set()
+        digests: set[str] = set()
+        for directory in self._sandboxes.iterdir():
+            for name, into in ((_BUNDLE_FILE, stamps), (_IMAGE_FILE, digests)):
+                with contextlib.suppress(OSError):
+                    into.add((directory / name).read_text(encoding="ascii").strip())
+        if bundles:
+            collect_retired(runtime, stamps)
+        self.images.collect_retired(digests)
 
     async def is_running(self, sandbox_id: str, handle: dict[str, Any]) -> bool:
         """Whether PID 1 of the sandbox still runs."""

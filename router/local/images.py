@@ -40,6 +40,8 @@ from router.local.rootfs_writer import CHUNK, DIR_FLAGS, MAX_DEPTH
 DEFAULT = "default"
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 _META = "image.json"
+_RETIRED = ".retired"
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 # Bumping this rebuilds every host's default image (its layout is code, not data).
 _DEFAULT_LAYOUT = 1
 _HOST_USR_LINKS = ("bin", "sbin", "lib", "lib64")
@@ -94,7 +96,7 @@ class ImageStore:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
         if replaced is not None:
-            shutil.rmtree(replaced)
+            self._retire(replaced / DEFAULT)
         return image
 
     def import_image(self, name: str, source: Path, *, force: bool = False) -> Image:
@@ -124,7 +126,7 @@ class ImageStore:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         if replaced is not None:
-            shutil.rmtree(replaced)
+            self._retire(replaced / name)
         return image
 
     def get(self, name: str) -> Image:
@@ -160,7 +162,59 @@ class ImageStore:
             # Renamed first so that no reader ever sees a half-deleted image.
             doomed = Path(tempfile.mkdtemp(prefix=f".rm-{name}-", dir=self._root))
             os.rename(self._root / name, doomed / name)
-        shutil.rmtree(doomed)
+        self._retire(doomed / name)
+
+    def version(self, name: str, digest: str) -> Image:
+        """The image ``name`` as it was at ``digest``: the current one, or the retired copy a sandbox
+        made from it keeps (an image replaced or removed while sandboxes use it stays until they are
+        gone). A sandbox must resume over the very layer it was made on."""
+        with suppress(NotFound):
+            current = self.get(name)
+            if current.digest == digest:
+                return current
+        retired = self._retired_dir(digest)
+        try:
+            meta = json.loads((retired / _META).read_text())
+        except FileNotFoundError:
+            raise Conflict(
+                f"image {name!r} was replaced or removed after this sandbox was made from it, and its "
+                f"original ({digest}) is gone; the sandbox cannot be resumed, delete it"
+            ) from None
+        return Image(name, retired / "rootfs", digest, meta["bind_host_usr"], meta["created_at"], meta["source"])
+
+    def collect_retired(self, keep: set[str]) -> builtins.list[str]:
+        """Delete retired images whose digest is not in ``keep`` (the digests sandboxes still use)."""
+        deleted = []
+        retired_root = self._root / _RETIRED
+        for path in retired_root.iterdir() if retired_root.is_dir() else ():
+            digest = f"sha256:{path.name}"
+            if digest not in keep:
+                shutil.rmtree(path, ignore_errors=True)
+                deleted.append(digest)
+        return deleted
+
+    def _retire(self, old: Path) -> None:
+        """Keep a replaced or removed image (``old``: its directory, already out of the store's names)
+        under ``.retired/<digest>`` for the sandboxes made from it; its parent temp dir goes."""
+        try:
+            digest = json.loads((old / _META).read_text())["digest"]
+            target = self._retired_dir(digest)
+            target.parent.mkdir(exist_ok=True)
+            if not target.exists():
+                os.rename(old, target)
+        except (OSError, ValueError, KeyError):
+            pass  # no readable digest: nothing could ask for it by digest
+        shutil.rmtree(old.parent, ignore_errors=True)
+
+    def has_retired(self) -> bool:
+        """Whether any retired image waits for its sandboxes to go (a cheap check before a collection)."""
+        retired_root = self._root / _RETIRED
+        return retired_root.is_dir() and any(retired_root.iterdir())
+
+    def _retired_dir(self, digest: str) -> Path:
+        if not _DIGEST.fullmatch(digest):
+            raise Invalid(f"not an image digest: {digest!r}")
+        return self._root / _RETIRED / digest.removeprefix("sha256:")
 
     def _names(self) -> builtins.list[str]:
         return sorted(p.name for p in self._root.iterdir() if _NAME.fullmatch(p.name) and (p / _META).exists())
