@@ -1,0 +1,268 @@
+"""Networking of local sandboxes with egress allowed: a routed point-to-point veth each, NAT, nftables.
+
+A sandbox with ``egress: deny`` (the default) keeps its empty network namespace and costs nothing here.
+One with ``egress: allow`` gets, once its PID 1 runs (before it is reported ready):
+
+- a slot of :data:`~router.local.egress_rules.SUBNET`: a /31, the host side ``gv<instance><slot>``
+  (even address), the sandbox side ``eth0`` inside its namespace (odd address, default route via the host
+  side); no bridge, so sandboxes share no link and each veth is filtered by its own name;
+- its rules in this router's table (:mod:`router.local.egress_rules`), applied atomically by ``nft -f -``;
+- forwarding on its host-side veth, and on each uplink the routes to its allowed networks use (return
+  traffic enters there). grove turns an uplink's forwarding on only with the guard rule in place, and
+  turns it off again when no grove table needs it any longer; an uplink whose forwarding the host's
+  admin had already turned on is left alone.
+
+The slot is recorded in ``<sandbox dir>/network.json`` with the PID 1 it was made for, so a restarted
+router finds what belongs to whom (:meth:`EgressNetwork.reconcile`). All changes happen under one
+host-wide lock, so routers on one host never hand out the same slot. A veth dies with its namespace (when
+PID 1 dies); rules and the record are removed by :meth:`EgressNetwork.detach`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import ipaddress
+import json
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from grove.errors import Unavailable
+from router.local import egress_rules as rules
+from router.local.egress_rules import SUBNET, Destination
+
+LOCK_PATH = Path("/run/grove/network.lock")
+RECORD = "network.json"
+_SLOTS = SUBNET.num_addresses // 2
+_TOOL_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+
+
+@dataclass(frozen=True)
+class Link:
+    """One sandbox's link, as recorded in its directory."""
+
+    slot: int
+    host_if: str
+    host_addr: str
+    sandbox_addr: str
+    pid: int
+    start_time: int
+
+
+class EgressNetwork:
+    """The veths and nftables table of one router instance."""
+
+    def __init__(self, instance: str) -> None:
+        self.instance = instance
+        self.table = rules.table(instance)
+        self.prefix = rules.prefix(instance)
+
+    # -- attach and detach (blocking: call them in a thread) ---------------------------------------
+
+    def attach(self, sandbox_dir: Path, pid: int, start_time: int, allow: list[Destination]) -> Link:
+        """Give the sandbox whose PID 1 is ``pid`` its veth and rules; record them in its directory."""
+        with _host_lock():
+            self._detach_locked(sandbox_dir)  # a record left by a start that no longer runs
+            slot = self._free_slot()
+            host = SUBNET.network_address + 2 * slot
+            link = Link(slot, f"{self.prefix}{slot:04x}", str(host), str(host + 1), pid, start_time)
+            uplinks = self._uplinks(allow)
+            # Forwarding already on: ours to share if a grove table turned it on, else the admin's.
+            turned_on = [d for d in uplinks if _forwarding(d) == "1"]
+            by_grove = set().union(*self._uplink_sets().values()) if turned_on else set()
+            flipped = [d for d in uplinks if _forwarding(d) == "0" or d in by_grove]
+            # The record first: whatever fails below, detach finds it and undoes the rest.
+            _write_json(sandbox_dir / RECORD, asdict(link))
+            script = [rules.base_rules(self.instance),
+                      rules.sandbox_rules(self.instance, slot, link.host_if, link.sandbox_addr, allow)]
+            script += [f'add element inet {self.table} uplinks {{ "{dev}" }}' for dev in flipped]
+            _nft("\n".join(script))
+            for dev in flipped:  # the guard rule is in place: forwarding here lets only grove's replies in
+                _set_forwarding(dev, "1")
+            _run(["ip", "link", "add", link.host_if, "type", "veth", "peer", "name", "eth0", "netns", str(pid)])
+            _sysctl(f"net/ipv6/conf/{link.host_if}/disable_ipv6", "1")
+            _sysctl(f"net/ipv4/conf/{link.host_if}/forwarding", "1")
+            _run(["ip", "-b", "-"], f"addr add {link.host_addr}/31 dev {link.host_if}\nlink set {link.host_if} up\n")
+            inside = (f"addr add {link.sandbox_addr}/31 dev eth0\nlink set eth0 up\n"
+                      f"route add default via {link.host_addr} dev eth0\n")
+            # Inside: no IPv6 on eth0 (so not even a link-local address), then the address and route.
+            _run(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "sh", "-c",
+                  "echo 1 > /proc/sys/net/ipv6/conf/eth0/disable_ipv6 && exec ip -b -"], inside)
+            return link
+
+    def detach(self, sandbox_dir: Path) -> None:
+        """Remove the sandbox's veth (if it outlived PID 1) and rules, and its record; absent is fine."""
+        if not (sandbox_dir / RECORD).exists():
+            return
+        with _host_lock():
+            self._detach_locked(sandbox_dir)
+
+    def _detach_locked(self, sandbox_dir: Path) -> None:
+        link = read_link(sandbox_dir)
+        if link is None:
+            return
+        if Path("/sys/class/net", link.host_if).exists():
+            _run(["ip", "link", "del", link.host_if], check=False)
+        state = self._state()
+        if state is not None and rules.chain(link.slot) in state["chains"]:
+            _nft(rules.remove_sandbox_rules(self.instance, link.slot, link.host_if)
+                 if link.host_if in state["sandboxes"] else
+                 f"delete chain inet {self.table} {rules.chain(link.slot)}")
+        (sandbox_dir / RECORD).unlink(missing_ok=True)
+        self._drop_table_if_unused()
+
+    def reconcile(self, sandbox_dirs: list[Path], alive: Callable[[int, int], bool]) -> None:
+        """After a restart: detach every recorded link whose PID 1 is gone (``alive(pid, start_time)``),
+        and remove rules that no record claims."""
+        with _host_lock():
+            claimed: set[int] = set()
+            for sandbox_dir in sandbox_dirs:
+                link = read_link(sandbox_dir)
+                if link is None:
+                    continue
+                if alive(link.pid, link.start_time):
+                    claimed.add(link.slot)
+                else:
+                    self._detach_locked(sandbox_dir)
+            state = self._state()
+            if state is None:
+                return
+            script = [f'delete element inet {self.table} sandboxes {{ "{name}" }}'
+                      for name in state["sandboxes"] if int(name[len(self.prefix):], 16) not in claimed]
+            script += [f"flush chain inet {self.table} {c}\ndelete chain inet {self.table} {c}"
+                       for c in state["chains"] if c.startswith("sb_") and int(c[3:], 16) not in claimed]
+            if script:
+                _nft("\n".join(script))
+            self._drop_table_if_unused()
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def _free_slot(self) -> int:
+        used = {int(name[-4:], 16) for name in os.listdir("/sys/class/net")
+                if name.startswith("gv") and len(name) == len(self.prefix) + 4 and _is_hex(name[-4:])}
+        state = self._state()
+        if state is not None:
+            used |= {int(c[3:], 16) for c in state["chains"] if c.startswith("sb_")}
+        for slot in range(_SLOTS):
+            if slot not in used:
+                return slot
+        raise Unavailable(f"all {_SLOTS} egress links of {SUBNET} are in use", retry_after=5)
+
+    def _uplinks(self, allow: list[Destination]) -> list[str]:
+        """The interfaces of the main table's routes into any allowed network (replies come back there)."""
+        out = _run(["ip", "-j", "-4", "route", "show", "table", "main"], check=False)
+        devs: set[str] = set()
+        for route in json.loads(out or "[]"):
+            dst, dev = route.get("dst", ""), route.get("dev", "")
+            try:
+                net = ipaddress.IPv4Network("0.0.0.0/0" if dst == "default" else dst)
+            except ValueError:
+                continue
+            if dev and any(net.overlaps(d.network) for d in allow):
+                devs.add(dev)
+        return sorted(d for d in devs if d != "lo" and not d.startswith("gv"))
+
+    def _state(self) -> dict[str, list[str]] | None:
+        """This router's table: its chains and the veths in its map (None if there is no table)."""
+        proc = subprocess.run(["nft", "-j", "list", "table", "inet", self.table], capture_output=True,
+                              text=True, env=_TOOL_ENV, check=False)
+        if proc.returncode != 0:
+            return None
+        chains: list[str] = []
+        sandboxes: list[str] = []
+        for item in json.loads(proc.stdout)["nftables"]:
+            if "chain" in item:
+                chains.append(item["chain"]["name"])
+            elif "map" in item and item["map"]["name"] == "sandboxes":
+                sandboxes += [e[0] for e in item["map"].get("elem", [])]
+        return {"chains": chains, "sandboxes": sandboxes}
+
+    def _uplink_sets(self) -> dict[str, set[str]]:
+        """Per grove table on this host (any router's): the uplinks whose forwarding it turned on."""
+        found: dict[str, set[str]] = {}
+        out = _run(["nft", "-j", "list", "tables", "inet"], check=False)
+        for item in json.loads(out or '{"nftables": []}')["nftables"]:
+            name = item.get("table", {}).get("name", "")
+            if not name.startswith("grove_"):
+                continue
+            listing = _run(["nft", "-j", "list", "set", "inet", name, "uplinks"], check=False)
+            found[name] = set()
+            for entry in json.loads(listing or '{"nftables": []}')["nftables"]:
+                if "set" in entry:
+                    found[name] |= {e for e in entry["set"].get("elem", []) if isinstance(e, str)}
+        return found
+
+    def _drop_table_if_unused(self) -> None:
+        """With no sandbox left in it, the table goes, and forwarding on uplinks no other grove table needs."""
+        state = self._state()
+        if state is None or state["sandboxes"] or any(c.startswith("sb_") for c in state["chains"]):
+            return
+        sets = self._uplink_sets()
+        ours = sets.pop(self.table, set())
+        for dev in ours - set().union(*sets.values()):
+            with contextlib.suppress(OSError):
+                _set_forwarding(dev, "0")
+        _nft(f"delete table inet {self.table}")
+
+
+def read_link(sandbox_dir: Path) -> Link | None:
+    """The sandbox's recorded link, or None."""
+    try:
+        return Link(**json.loads((sandbox_dir / RECORD).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+@contextlib.contextmanager
+def _host_lock() -> Iterator[None]:
+    LOCK_PATH.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(LOCK_PATH, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _run(argv: list[str], stdin: str | None = None, *, check: bool = True) -> str:
+    try:
+        proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=_TOOL_ENV, check=False)
+    except FileNotFoundError as exc:
+        raise Unavailable(f"egress networking needs {argv[0]!r} (Debian packages iproute2, nftables)") from exc
+    if check and proc.returncode != 0:
+        raise Unavailable(f"egress networking: {' '.join(argv[:4])} failed: {proc.stderr.strip()[:500]}")
+    return proc.stdout
+
+
+def _nft(script: str) -> None:
+    _run(["nft", "-f", "-"], script + "\n")
+
+
+def _sysctl(key: str, value: str) -> None:
+    with open(f"/proc/sys/{key}", "w", encoding="ascii") as fh:
+        fh.write(value)
+
+
+def _forwarding(dev: str) -> str:
+    try:
+        return Path(f"/proc/sys/net/ipv4/conf/{dev}/forwarding").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def _set_forwarding(dev: str, value: str) -> None:
+    _sysctl(f"net/ipv4/conf/{dev}/forwarding", value)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
