@@ -67,14 +67,11 @@ class EgressNetwork:
         """Give the sandbox whose PID 1 is ``pid`` its veth and rules; record them in its directory."""
         with _host_lock():
             self._detach_locked(sandbox_dir)  # a record left by a start that no longer runs
-            slot = self._free_slot()
+            state = self._state()
+            slot = self._free_slot(state)
             host = SUBNET.network_address + 2 * slot
             link = Link(slot, f"{self.prefix}{slot:04x}", str(host), str(host + 1), pid, start_time)
-            uplinks = self._uplinks(allow)
-            # Forwarding already on: ours to share if a grove table turned it on, else the admin's.
-            turned_on = [d for d in uplinks if _forwarding(d) == "1"]
-            by_grove = set().union(*self._uplink_sets().values()) if turned_on else set()
-            flipped = [d for d in uplinks if _forwarding(d) == "0" or d in by_grove]
+            flipped = self._uplinks_to_own(self._uplinks(allow), state)
             # The record first: whatever fails below, detach finds it and undoes the rest.
             _write_json(sandbox_dir / RECORD, asdict(link))
             script = [rules.base_rules(self.instance),
@@ -83,10 +80,10 @@ class EgressNetwork:
             _nft("\n".join(script))
             for dev in flipped:  # the guard rule is in place: forwarding here lets only grove's replies in
                 _set_forwarding(dev, "1")
-            _run(["ip", "link", "add", link.host_if, "type", "veth", "peer", "name", "eth0", "netns", str(pid)])
+            _run(["ip", "-b", "-"], f"link add {link.host_if} type veth peer name eth0 netns {pid}\n"
+                                    f"addr add {link.host_addr}/31 dev {link.host_if}\nlink set {link.host_if} up\n")
             _sysctl(f"net/ipv6/conf/{link.host_if}/disable_ipv6", "1")
             _sysctl(f"net/ipv4/conf/{link.host_if}/forwarding", "1")
-            _run(["ip", "-b", "-"], f"addr add {link.host_addr}/31 dev {link.host_if}\nlink set {link.host_if} up\n")
             inside = (f"addr add {link.sandbox_addr}/31 dev eth0\nlink set eth0 up\n"
                       f"route add default via {link.host_addr} dev eth0\n")
             # Inside: no IPv6 on eth0 (so not even a link-local address), then the address and route.
@@ -105,15 +102,12 @@ class EgressNetwork:
         link = read_link(sandbox_dir)
         if link is None:
             return
-        if Path("/sys/class/net", link.host_if).exists():
+        if Path("/sys/class/net", link.host_if).exists():  # PID 1's namespace may not be gone yet
             _run(["ip", "link", "del", link.host_if], check=False)
         state = self._state()
-        if state is not None and rules.chain(link.slot) in state["chains"]:
-            _nft(rules.remove_sandbox_rules(self.instance, link.slot, link.host_if)
-                 if link.host_if in state["sandboxes"] else
-                 f"delete chain inet {self.table} {rules.chain(link.slot)}")
+        if state is not None:
+            self._remove(state, {link.host_if}, {rules.chain(link.slot)})
         (sandbox_dir / RECORD).unlink(missing_ok=True)
-        self._drop_table_if_unused()
 
     def reconcile(self, sandbox_dirs: list[Path], alive: Callable[[int, int], bool]) -> None:
         """After a restart: detach every recorded link whose PID 1 is gone (``alive(pid, start_time)``),
@@ -122,35 +116,54 @@ class EgressNetwork:
             claimed: set[int] = set()
             for sandbox_dir in sandbox_dirs:
                 link = read_link(sandbox_dir)
-                if link is None:
-                    continue
-                if alive(link.pid, link.start_time):
+                if link is not None and alive(link.pid, link.start_time):
                     claimed.add(link.slot)
-                else:
+                elif link is not None:
                     self._detach_locked(sandbox_dir)
             state = self._state()
-            if state is None:
-                return
-            script = [f'delete element inet {self.table} sandboxes {{ "{name}" }}'
-                      for name in state["sandboxes"] if int(name[len(self.prefix):], 16) not in claimed]
-            script += [f"flush chain inet {self.table} {c}\ndelete chain inet {self.table} {c}"
-                       for c in state["chains"] if c.startswith("sb_") and int(c[3:], 16) not in claimed]
-            if script:
-                _nft("\n".join(script))
-            self._drop_table_if_unused()
+            if state is not None:
+                names = {n for n in state["sandboxes"] if _slot(n[len(self.prefix):]) not in claimed}
+                chains = {c for c in state["chains"] if c.startswith("sb_") and _slot(c[3:]) not in claimed}
+                self._remove(state, names, chains)
+
+    def _remove(self, state: dict[str, list[str]], names: set[str], chains: set[str]) -> None:
+        """Remove veths' map entries and chains in one transaction; the whole table if nothing is left
+        (and forwarding on the uplinks only this table needed)."""
+        left = [n for n in state["sandboxes"] if n not in names]
+        left += [c for c in state["chains"] if c.startswith("sb_") and c not in chains]
+        if not left:
+            sets = self._uplink_sets()
+            ours = sets.pop(self.table, set())
+            for dev in ours - set().union(*sets.values()):
+                with contextlib.suppress(OSError):
+                    _set_forwarding(dev, "0")
+            _nft(f"delete table inet {self.table}")
+            return
+        script = [f'delete element inet {self.table} sandboxes {{ "{n}" }}' for n in names if n in state["sandboxes"]]
+        script += [f"flush chain inet {self.table} {c}\ndelete chain inet {self.table} {c}"
+                   for c in chains if c in state["chains"]]
+        if script:
+            _nft("\n".join(script))
 
     # -- helpers ------------------------------------------------------------------------------------
 
-    def _free_slot(self) -> int:
-        used = {int(name[-4:], 16) for name in os.listdir("/sys/class/net")
-                if name.startswith("gv") and len(name) == len(self.prefix) + 4 and _is_hex(name[-4:])}
-        state = self._state()
+    def _free_slot(self, state: dict[str, list[str]] | None) -> int:
+        used = {_slot(name[-4:]) for name in os.listdir("/sys/class/net")
+                if name.startswith("gv") and len(name) == len(self.prefix) + 4}
         if state is not None:
-            used |= {int(c[3:], 16) for c in state["chains"] if c.startswith("sb_")}
+            used |= {_slot(c[3:]) for c in state["chains"] if c.startswith("sb_")}
         for slot in range(_SLOTS):
             if slot not in used:
                 return slot
         raise Unavailable(f"all {_SLOTS} egress links of {SUBNET} are in use", retry_after=5)
+
+    def _uplinks_to_own(self, uplinks: list[str], state: dict[str, list[str]] | None) -> list[str]:
+        """Of the uplinks, those whose forwarding grove turns (or has turned) on: forwarding off now, or on
+        because a grove table turned it on. One the host's admin turned on is not grove's to touch."""
+        ours = set(state["uplinks"]) if state is not None else set()
+        on = [d for d in uplinks if _forwarding(d) == "1" and d not in ours]
+        by_grove = set().union(*self._uplink_sets().values()) if on else set()
+        return [d for d in uplinks if _forwarding(d) == "0" or d in ours or d in by_grove]
 
     def _uplinks(self, allow: list[Destination]) -> list[str]:
         """The interfaces of the main table's routes into any allowed network (replies come back there)."""
@@ -167,19 +180,20 @@ class EgressNetwork:
         return sorted(d for d in devs if d != "lo" and not d.startswith("gv"))
 
     def _state(self) -> dict[str, list[str]] | None:
-        """This router's table: its chains and the veths in its map (None if there is no table)."""
+        """This router's table: its chains, the veths in its map, its uplinks (None if there is no table)."""
         proc = subprocess.run(["nft", "-j", "list", "table", "inet", self.table], capture_output=True,
                               text=True, env=_TOOL_ENV, check=False)
         if proc.returncode != 0:
             return None
-        chains: list[str] = []
-        sandboxes: list[str] = []
+        found: dict[str, list[str]] = {"chains": [], "sandboxes": [], "uplinks": []}
         for item in json.loads(proc.stdout)["nftables"]:
             if "chain" in item:
-                chains.append(item["chain"]["name"])
+                found["chains"].append(item["chain"]["name"])
             elif "map" in item and item["map"]["name"] == "sandboxes":
-                sandboxes += [e[0] for e in item["map"].get("elem", [])]
-        return {"chains": chains, "sandboxes": sandboxes}
+                found["sandboxes"] += [e[0] for e in item["map"].get("elem", [])]
+            elif "set" in item and item["set"]["name"] == "uplinks":
+                found["uplinks"] += [e for e in item["set"].get("elem", []) if isinstance(e, str)]
+        return found
 
     def _uplink_sets(self) -> dict[str, set[str]]:
         """Per grove table on this host (any router's): the uplinks whose forwarding it turned on."""
@@ -195,18 +209,6 @@ class EgressNetwork:
                 if "set" in entry:
                     found[name] |= {e for e in entry["set"].get("elem", []) if isinstance(e, str)}
         return found
-
-    def _drop_table_if_unused(self) -> None:
-        """With no sandbox left in it, the table goes, and forwarding on uplinks no other grove table needs."""
-        state = self._state()
-        if state is None or state["sandboxes"] or any(c.startswith("sb_") for c in state["chains"]):
-            return
-        sets = self._uplink_sets()
-        ours = sets.pop(self.table, set())
-        for dev in ours - set().union(*sets.values()):
-            with contextlib.suppress(OSError):
-                _set_forwarding(dev, "0")
-        _nft(f"delete table inet {self.table}")
 
 
 def read_link(sandbox_dir: Path) -> Link | None:
@@ -264,5 +266,6 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _is_hex(text: str) -> bool:
-    return all(c in "0123456789abcdef" for c in text)
+def _slot(text: str) -> int:
+    """A slot from its 4 hex digits (-1 for a name that is not one of grove's)."""
+    return int(text, 16) if len(text) == 4 and all(c in "0123456789abcdef" for c in text) else -1
