@@ -5,7 +5,8 @@
 UDP echo on two, logging every connection and datagram. The metadata address is routed there only for
 packets from grove's sandbox subnet (a policy rule), so the host's own metadata route is untouched and a
 blocked attempt is grove's rule at work, not a missing route. Everything the tests make is removed at
-the end, also when a test fails.
+the end, also when a test fails. Two runs of this module at once on one host would share those
+addresses: the fixture refuses to start when 198.51.100.2 is already routed.
 """
 
 from __future__ import annotations
@@ -117,6 +118,9 @@ def internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Internet]:
     tag = secrets.token_hex(3)
     net = Internet(f"grove-egress-{tag}", f"gteg{tag}", tmp_path_factory.mktemp("internet") / "server.log")
     server: subprocess.Popen[bytes] | None = None
+    taken = _ip("-4", "route", "show", "table", "all", "to", "match", SERVER).stdout.split("\n")
+    if any(line and not line.startswith(("default", "broadcast", "local")) for line in taken):
+        pytest.fail(f"{SERVER} is already routed on this host (another run of this module?): {taken}")
     try:
         _ip("netns", "add", net.netns)
         _ip("link", "add", net.veth, "type", "veth", "peer", "name", "eth0", "netns", net.netns)
@@ -282,7 +286,7 @@ def test_the_sandbox_cannot_change_its_network(router: RouterProcess, internet: 
             before = sb.exec("cat /proc/net/route; ip -4 -o addr").stdout
             for command in ("ip addr add 198.51.100.50/24 dev eth0", "ip route add 10.0.0.0/8 dev eth0",
                             "ip route del default", "ip link set eth0 down", "ip link add x type dummy",
-                            "echo 1 > /proc/sys/net/ipv4/ip_forward",
+                            "nft add table inet grove_evil", "echo 1 > /proc/sys/net/ipv4/ip_forward",
                             "echo 0 > /proc/sys/net/ipv6/conf/eth0/disable_ipv6"):
                 r = sb.exec(command)
                 assert r.exit_code != 0, (command, r.stdout, r.stderr)
