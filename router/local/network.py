@@ -74,8 +74,9 @@ class EgressNetwork:
             flipped = self._uplinks_to_own(self._uplinks(allow), state)
             # The record first: whatever fails below, detach finds it and undoes the rest.
             _write_json(sandbox_dir / RECORD, asdict(link))
-            script = [rules.base_rules(self.instance),
-                      rules.sandbox_rules(self.instance, slot, link.host_if, link.sandbox_addr, allow)]
+            # The base chains only with a new table: re-declaring them costs a kernel commit of its own.
+            script = [] if state is not None else [rules.base_rules(self.instance)]
+            script.append(rules.sandbox_rules(self.instance, slot, link.host_if, link.sandbox_addr, allow))
             script += [f'add element inet {self.table} uplinks {{ "{dev}" }}' for dev in flipped]
             _nft("\n".join(script))
             for dev in flipped:  # the guard rule is in place: forwarding here lets only grove's replies in
