@@ -65,6 +65,12 @@ class EgressNetwork:
 
     def attach(self, sandbox_dir: Path, pid: int, start_time: int, allow: list[Destination]) -> Link:
         """Give the sandbox whose PID 1 is ``pid`` its veth and rules; record them in its directory."""
+        try:
+            return self._attach(sandbox_dir, pid, start_time, allow)
+        except OSError as exc:  # a sysctl or the record: the caller undoes the rest with detach
+            raise Unavailable(f"egress networking of the sandbox failed: {exc}") from exc
+
+    def _attach(self, sandbox_dir: Path, pid: int, start_time: int, allow: list[Destination]) -> Link:
         with _host_lock():
             self._detach_locked(sandbox_dir)  # a record left by a start that no longer runs
             state = self._state()
@@ -83,13 +89,15 @@ class EgressNetwork:
                 _set_forwarding(dev, "1")
             _run(["ip", "-b", "-"], f"link add {link.host_if} type veth peer name eth0 netns {pid}\n"
                                     f"addr add {link.host_addr}/31 dev {link.host_if}\nlink set {link.host_if} up\n")
-            _sysctl(f"net/ipv6/conf/{link.host_if}/disable_ipv6", "1")
+            if Path("/proc/sys/net/ipv6").is_dir():  # a kernel without IPv6 needs nothing disabled
+                _sysctl(f"net/ipv6/conf/{link.host_if}/disable_ipv6", "1")
             _sysctl(f"net/ipv4/conf/{link.host_if}/forwarding", "1")
             inside = (f"addr add {link.sandbox_addr}/31 dev eth0\nlink set eth0 up\n"
                       f"route add default via {link.host_addr} dev eth0\n")
             # Inside: no IPv6 on eth0 (so not even a link-local address), then the address and route.
+            v6 = "/proc/sys/net/ipv6/conf/eth0/disable_ipv6"
             _run(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "sh", "-c",
-                  "echo 1 > /proc/sys/net/ipv6/conf/eth0/disable_ipv6 && exec ip -b -"], inside)
+                  f"if [ -e {v6} ]; then echo 1 > {v6} || exit 1; fi; exec ip -b -"], inside)
             return link
 
     def detach(self, sandbox_dir: Path) -> None:
@@ -182,8 +190,11 @@ class EgressNetwork:
 
     def _state(self) -> dict[str, list[str]] | None:
         """This router's table: its chains, the veths in its map, its uplinks (None if there is no table)."""
-        proc = subprocess.run(["nft", "-j", "list", "table", "inet", self.table], capture_output=True,
-                              text=True, env=_TOOL_ENV, check=False)
+        try:
+            proc = subprocess.run(["nft", "-j", "list", "table", "inet", self.table], capture_output=True,
+                                  text=True, env=_TOOL_ENV, check=False)
+        except FileNotFoundError as exc:
+            raise Unavailable("egress networking needs 'nft' (Debian package nftables)") from exc
         if proc.returncode != 0:
             return None
         found: dict[str, list[str]] = {"chains": [], "sandboxes": [], "uplinks": []}
