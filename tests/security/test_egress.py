@@ -393,3 +393,57 @@ def test_router_restart_keeps_networking_and_collects_orphans(
     while egress_veths(router.state_dir) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not egress_veths(router.state_dir) and not egress_table_exists(router.state_dir)
+
+
+BYSTANDER_SIDE, BYSTANDER = "203.0.113.1", "203.0.113.2"
+
+
+@contextlib.contextmanager
+def bystander_network(log_path: Path) -> Iterator[str]:
+    """A second test network (203.0.113.0/24) behind the host, with a TCP listener logging connections."""
+    tag = secrets.token_hex(3)
+    netns, veth = f"grove-bystander-{tag}", f"gtby{tag}"
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        _ip("netns", "add", netns)
+        _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
+        _ip("addr", "add", f"{BYSTANDER_SIDE}/24", "dev", veth)
+        _ip("link", "set", veth, "up")
+        inside = (f"addr add {BYSTANDER}/24 dev eth0\nlink set lo up\nlink set eth0 up\n"
+                  f"route add default via {BYSTANDER_SIDE}\n")
+        subprocess.run(["ip", "-n", netns, "-b", "-"], input=inside, text=True, check=True)
+        with open(log_path, "wb") as log:
+            server = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-c", _SERVER],
+                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        wait_for(lambda: "ready" in log_path.read_text(), 10, what="the bystander's listener")
+        yield netns
+    finally:
+        if server is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=10)
+        _ip("link", "del", veth, check=False)
+        _ip("netns", "del", netns, check=False)
+
+
+def test_an_uplink_with_forwarding_on_forwards_nothing_but_grove_replies(
+    router: RouterProcess, internet: Internet, tmp_path: Path
+) -> None:
+    forwarding = Path(f"/proc/sys/net/ipv4/conf/{internet.veth}/forwarding")
+    with router.client() as client, bystander_network(tmp_path / "bystander.log"):
+        sb = client.create(heartbeat=False, network={"egress": "allow", "allow": [f"{SERVER}/32:{PORT}"]})
+        try:
+            assert forwarding.read_text().strip() == "1"  # grove turned it on for the replies
+            # The kernel would now route a packet from "the internet" on to the bystander network ...
+            route = _ip("route", "get", BYSTANDER, "from", SERVER, "iif", internet.veth).stdout
+            assert "dev gtby" in route, route
+            # ... but grove's guard drops it: the host forwards nothing it did not forward before. (UDP: one
+            # datagram is enough to arrive; no reply, which the bystander's own link would not forward, needed.)
+            send = (f"import socket, time\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                    f"for _ in range(3):\n    s.sendto(b'through', ('{BYSTANDER}', {PORT})); time.sleep(0.2)\n")
+            subprocess.run(["ip", "netns", "exec", internet.netns, sys.executable, "-c", send], check=True, timeout=30)
+            time.sleep(0.5)
+            assert (tmp_path / "bystander.log").read_text().split() == ["ready"]
+            assert probe(sb, ("tcp", SERVER, PORT))[("tcp", SERVER, PORT)][0] == "connected"  # replies still pass
+        finally:
+            sb.close()
