@@ -32,6 +32,7 @@ import pytest
 
 from router.backends.local import LocalBackend
 from router.client import Grove, Sandbox
+from router.local import egress_rules
 from tests.conftest import free_tcp_port
 from tests.executor_fixtures import MSGPACK, Reply, processes_with
 
@@ -112,7 +113,24 @@ def leaks(state_dir: Path) -> list[str]:
     sandboxes = state_dir / "sandboxes"
     if sandboxes.is_dir():
         found += [f"sandbox dir {p}" for p in sandboxes.iterdir()]
+    found += [f"egress veth {name}" for name in egress_veths(state_dir)]
+    if egress_table_exists(state_dir):
+        found.append(f"nftables table inet {egress_rules.table(instance_of(state_dir))}")
     return found
+
+
+def egress_veths(state_dir: Path) -> list[str]:
+    """Host-side veths of the state dir's router (sandboxes with egress allowed)."""
+    prefix = egress_rules.prefix(instance_of(state_dir))
+    return sorted(name for name in os.listdir("/sys/class/net") if name.startswith(prefix))
+
+
+def egress_table_exists(state_dir: Path) -> bool:
+    """Whether the state dir's router has its nftables table on this host."""
+    if shutil.which("nft") is None:
+        return False
+    argv = ["nft", "list", "table", "inet", egress_rules.table(instance_of(state_dir))]
+    return subprocess.run(argv, capture_output=True, check=False).returncode == 0
 
 
 def _cmdline(pid: int) -> str:
@@ -144,6 +162,11 @@ def force_cleanup(state_dir: Path) -> None:
     for parent in instance_cgroups(state_dir):
         with contextlib.suppress(OSError):
             parent.rmdir()
+    for name in egress_veths(state_dir):
+        subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+    if egress_table_exists(state_dir):
+        argv = ["nft", "delete", "table", "inet", egress_rules.table(instance_of(state_dir))]
+        subprocess.run(argv, capture_output=True, check=False)
     shutil.rmtree(state_dir, ignore_errors=True)
 
 

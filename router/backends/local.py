@@ -22,7 +22,9 @@ from grove.errors import BadGateway, GroveError, Invalid, NotFound, Unavailable
 from router.backends.base import Endpoint, SandboxSpec, Started
 from router.local import procs
 from router.local.cgroups import CgroupSet, Limits, instance_ids, remove_instance
+from router.local.egress_rules import parse_allow
 from router.local.images import Image, ImageStore
+from router.local.network import EgressNetwork
 from router.local.uids import UidRanges, shift_owners
 from router.local.zygote import Zygote
 from sandbox_image.bundle import Bundle, build_bundle, collect_retired
@@ -53,6 +55,7 @@ class LocalBackend:
         # Derived from the state dir, so a restarted router finds its own cgroups and no one else's.
         self.instance = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]
         self._bundle: Bundle | None = None
+        self.network = EgressNetwork(self.instance)
         self._zygote_proc: Zygote | None = None
         self._starts = asyncio.Semaphore(concurrent_starts or _STARTS_PER_CPU * len(os.sched_getaffinity(0)))
         self._uids: UidRanges | None = None
@@ -85,12 +88,9 @@ class LocalBackend:
         return self._sandboxes / sandbox_id
 
     def check(self, spec: SandboxSpec) -> None:
-        """Egress allow-lists need the bridge and NAT rules the local backend does not have yet."""
-        if spec.network.egress != "deny":
-            raise Invalid(
-                "network egress 'allow' is not available on the local backend yet (its sandboxes have no "
-                "network at all); use {\"egress\": \"deny\"} or the knative backend"
-            )
+        """Refuse a malformed egress allow-list (``Invalid`` naming the entry)."""
+        if spec.network.egress == "allow":
+            parse_allow(spec.network.allow)
 
     async def image_digest(self, image: str) -> str:
         """The digest of a local image (NotFound names the images there are)."""
@@ -162,6 +162,8 @@ class LocalBackend:
         if started is None:
             raise BadGateway(f"sandbox {spec.id} exited right after it started; see {base / 'executor.log'}")
         handle = {"pid": pid, "start_time": started}
+        if spec.network.egress == "allow":  # before ready: a sandbox never answers without its network
+            await self._attach_network(spec, base, handle)
         await self._wait_ready(socket_path, spec.id, base)
         return Started(Endpoint(f"unix:{socket_path}", spec.token), image.digest, handle)
 
@@ -177,6 +179,16 @@ class LocalBackend:
         for sub in ("upper", "work"):
             os.chown(base / sub, uid_base, uid_base)
         return uid_base
+
+    async def _attach_network(self, spec: SandboxSpec, base: Path, handle: dict[str, Any]) -> None:
+        try:
+            await asyncio.to_thread(
+                self.network.attach, base, handle["pid"], handle["start_time"], parse_allow(spec.network.allow)
+            )
+        except BaseException:
+            await self._kill(spec.id, handle)
+            await asyncio.to_thread(self.network.detach, base)
+            raise
 
     async def _wait_ready(self, socket_path: Path, sandbox_id: str, base: Path) -> None:
         # The socket listens before gunicorn runs, so one request waits in the backlog until the
@@ -197,6 +209,7 @@ class LocalBackend:
     async def stop(self, sandbox_id: str, handle: dict[str, Any]) -> dict[str, Any]:
         """Kill the tree; keep the directory and cgroups."""
         await self._kill(sandbox_id, handle)
+        await asyncio.to_thread(self.network.detach, self._dir(sandbox_id))
         for name in ("executor.sock", _BUNDLE_FILE):
             with contextlib.suppress(FileNotFoundError):
                 (self._dir(sandbox_id) / name).unlink()
@@ -218,6 +231,7 @@ class LocalBackend:
     async def delete(self, sandbox_id: str, handle: dict[str, Any]) -> None:
         """Kill the tree, remove cgroups and files."""
         await self._kill(sandbox_id, handle)
+        await asyncio.to_thread(self.network.detach, self._dir(sandbox_id))
         try:
             await asyncio.to_thread(CgroupSet(self.instance, sandbox_id).destroy)
         except GroveError:
@@ -257,6 +271,10 @@ class LocalBackend:
         orphans = sorted(found - known_ids)
         for sandbox_id in orphans:
             await self.delete(sandbox_id, {})
+        # Egress links of sandboxes that stopped while no router watched, and rules no sandbox claims.
+        if self._sandboxes.is_dir():
+            dirs = [p for p in self._sandboxes.iterdir() if p.is_dir()]
+            await asyncio.to_thread(self.network.reconcile, dirs, procs.alive)
         return orphans
 
 
