@@ -18,6 +18,7 @@ BENCHMARKS = {
     "router": "perf.bench_router",
     "record": "perf.bench_record",
     "burst": "perf.bench_burst",
+    "noisy": "perf.bench_noisy",
     "knative": "perf.knative_calls",
 }
 

@@ -7,6 +7,7 @@ journal after the answer is sent. Neither calls the backend, except to wake a sa
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -15,12 +16,13 @@ import msgpack
 from aiohttp import web
 
 from grove import wire
-from grove.errors import TooLarge
+from grove.errors import TooLarge, Unavailable
 from router.proxy import forward
 from router.pushing import artifact_key, push_artifacts
 from router.registry import SandboxRecord
 from router.service import SandboxService
 
+log = logging.getLogger("grove.router")
 MAX_EXEC_BODY = 256 * 1024 * 1024
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -88,9 +90,23 @@ async def exec_handler(request: web.Request) -> web.StreamResponse:
                 step[f"{stream}_artifact"] = artifact_key(record.id, path)
         service.record_step(record, step)
         if full:
-            # The full text of a truncated output goes to S3 beside the step that links it.
-            service.background(push_artifacts(service, record, full), f"full output of {record.id}")
+            # The full text of a truncated output goes to S3 beside the step that links it, at the pace
+            # of the router's budget for it (the host, not the sandbox, pays for storing it).
+            size = sum(int(step.get(f"{s}_bytes") or 0) for s in ("stdout", "stderr") if step.get(f"{s}_file"))
+            service.background(_store_full_output(service, record, full, size), f"full output of {record.id}")
     return response
+
+
+async def _store_full_output(service: SandboxService, record: SandboxRecord, paths: list[str], size: int) -> None:
+    try:
+        waited = await service.full_outputs.spend(size)
+    except Unavailable:
+        log.warning("full output of %s not stored, the router stopped first; it stays in the sandbox: %s",
+                    record.id, ", ".join(paths))
+        return
+    if waited and record.status == "deleted":
+        return  # its files went with it while this waited its turn
+    await push_artifacts(service, record, paths)
 
 
 _REMEMBERED_REQUESTS = 4096

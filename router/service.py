@@ -15,6 +15,7 @@ from grove.errors import BadGateway, Conflict, GroveError, InternalError, Invali
 from router.backends.base import Backend, Endpoint
 from router.journal import Journal
 from router.models import CreateRequest
+from router.outflow import ByteBudget
 from router.proxy import StreamAborted, Upstreams
 from router.registry import Registry, SandboxRecord, new_id
 from router.settings import RouterSettings
@@ -57,6 +58,8 @@ class SandboxService:
         self._creating: dict[str, asyncio.Task[None]] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self.full_outputs = ByteBudget(settings.full_output_bytes_per_s, settings.full_output_burst_bytes)
+        """Paces the background stores of truncated commands' full outputs (host CPU a sandbox cannot pay)."""
 
     # -- start and stop ------------------------------------------------------------------------------
 
@@ -97,6 +100,7 @@ class SandboxService:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
+        self.full_outputs.close()  # stores still waiting their turn are not worth a slow shutdown
         for task in [*self._creating.values(), *self._background]:
             with contextlib.suppress(BaseException):
                 await task

@@ -29,6 +29,11 @@ class RouterSettings:
     """Largest lifecycle request body (data-path bodies are streamed, capped by the executor)."""
     max_sandboxes: int = 5000
     """Most live sandboxes at once (503 with Retry-After beyond)."""
+    full_output_bytes_per_s: float = 8 * 1024 * 1024
+    """Pace at which the full outputs of truncated commands are stored, all sandboxes together: storing
+    costs host CPU outside the sandboxes' quotas (see ``router/outflow.py``)."""
+    full_output_burst_bytes: int = 64 * 1024 * 1024
+    """Full output stored at once before that pace applies."""
     s3: S3Config | None = None
     """Object storage for trajectories and artifacts; None starts an embedded S3 server on loopback."""
     knative: KnativeOptions | None = None

@@ -6,9 +6,13 @@ After each, the sandbox still answers and the host is fine.
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 from router.client import Grove
+from router.local.hogs import HOG_SHARES, NORMAL_SHARES, RELEASE_S
 from tests.router_fixtures import CGROUP_ROOT, RouterProcess, error_of, instance_of
 
 CPU_PROBE = (
@@ -97,3 +101,43 @@ def test_cpu_quota(router: RouterProcess, grove: Grove) -> None:
     assert fast_cpu > slow_cpu * 1.8, (slow_cpu, fast_cpu)
     quota = CGROUP_ROOT / "cpu" / f"grove-{instance_of(router.state_dir)}" / slow.id / "cpu.cfs_quota_us"
     assert int(quota.read_text()) == 20_000
+
+
+def _wait_for(check: Callable[[], bool], within_s: float, what: str) -> None:
+    deadline = time.monotonic() + within_s
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def test_a_neighbour_spinning_and_fork_bombing_yields_and_the_victim_still_answers(
+    router: RouterProcess, grove: Grove
+) -> None:
+    """Noisy neighbours, functionally (the latency is perf.bench_noisy's): a sandbox that spins on every CPU
+    and fork-bombs is demoted to the lowest cpu.shares while it does; the other sandbox's execs all succeed;
+    once the neighbour is quiet again, it gets its weight back."""
+    victim = grove.create(heartbeat=False)
+    neighbour = grove.create(heartbeat=False, pids_max=64)
+    groups = CGROUP_ROOT / "{}" / f"grove-{instance_of(router.state_dir)}" / neighbour.id
+    shares, procs = Path(str(groups).format("cpu")) / "cpu.shares", Path(str(groups).format("pids")) / "cgroup.procs"
+    assert int(shares.read_text()) == NORMAL_SHARES
+    idle = len(procs.read_text().split())
+    noise = threading.Thread(
+        target=neighbour.exec,
+        args=("for i in $(seq $(nproc)); do (while :; do :; done) & done; b() { b | b & }; b; wait",),
+        kwargs={"timeout_s": 8},
+        daemon=True,
+    )
+    noise.start()
+    try:
+        _wait_for(lambda: int(shares.read_text()) == HOG_SHARES, 7, "the spinning neighbour was not demoted")
+        assert _pids_events_max(router, neighbour.id) > 0  # the bomb really ran into its pids_max
+        results = [victim.exec(["sh", "-c", "echo $((6 * 7))"], timeout_s=30) for _ in range(20)]
+        assert all(r.exit_code == 0 and r.stdout == b"42\n" for r in results)
+    finally:
+        noise.join(30)
+    assert not noise.is_alive()
+    # Every process of the neighbour's command went with its timeout; its weight comes back once it is quiet.
+    _wait_for(lambda: len(procs.read_text().split()) <= idle, 15, "the neighbour's command left processes")
+    _wait_for(lambda: int(shares.read_text()) == NORMAL_SHARES, RELEASE_S + 15, "the neighbour stayed demoted")
+    assert _host_can_fork()

@@ -23,6 +23,7 @@ from router.backends.base import Endpoint, SandboxSpec, Started
 from router.local import procs
 from router.local.cgroups import CgroupSet, Limits, instance_ids, remove_instance
 from router.local.egress_rules import parse_allow
+from router.local.hogs import HogWatch
 from router.local.images import Image, ImageStore
 from router.local.network import EgressNetwork
 from router.local.uids import UidRanges, shift_owners
@@ -59,6 +60,7 @@ class LocalBackend:
         self._zygote_proc: Zygote | None = None
         self._starts = asyncio.Semaphore(concurrent_starts or _STARTS_PER_CPU * len(os.sched_getaffinity(0)))
         self._uids: UidRanges | None = None
+        self._hogs: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
         """Build (or reuse) the runtime bundle and the default image."""
@@ -70,6 +72,8 @@ class LocalBackend:
         self._bundle = await asyncio.to_thread(build_bundle, self._state / "runtime")
         await asyncio.to_thread(self.images.ensure_default)
         await asyncio.to_thread(self._collect_retired)
+        # Sandboxes that use up their CPU quota yield to the others (noisy neighbours; router/local/hogs.py).
+        self._hogs = asyncio.create_task(HogWatch(self.instance).run())
 
     def _zygote(self) -> Zygote:
         assert self._bundle is not None, "open() first"
@@ -80,6 +84,10 @@ class LocalBackend:
 
     async def close(self) -> None:
         """Stop the zygote; sandboxes keep running for the next router to re-adopt."""
+        if self._hogs is not None:
+            self._hogs.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._hogs
         if self._zygote_proc is not None:
             await self._zygote_proc.close()
         remove_instance(self.instance)
