@@ -221,9 +221,12 @@ class SandboxService:
         record["sandbox"].setdefault("id", sandbox_id)  # a journal torn before its header still names it
         try:
             where = await asyncio.to_thread(self.trajectories.store, record)
-        except Exception:
+        except Exception as exc:
             # Keep the journal: the next router start stores it again. Deleting must not fail on this.
-            log.exception("storing the trajectory of %s failed; its journal is kept", sandbox_id)
+            if full := storage_error(exc, self.settings.state_dir):  # S3 down and no room to spool
+                log.warning("storing the trajectory of %s failed; its journal is kept: %s", sandbox_id, full.message)
+            else:
+                log.exception("storing the trajectory of %s failed; its journal is kept", sandbox_id)
             return
         log.info("trajectory of %s stored (%s)", sandbox_id, where)
         self.journal.remove(sandbox_id)

@@ -21,6 +21,7 @@ import msgpack
 import pytest
 
 from artifacts.s3server import EmbeddedS3
+from tests.conftest import short_tempdir
 from tests.executor_fixtures import Reply
 from tests.router_fixtures import RouterProcess, error_of, router_state, wait_for
 from tests.s3_fixtures import new_bucket
@@ -141,11 +142,18 @@ def test_state_disk_full(small_disk_router: RouterProcess) -> None:
                                           "event:while-full"], commands(live.json())
 
     # Waking a sandbox that was scaled to zero needs its record rewritten: refused, and left asleep.
-    woken = run(router, sleeper, "echo awake")
-    seen.append(("wake", woken))
-    if woken.status != 200:
-        check_refusal("wake", woken)
-        assert router.http("GET", f"/v1/sandboxes/{sleeper}").json()["status"] == "idle"
+    check_refusal("wake", run(router, sleeper, "echo awake"))
+    assert router.http("GET", f"/v1/sandboxes/{sleeper}").json()["status"] == "idle"
+
+    # An image import (the CLI, on the state dir) is refused the same way and leaves nothing behind.
+    with short_tempdir() as source:
+        (Path(source) / "etc").mkdir()
+        (Path(source) / "etc" / "big").write_bytes(b"z" * 65536)
+        images = sorted(p.name for p in (state / "images").iterdir())
+        done = router.cli("image", "import", "full-disk", source)
+    assert done.returncode == 1 and b"Traceback" not in done.stderr, done.stderr.decode()[-2000:]
+    assert b"state disk is full" in done.stderr and str(state).encode() in done.stderr, done.stderr
+    assert sorted(p.name for p in (state / "images").iterdir()) == images
 
     # Deleting is what frees space, so it works on a full disk; its trajectory goes to S3 whole.
     gone = router.http("DELETE", f"/v1/sandboxes/{doomed}")
