@@ -104,7 +104,7 @@ class UpstreamTimeout(GroveError):
 
 
 class InsufficientStorage(GroveError):
-    """The disk grove keeps its own state on is full: nothing was changed; free space and retry."""
+    """The disk the router keeps its own state on is full (or over quota): free space there and retry."""
 
     code = "insufficient_storage"
     status = 507

@@ -68,12 +68,9 @@ class Journal:
             return
         self._held.pop(sandbox_id, None)
 
-    def held(self, sandbox_id: str) -> int:
-        """How many entries of the journal wait in memory for disk space."""
-        return len(self._held.get(sandbox_id, []))
-
     def flush_held(self) -> None:
-        """Write held entries where the disk has room again (at shutdown; appends do it on their own)."""
+        """Write held entries where the disk has room again (each reaper pass and at shutdown, for journals
+        that get no more appends)."""
         for sandbox_id, held in list(self._held.items()):
             with contextlib.suppress(OSError):
                 self._write(sandbox_id, b"".join(held), mode=os.O_APPEND)

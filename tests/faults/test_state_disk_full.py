@@ -23,7 +23,18 @@ import pytest
 from artifacts.s3server import EmbeddedS3
 from tests.conftest import short_tempdir
 from tests.executor_fixtures import Reply
-from tests.router_fixtures import RouterProcess, error_of, router_state, wait_for
+from router.journal import Journal
+from router.models import CreateRequest
+from router.registry import Registry, SandboxRecord
+from tests.router_fixtures import (
+    RouterProcess,
+    error_of,
+    mount_state_disk,
+    new_state_dir,
+    router_state,
+    unmount_state_disk,
+    wait_for,
+)
 from tests.s3_fixtures import new_bucket
 
 # The runtime bundle (~61 MiB) and the default image are built into the state dir when the router starts.
@@ -39,6 +50,18 @@ def small_disk_router(s3_server: EmbeddedS3) -> Iterator[RouterProcess]:
         router.extra_env = {"GROVE_S3_ACCESS_KEY": s3_server.access_key, "GROVE_S3_SECRET_KEY": s3_server.secret_key}
         router.start()
         yield router
+
+
+@pytest.fixture
+def tiny_disk() -> Iterator[Path]:
+    """A 1 MiB tmpfs of this test's own (unmounted and removed however the test ends)."""
+    path = new_state_dir()
+    try:
+        mount_state_disk(path, 1)
+        yield path
+    finally:
+        unmount_state_disk(path)
+        path.rmdir()
 
 
 def fill(path: Path) -> int:
@@ -194,3 +217,37 @@ def test_state_disk_full(small_disk_router: RouterProcess) -> None:
                       what="the kept sandbox's trajectory in S3")
     assert commands(stored.json())[:5] == steps[:5]
     assert not records(state) and not list((state / "journals").iterdir())
+
+
+def test_a_write_cut_off_by_the_full_disk_leaves_no_torn_file(tiny_disk: Path) -> None:
+    """The two writers of the router's own files, each on a disk that takes part of a write and refuses
+    the rest: the record keeps its last whole version (no temp file left), the journal its last whole
+    entry, and the entries that did not fit come back when there is room."""
+    registry, journal = Registry(tiny_disk), Journal(tiny_disk)
+    record = SandboxRecord(id="sb-00000000000000aa", request=CreateRequest(), token="t", created_at=1.0)
+    registry.save(record)
+    journal.start(record.id, {"id": record.id})
+    journal.append(record.id, {"type": "exec", "command": "first"})
+    filler = tiny_disk / "filler"
+    fill(filler)
+
+    record.status = "ready"
+    with pytest.raises(OSError) as raised:
+        registry.save(record)
+    assert raised.value.errno == errno.ENOSPC
+    assert sorted(p.name for p in (tiny_disk / "records").iterdir()) == [f"{record.id}.json"]  # no .tmp- left
+    assert json.loads((tiny_disk / "records" / f"{record.id}.json").read_text())["status"] == "pending"
+
+    size = (tiny_disk / "journals" / f"{record.id}.msgpack").stat().st_size
+    assert size % 4096, "the journal must end inside a page, so a big append is cut off part-way"
+    journal.append(record.id, {"type": "exec", "command": "big", "stdout": "x" * 3 * 4096})
+    journal.append(record.id, {"type": "exec", "command": "small"})
+    assert (tiny_disk / "journals" / f"{record.id}.msgpack").stat().st_size == size  # cut back, not torn
+    assert [e["command"] for e in journal_entries(tiny_disk, record.id) if "command" in e] == ["first"]
+    assert [s["command"] for s in journal.record(record.id)["steps"]] == ["first", "big", "small"]
+
+    filler.unlink()
+    journal.flush_held()
+    assert [e["command"] for e in journal_entries(tiny_disk, record.id) if "command" in e] == ["first", "big", "small"]
+    registry.save(record)
+    assert json.loads((tiny_disk / "records" / f"{record.id}.json").read_text())["status"] == "ready"
