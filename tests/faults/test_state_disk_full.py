@@ -21,11 +21,11 @@ import msgpack
 import pytest
 
 from artifacts.s3server import EmbeddedS3
-from tests.conftest import short_tempdir
-from tests.executor_fixtures import Reply
 from router.journal import Journal
 from router.models import CreateRequest
 from router.registry import Registry, SandboxRecord
+from tests.conftest import short_tempdir
+from tests.executor_fixtures import Reply
 from tests.router_fixtures import (
     RouterProcess,
     error_of,
