@@ -28,6 +28,7 @@ from tests.conftest import short_tempdir
 from tests.executor_fixtures import Reply
 from tests.router_fixtures import (
     RouterProcess,
+    cgroup_procs,
     error_of,
     mount_state_disk,
     new_state_dir,
@@ -251,3 +252,36 @@ def test_a_write_cut_off_by_the_full_disk_leaves_no_torn_file(tiny_disk: Path) -
     assert [e["command"] for e in journal_entries(tiny_disk, record.id) if "command" in e] == ["first", "big", "small"]
     registry.save(record)
     assert json.loads((tiny_disk / "records" / f"{record.id}.json").read_text())["status"] == "ready"
+
+
+def test_disk_fills_while_a_sandbox_starts(small_disk_router: RouterProcess) -> None:
+    """The disk fills between a create's answer (``wait: false``) and the end of the start: the record
+    that would say ``ready`` cannot be written, so the sandbox is taken down and reported failed with
+    the reason — never left running under a record that says ``pending`` (which a restart would start
+    a second time)."""
+    router, state = small_disk_router, small_disk_router.state_dir
+    reserve = state / "reserve"
+    reserve.write_bytes(b"r" * (256 << 10))
+    fill(state / "filler")
+    reserve.unlink()  # room for the create's record and journal, not much more
+    reply = router.http("POST", "/v1/sandboxes", json_body={"wait": False})
+    assert reply.status == 201 and reply.json()["status"] == "pending", reply.body[:300]
+    sandbox_id = reply.json()["id"]
+    fill(state / "filler-2")  # done long before the executor answers its first health check
+    info = wait_for(lambda: (i := router.http("GET", f"/v1/sandboxes/{sandbox_id}").json())["status"] != "pending"
+                    and i, 60, what="the start to end")
+    assert info["status"] == "failed", info
+    assert "state disk is full" in info["error"] and str(state) in info["error"], info
+    assert not (state / "records" / f"{sandbox_id}.json").exists()
+    assert not cgroup_procs(state, sandbox_id) and not (state / "sandboxes" / sandbox_id).exists()
+    exec_reply = run(router, sandbox_id, "true")
+    assert exec_reply.status == 409 and "state disk is full" in error_of(exec_reply)["message"], exec_reply.body
+    trajectory = router.http("GET", f"/v1/sandboxes/{sandbox_id}/trajectory").json()
+    assert "state disk is full" in (trajectory["outcome"] or {}).get("reason", ""), trajectory
+
+    (state / "filler").unlink()
+    (state / "filler-2").unlink()
+    assert router.http("DELETE", f"/v1/sandboxes/{sandbox_id}").status == 200
+    assert router.stop() == 0
+    router.start()
+    assert router.live_ids() == set()
