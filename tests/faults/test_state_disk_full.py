@@ -95,9 +95,12 @@ def records(state: Path) -> dict[str, dict[str, Any]]:
 
 def journal_entries(state: Path, sandbox_id: str) -> list[dict[str, Any]]:
     """Every entry of a journal on disk, insisting that it parses to the last byte."""
+    raw = (state / "journals" / f"{sandbox_id}.msgpack").read_bytes()
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
-    unpacker.feed((state / "journals" / f"{sandbox_id}.msgpack").read_bytes())
-    return list(unpacker)  # raises on a torn or garbled entry
+    unpacker.feed(raw)
+    entries = list(unpacker)  # raises on a garbled entry
+    assert unpacker.tell() == len(raw), f"the journal ends in a torn entry ({len(raw) - unpacker.tell()} bytes)"
+    return entries
 
 
 def commands(trajectory: dict[str, Any]) -> list[str]:
@@ -106,12 +109,14 @@ def commands(trajectory: dict[str, Any]) -> list[str]:
 
 
 def create(router: RouterProcess, **options: Any) -> str:
+    """Create a sandbox (waiting until it is ready); its id."""
     reply = router.http("POST", "/v1/sandboxes", json_body=options)
     assert reply.status == 201, reply.body[:500]
     return str(reply.json()["id"])
 
 
 def run(router: RouterProcess, sandbox_id: str, command: str) -> Reply:
+    """One exec call, raw."""
     return router.http("POST", f"/v1/sandboxes/{sandbox_id}/exec", json_body={"command": command, "timeout_s": 30})
 
 
