@@ -68,13 +68,20 @@ class Journal:
             return
         self._held.pop(sandbox_id, None)
 
-    def flush_held(self) -> None:
-        """Write held entries where the disk has room again (each reaper pass and at shutdown, for journals
-        that get no more appends)."""
+    def flush_held(self, *, last: bool = False) -> None:
+        """Write held entries where the disk has room again (each reaper pass, and a ``last`` time at
+        shutdown, for journals that get no more appends)."""
         for sandbox_id, held in list(self._held.items()):
-            with contextlib.suppress(OSError):
+            try:
                 self._write(sandbox_id, b"".join(held), mode=os.O_APPEND)
-                self._held.pop(sandbox_id, None)
+            except FileNotFoundError:
+                pass  # stored meanwhile
+            except OSError as exc:
+                if last:
+                    log.error("journal of %s: %d entries lost, the state disk is still full: %s",
+                              sandbox_id, len(held), exc)
+                continue
+            self._held.pop(sandbox_id, None)
 
     def _write(self, sandbox_id: str, data: bytes, *, mode: int) -> None:
         create = os.O_CREAT if mode == os.O_TRUNC else 0  # only start() makes a journal

@@ -88,7 +88,14 @@ class SandboxService:
                 # It stopped while no router watched: its files are there, the next call starts it.
                 record.status = "idle"
                 record.endpoint_url = None
-            self.registry.save(record)
+            try:
+                self.registry.save(record)
+            except OSError as exc:
+                # Only derived state changed, and the next start derives it again: a full disk must not
+                # keep the router from serving what it has.
+                if (full := storage_error(exc, self.settings.state_dir)) is None:
+                    raise
+                log.warning("re-adopting %s without rewriting its record: %s", record.id, full.message)
         if record.status == "deleting":
             await self.delete(record.id, reason=record.end_reason or "delete interrupted by a router restart")
 
@@ -101,7 +108,7 @@ class SandboxService:
         for task in [*self._creating.values(), *self._background]:
             with contextlib.suppress(BaseException):
                 await task
-        self.journal.flush_held()
+        self.journal.flush_held(last=True)
         await self.upstreams.close()
         await self.backend.close()
 
@@ -175,13 +182,14 @@ class SandboxService:
         """The state disk filled while the sandbox started: its record still says ``pending``, which a
         restarted router would start again. Take it down and drop the file; it stays listed as failed
         (and a restart collects whatever is left of it as an orphan)."""
-        if record.status == "ready":
-            await self.upstreams.drop(record.endpoint_url)
-            await self.backend.delete(record.id, record.handle)
-            record.handle, record.endpoint_url = {}, None
-        record.status, record.error = "failed", error
+        started, endpoint_url, handle = record.status == "ready", record.endpoint_url, record.handle
+        # Failed before the first await: no caller may see it ready, not even while it is taken down.
+        record.status, record.error, record.handle, record.endpoint_url = "failed", error, {}, None
         self.registry.unlink(record.id)
         self.record_infra_error(record, f"the sandbox failed to start: {error}")
+        if started:
+            await self.upstreams.drop(endpoint_url)
+            await self.backend.delete(record.id, handle)
 
     async def delete(self, sandbox_id: str, *, reason: str = "deleted by request") -> SandboxRecord:
         """Kill everything of the sandbox and forget it (its id then answers ``deleted``)."""
