@@ -220,7 +220,9 @@ class RouterProcess:
         """Start the router and wait until it listens (its ready file holds the URL)."""
         assert not self.alive(), "already running"
         self.starts += 1
-        ready = self.state_dir / f"ready-{self.starts}"
+        # Beside the log when that is off the state dir (a full test disk could not take the ready file).
+        ready = self.log_file.with_name(f"{self.log_file.name}.ready-{self.starts}") if self.log_file else (
+            self.state_dir / f"ready-{self.starts}")
         env = {**os.environ, "GROVE_API_KEY": self.key, **self.extra_env}
         env.pop("GROVE_URL", None)
         with open(self.log_path, "ab") as log:
@@ -370,7 +372,8 @@ def router_state(*, start: bool = True, disk_mb: int | None = None) -> Iterator[
         log = router.log()
         force_cleanup(state)
         if router.log_file is not None:
-            router.log_file.unlink(missing_ok=True)
+            for path in router.log_file.parent.glob(router.log_file.name + "*"):  # the log and its ready files
+                path.unlink()
         assert not instance_cgroups(state), "could not remove the instance's cgroups"
         assert not state.exists(), f"could not remove {state}"
         if problems:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from tests.router_fixtures import (
     error_of,
     mount_state_disk,
     new_state_dir,
+    processes_with,
     router_state,
     unmount_state_disk,
     wait_for,
@@ -259,34 +261,66 @@ def test_a_write_cut_off_by_the_full_disk_leaves_no_torn_file(tiny_disk: Path) -
     assert json.loads((tiny_disk / "records" / f"{record.id}.json").read_text())["status"] == "ready"
 
 
+def zygote_of(router: RouterProcess) -> int:
+    """PID of the router's zygote (the process that forks every sandbox; a child of the router)."""
+    def parent(pid: int) -> int:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+        return int(raw[raw.rfind(b")") + 2 :].split()[1])
+
+    found = [pid for pid in processes_with("sandbox_image.zygote") if parent(pid) == router.pid]
+    assert len(found) == 1, found
+    return found[0]
+
+
 def test_disk_fills_while_a_sandbox_starts(small_disk_router: RouterProcess) -> None:
     """The disk fills between a create's answer (``wait: false``) and the end of the start: the record
     that would say ``ready`` cannot be written, so the sandbox is taken down and reported failed with
     the reason — never left running under a record that says ``pending`` (which a restart would start
-    a second time)."""
+    a second time). The zygote is held (SIGSTOP) while the disk fills, so the start cannot end first."""
     router, state = small_disk_router, small_disk_router.state_dir
+    # Scaled to zero before the disk fills, so only the router writes to the disk while it is full (a
+    # running sandbox's layer is on it too); the restart below then re-adopts it asleep.
+    steady = create(router, idle_timeout_s=1)
+    zygote = zygote_of(router)
+    wait_for(lambda: router.http("GET", f"/v1/sandboxes/{steady}").json()["status"] == "idle", 30,
+             what="the steady sandbox scaled to zero")
     reserve = state / "reserve"
     reserve.write_bytes(b"r" * (256 << 10))
     fill(state / "filler")
     reserve.unlink()  # room for the create's record and journal, not much more
-    reply = router.http("POST", "/v1/sandboxes", json_body={"wait": False})
-    assert reply.status == 201 and reply.json()["status"] == "pending", reply.body[:300]
+    os.kill(zygote, signal.SIGSTOP)
+    try:
+        reply = router.http("POST", "/v1/sandboxes", json_body={"wait": False})
+        assert reply.status == 201 and reply.json()["status"] == "pending", reply.body[:300]
+        fill(state / "filler-2")
+    finally:
+        os.kill(zygote, signal.SIGCONT)
     sandbox_id = reply.json()["id"]
-    fill(state / "filler-2")  # done long before the executor answers its first health check
     info = wait_for(lambda: (i := router.http("GET", f"/v1/sandboxes/{sandbox_id}").json())["status"] != "pending"
                     and i, 60, what="the start to end")
     assert info["status"] == "failed", info
     assert "state disk is full" in info["error"] and str(state) in info["error"], info
     assert not (state / "records" / f"{sandbox_id}.json").exists()
-    assert not cgroup_procs(state, sandbox_id) and not (state / "sandboxes" / sandbox_id).exists()
+    wait_for(lambda: not cgroup_procs(state, sandbox_id) and not (state / "sandboxes" / sandbox_id).exists(), 30,
+             what="the unrecorded sandbox taken down")
     exec_reply = run(router, sandbox_id, "true")
     assert exec_reply.status == 409 and "state disk is full" in error_of(exec_reply)["message"], exec_reply.body
     trajectory = router.http("GET", f"/v1/sandboxes/{sandbox_id}/trajectory").json()
     assert "state disk is full" in (trajectory["outcome"] or {}).get("reason", ""), trajectory
 
-    (state / "filler").unlink()
-    (state / "filler-2").unlink()
-    assert router.http("DELETE", f"/v1/sandboxes/{sandbox_id}").status == 200
+    # A router restarted on the full disk comes up: it serves what it has and refuses what needs space
+    # (507, or 503 when the space the restart freed by storing the failed start's journal let the
+    # create's record in and the start failed after it).
     assert router.stop() == 0
     router.start()
-    assert router.live_ids() == set()
+    assert router.live_ids() == {steady}  # the failed start had no record left: collected as an orphan
+    refused = router.http("POST", "/v1/sandboxes", json_body={})
+    assert refused.status in (503, 507) and "state disk is full" in error_of(refused)["message"], refused.body[:300]
+
+    (state / "filler").unlink()
+    (state / "filler-2").unlink()
+    fresh = create(router)
+    assert run(router, steady, "echo up").json()["stdout"] == "up\n"
+    assert {steady, fresh} <= router.live_ids()
+    assert {steady, fresh} <= set(records(state))
