@@ -103,6 +103,13 @@ class UpstreamTimeout(GroveError):
     status = 504
 
 
+class InsufficientStorage(GroveError):
+    """The disk the router keeps its own state on is full (or over quota): free space there and retry."""
+
+    code = "insufficient_storage"
+    status = 507
+
+
 class InternalError(GroveError):
     """A bug in grove: reported, never swallowed."""
 
@@ -124,6 +131,7 @@ _BY_CODE: dict[str, type[GroveError]] = {
         BadGateway,
         Unavailable,
         UpstreamTimeout,
+        InsufficientStorage,
         InternalError,
     )
 }

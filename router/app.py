@@ -24,6 +24,7 @@ from router.replies import reply
 from router.schema import parse
 from router.service import SandboxService
 from router.settings import RouterSettings
+from router.statedisk import storage_error
 from router.storage import open_storage
 from router.swerex import swerex_handler
 
@@ -179,8 +180,13 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         else:
             err = InternalError(exc.text or exc.reason)
     except Exception as exc:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        err = InternalError(f"router error: {type(exc).__name__}: {exc}")
+        full = storage_error(exc, request.app[SERVICE].settings.state_dir)
+        if full is not None:  # not a bug: the operator has to free space, the message says where
+            log.warning("%s %s: %s", request.method, request.path, full.message)
+            err = full
+        else:
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            err = InternalError(f"router error: {type(exc).__name__}: {exc}")
     response = reply(request, err.to_body(), status=err.status)
     if err.retry_after is not None:
         response.headers["Retry-After"] = str(max(1, round(err.retry_after)))

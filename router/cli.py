@@ -13,6 +13,7 @@ from typing import Any
 
 from grove.errors import GroveError, Invalid
 from router.knative.cli import add_cluster_options, add_knative_parser
+from router.statedisk import storage_error
 
 DEFAULT_STATE = Path.home() / ".local" / "share" / "grove"
 
@@ -331,6 +332,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = args.func(args)
     except GroveError as exc:
         print(f"grove: {exc.message}", file=sys.stderr)
+        code = 1
+    except OSError as exc:  # `grove up` or `grove image import` on a full state disk: say where to free space
+        if (full := storage_error(exc, _state_dir(args))) is None:
+            raise
+        print(f"grove: {full.message}", file=sys.stderr)
         code = 1
     except KeyboardInterrupt:
         code = 130

@@ -6,11 +6,17 @@ metadata (``{"sandbox": {...}}``), then one object per step, then possibly ``{"o
 Appending costs one small write — no fsync — on the exec path; a router crash loses at most what the
 kernel had not written yet, and a restarted router continues the same file. When the sandbox ends,
 :meth:`Journal.record` assembles the trajectory record that goes to S3.
+
+A full state disk never tears a journal or loses a step: a write that fails part-way is cut back to the
+last whole entry, and the entries that did not fit are held in memory (and in :meth:`Journal.record`)
+until a later append finds space again. The exec whose step it is has already answered by then, so
+failing the call would not un-run it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -18,8 +24,10 @@ from typing import Any
 import msgpack
 
 from grove.errors import NotFound
+from router.statedisk import is_no_space
 
 RECORD_VERSION = 1
+log = logging.getLogger("grove.router")
 
 
 class Journal:
@@ -28,26 +36,65 @@ class Journal:
     def __init__(self, state_dir: Path) -> None:
         self.dir = state_dir / "journals"
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._held: dict[str, list[bytes]] = {}
+        """Packed entries of a journal that did not fit on the disk yet, in order."""
 
     def _path(self, sandbox_id: str) -> Path:
         return self.dir / f"{sandbox_id}.msgpack"
 
     def start(self, sandbox_id: str, sandbox: dict[str, Any]) -> None:
-        """Begin a sandbox's journal with its metadata (replacing any left by an id collision)."""
-        self._write(sandbox_id, {"sandbox": sandbox}, mode=os.O_TRUNC)
+        """Begin a sandbox's journal with its metadata (replacing any left by an id collision); raises on a
+        full disk, so the sandbox is refused rather than started without a journal."""
+        self._held.pop(sandbox_id, None)
+        self._write(sandbox_id, _pack({"sandbox": sandbox}), mode=os.O_TRUNC)
 
     def append(self, sandbox_id: str, entry: dict[str, Any]) -> None:
-        """Add one entry: a step, ``{"sandbox_update": {...}}``, ``{"outcome": ...}`` or ``{"ended": ...}``."""
-        # A missing journal means the record was already stored (a late background step): nothing to add to.
-        with contextlib.suppress(FileNotFoundError):
-            self._write(sandbox_id, entry, mode=os.O_APPEND)
+        """Add one entry: a step, ``{"sandbox_update": {...}}``, ``{"outcome": ...}`` or ``{"ended": ...}``;
+        held in memory while the disk is full."""
+        held = self._held.get(sandbox_id, [])
+        data = _pack(entry)
+        try:
+            self._write(sandbox_id, b"".join([*held, data]), mode=os.O_APPEND)
+        except FileNotFoundError:
+            # No journal: the record was already stored (a late background step), nothing to add to.
+            self._held.pop(sandbox_id, None)
+            return
+        except OSError as exc:
+            if not is_no_space(exc):
+                raise
+            if not held:
+                log.warning("journal of %s: the state disk is full (%s); holding steps in memory", sandbox_id, exc)
+            self._held[sandbox_id] = [*held, data]
+            return
+        self._held.pop(sandbox_id, None)
 
-    def _write(self, sandbox_id: str, entry: dict[str, Any], *, mode: int) -> None:
-        data = msgpack.packb(entry, use_bin_type=True, default=_fallback)
+    def flush_held(self, *, last: bool = False) -> None:
+        """Write held entries where the disk has room again (each reaper pass, and a ``last`` time at
+        shutdown, for journals that get no more appends)."""
+        for sandbox_id, held in list(self._held.items()):
+            try:
+                self._write(sandbox_id, b"".join(held), mode=os.O_APPEND)
+            except FileNotFoundError:
+                pass  # stored meanwhile
+            except OSError as exc:
+                if last:
+                    log.error("journal of %s: %d entries lost, the state disk is still full: %s",
+                              sandbox_id, len(held), exc)
+                continue
+            self._held.pop(sandbox_id, None)
+
+    def _write(self, sandbox_id: str, data: bytes, *, mode: int) -> None:
         create = os.O_CREAT if mode == os.O_TRUNC else 0  # only start() makes a journal
         fd = os.open(self._path(sandbox_id), os.O_WRONLY | create | mode | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, data)
+            end = os.fstat(fd).st_size
+            try:
+                view = memoryview(data)
+                while view:  # a nearly full disk takes part of a write and refuses the rest
+                    view = view[os.write(fd, view) :]
+            except OSError:
+                os.ftruncate(fd, end)  # never leave half an entry: everything after it would be unreadable
+                raise
         finally:
             os.close(fd)
 
@@ -58,7 +105,7 @@ class Journal:
     def record(self, sandbox_id: str) -> dict[str, Any]:
         """The trajectory record so far: ``{"version", "sandbox", "steps", "outcome"}``."""
         try:
-            raw = self._path(sandbox_id).read_bytes()
+            raw = self._path(sandbox_id).read_bytes() + b"".join(self._held.get(sandbox_id, []))
         except FileNotFoundError as exc:
             raise NotFound(f"no trajectory journal for sandbox {sandbox_id}") from exc
         sandbox: dict[str, Any] = {}
@@ -87,6 +134,7 @@ class Journal:
 
     def remove(self, sandbox_id: str) -> None:
         """Drop a journal once its record is safely stored (in S3 or the spool)."""
+        self._held.pop(sandbox_id, None)
         with contextlib.suppress(FileNotFoundError):
             self._path(sandbox_id).unlink()
 
@@ -103,6 +151,10 @@ def _with_infra(outcome: dict[str, Any] | None, infra: list[dict[str, Any]]) -> 
     if outcome is None:
         outcome = {"result": "infra_error", "reward": None, "reason": infra[0].get("reason")}
     return {**outcome, "infra_errors": infra}
+
+
+def _pack(entry: dict[str, Any]) -> bytes:
+    return msgpack.packb(entry, use_bin_type=True, default=_fallback)  # type: ignore[no-any-return]
 
 
 def _fallback(value: Any) -> Any:

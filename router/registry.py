@@ -169,13 +169,17 @@ class Registry:
                 os.unlink(tmp)
             raise
 
+    def unlink(self, sandbox_id: str) -> None:
+        """Remove a record's file (which needs no free space); the in-memory record stays as it is."""
+        with contextlib.suppress(FileNotFoundError):
+            (self._dir / f"{sandbox_id}.json").unlink()
+
     def forget(self, record: SandboxRecord) -> None:
         """Drop a deleted sandbox; keep a tombstone so its id answers ``deleted`` for a while."""
         self._records.pop(record.id, None)
         if record.request.request_id:
             self.by_request_id.pop(record.request.request_id, None)
-        with contextlib.suppress(FileNotFoundError):
-            (self._dir / f"{record.id}.json").unlink()
+        self.unlink(record.id)
         self._ended[record.id] = record
         while len(self._ended) > _TOMBSTONES:
             self._ended.popitem(last=False)

@@ -19,6 +19,7 @@ from router.outflow import ByteBudget
 from router.proxy import StreamAborted, Upstreams
 from router.registry import Registry, SandboxRecord, new_id
 from router.settings import RouterSettings
+from router.statedisk import is_no_space, storage_error
 
 log = logging.getLogger("grove.router")
 _FLUSH_EVERY_S = 10.0
@@ -90,7 +91,14 @@ class SandboxService:
                 # It stopped while no router watched: its files are there, the next call starts it.
                 record.status = "idle"
                 record.endpoint_url = None
-            self.registry.save(record)
+            try:
+                self.registry.save(record)
+            except OSError as exc:
+                # Only derived state changed, and the next start derives it again: a full disk must not
+                # keep the router from serving what it has.
+                if (full := storage_error(exc, self.settings.state_dir)) is None:
+                    raise
+                log.warning("re-adopting %s without rewriting its record: %s", record.id, full.message)
         if record.status == "deleting":
             await self.delete(record.id, reason=record.end_reason or "delete interrupted by a router restart")
 
@@ -104,6 +112,7 @@ class SandboxService:
         for task in [*self._creating.values(), *self._background]:
             with contextlib.suppress(BaseException):
                 await task
+        self.journal.flush_held(last=True)
         await self.upstreams.close()
         await self.backend.close()
 
@@ -124,9 +133,15 @@ class SandboxService:
             record = SandboxRecord(id=new_id(), request=req, token=secrets.token_urlsafe(32), created_at=time.time())
             self.backend.check(record.spec())
             record.image_digest = await self.backend.image_digest(req.image)
-            self.registry.add(record)
+            # Written before anything tracks it: a full state disk fails the call here and leaves nothing.
             self.registry.save(record)
-            self.journal.start(record.id, self._trajectory_meta(record))
+            try:
+                self.journal.start(record.id, self._trajectory_meta(record))
+            except BaseException:
+                self.registry.unlink(record.id)
+                self.journal.remove(record.id)
+                raise
+            self.registry.add(record)
             self._creating[record.id] = asyncio.create_task(self._bring_up(record))
         task = self._creating.get(record.id)
         if req.wait and task is not None:
@@ -141,9 +156,11 @@ class SandboxService:
         except GroveError as exc:
             record.status, record.error = "failed", exc.message
             self.record_infra_error(record, f"the sandbox failed to start: {exc.message}")
-        except Exception as exc:  # a backend bug: keep the router up, say what happened
-            log.exception("creating %s failed", record.id)
-            record.status, record.error = "failed", f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # a full disk, or a backend bug: keep the router up, say what happened
+            full = storage_error(exc, self.settings.state_dir)
+            if full is None:
+                log.exception("creating %s failed", record.id)
+            record.status, record.error = "failed", full.message if full else f"{type(exc).__name__}: {exc}"
             self.record_infra_error(record, f"the sandbox failed to start: {record.error}")
         else:
             if record.status == "deleting":  # deleted while it was starting
@@ -158,7 +175,25 @@ class SandboxService:
             record.last_activity = time.time()
         finally:
             self._creating.pop(record.id, None)
-        self.registry.save(record)
+        try:
+            self.registry.save(record)
+        except OSError as exc:
+            if (full := storage_error(exc, self.settings.state_dir)) is None:
+                raise
+            await self._unrecorded_start(record, full.message)
+
+    async def _unrecorded_start(self, record: SandboxRecord, error: str) -> None:
+        """The state disk filled while the sandbox started: its record still says ``pending``, which a
+        restarted router would start again. Take it down and drop the file; it stays listed as failed
+        (and a restart collects whatever is left of it as an orphan)."""
+        started, endpoint_url, handle = record.status == "ready", record.endpoint_url, record.handle
+        # Failed before the first await: no caller may see it ready, not even while it is taken down.
+        record.status, record.error, record.handle, record.endpoint_url = "failed", error, {}, None
+        self.registry.unlink(record.id)
+        self.record_infra_error(record, f"the sandbox failed to start: {error}")
+        if started:
+            await self.upstreams.drop(endpoint_url)
+            await self.backend.delete(record.id, handle)
 
     async def delete(self, sandbox_id: str, *, reason: str = "deleted by request") -> SandboxRecord:
         """Kill everything of the sandbox and forget it (its id then answers ``deleted``)."""
@@ -167,7 +202,15 @@ class SandboxService:
             if self.registry.lookup(sandbox_id) is not record or record.status == "deleted":
                 return record
             record.status, record.end_reason = "deleting", reason
-            self.registry.save(record)
+            try:
+                self.registry.save(record)
+            except OSError as exc:
+                if not is_no_space(exc):
+                    raise
+                # Deleting is what frees a full disk, so it must not need space: drop the record instead.
+                # A crash from here on leaves an orphan (and a journal) that the next start collects.
+                log.warning("deleting %s on a full state disk: its record is dropped first", sandbox_id)
+                self.registry.unlink(sandbox_id)
             if task := self._creating.get(sandbox_id):
                 with contextlib.suppress(BaseException):
                     await task
@@ -190,9 +233,12 @@ class SandboxService:
         record["sandbox"].setdefault("id", sandbox_id)  # a journal torn before its header still names it
         try:
             where = await asyncio.to_thread(self.trajectories.store, record)
-        except Exception:
+        except Exception as exc:
             # Keep the journal: the next router start stores it again. Deleting must not fail on this.
-            log.exception("storing the trajectory of %s failed; its journal is kept", sandbox_id)
+            if full := storage_error(exc, self.settings.state_dir):  # S3 down and no room to spool
+                log.warning("storing the trajectory of %s failed; its journal is kept: %s", sandbox_id, full.message)
+            else:
+                log.exception("storing the trajectory of %s failed; its journal is kept", sandbox_id)
             return
         log.info("trajectory of %s stored (%s)", sandbox_id, where)
         self.journal.remove(sandbox_id)
@@ -277,7 +323,16 @@ class SandboxService:
                 started = await self.backend.resume(record.spec(), record.handle)
                 record.handle, record.endpoint_url, record.status = started.handle, started.endpoint.url, "ready"
                 record.error = None
-                self.registry.save(record)
+                try:
+                    self.registry.save(record)
+                except OSError as exc:
+                    if not is_no_space(exc):
+                        raise
+                    # Unrecorded, a restarted router would start a second tree over the same layer.
+                    await self.upstreams.drop(record.endpoint_url)
+                    record.handle = await self.backend.stop(record.id, started.handle)
+                    record.status, record.endpoint_url = "idle", None
+                    raise
                 self.journal.append(record.id, {"type": "lifecycle", "t": time.time(), "event": "resumed"})
         if record.status == "failed":
             raise Conflict(f"sandbox {record.id} failed: {record.error}; delete it and create another")
@@ -317,6 +372,7 @@ class SandboxService:
     async def reap_once(self) -> None:
         """Apply TTL, heartbeat expiry and idle scale-to-zero; notice executors that died; flush the spool."""
         now = time.time()
+        self.journal.flush_held()  # steps of ended sandboxes held while the disk was full
         if self.trajectories is not None and now - self._last_flush > _FLUSH_EVERY_S:
             self._last_flush = now
             await asyncio.to_thread(self.trajectories.flush_spool)

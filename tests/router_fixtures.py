@@ -5,7 +5,8 @@ waits for its ready file, and hands out SDK clients and raw HTTP. :func:`router_
 dir for the life of a fixture: at the end it deletes every sandbox through the API, stops the router
 by PID (SIGTERM, then SIGKILL), then checks that nothing of the state dir is left on the host — no
 cgroup, no process, no mount, no sandbox directory — cleans up by force whatever was left (only what
-belongs to that state dir), and fails the test if anything had leaked.
+belongs to that state dir), and fails the test if anything had leaked. With ``disk_mb`` the state dir is
+a size-limited tmpfs of its own (the test's own mount, unmounted at the end however the test ended).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from tests.executor_fixtures import MSGPACK, Reply, processes_with
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids", "cpu")
 GROVE_BIN = str(Path(sys.executable).with_name("grove"))
+STATE_DISK = "grove-test-statedisk"
+"""The source name of the tmpfs a ``router_state(disk_mb=...)`` mounts on its state dir."""
 _UNSET = object()
 
 Body = bytes | Iterable[bytes] | None
@@ -104,12 +107,32 @@ def proc_status(pid: int, field_name: str) -> int:
     raise AssertionError(f"no {field_name} for {pid}")
 
 
+def _is_state_disk(line: str, state_dir: Path) -> bool:
+    fields = line.split()
+    return len(fields) > 2 and fields[0] == STATE_DISK and fields[1] == str(state_dir)
+
+
+def mount_state_disk(state_dir: Path, size_mb: int) -> None:
+    """Put a tmpfs of ``size_mb`` MiB on the (empty) state dir, in the host's mount namespace."""
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0700", STATE_DISK, str(state_dir)],
+                   check=True, capture_output=True, timeout=30)
+
+
+def unmount_state_disk(state_dir: Path) -> None:
+    """Take the test's tmpfs off the state dir if it is there (detached lazily if something still holds it)."""
+    while any(_is_state_disk(line, state_dir) for line in mounts_with(str(state_dir))):
+        done = subprocess.run(["umount", str(state_dir)], capture_output=True, timeout=30, check=False)
+        if done.returncode != 0:
+            subprocess.run(["umount", "-l", str(state_dir)], check=True, capture_output=True, timeout=30)
+
+
 def leaks(state_dir: Path) -> list[str]:
-    """Everything of ``state_dir`` still on the host while no router runs on it (empty: clean)."""
+    """Everything of ``state_dir`` still on the host while no router runs on it (empty: clean); the
+    state dir's own test disk is not a leak (the teardown unmounts it)."""
     root = str(state_dir)
     found = [f"cgroup {p}" for p in sandbox_cgroups(state_dir)]
     found += [f"process {pid}: {_cmdline(pid)[:200]}" for pid in processes_with(root)]
-    found += [f"mount {line}" for line in mounts_with(root)]
+    found += [f"mount {line}" for line in mounts_with(root) if not _is_state_disk(line, state_dir)]
     sandboxes = state_dir / "sandboxes"
     if sandboxes.is_dir():
         found += [f"sandbox dir {p}" for p in sandboxes.iterdir()]
@@ -167,6 +190,7 @@ def force_cleanup(state_dir: Path) -> None:
     if egress_table_exists(state_dir):
         argv = ["nft", "delete", "table", "inet", egress_rules.table(instance_of(state_dir))]
         subprocess.run(argv, capture_output=True, check=False)
+    unmount_state_disk(state_dir)
     shutil.rmtree(state_dir, ignore_errors=True)
 
 
@@ -185,6 +209,8 @@ class RouterProcess:
     """Extra environment of the router process (e.g. S3 credentials)."""
     backend: str = "local"
     """Which backend the router runs (tests that check it read this)."""
+    log_file: Path | None = None
+    """Where the router's output goes, if not ``<state>/router.log`` (a test that fills the state disk)."""
 
     @property
     def url(self) -> str:
@@ -200,7 +226,7 @@ class RouterProcess:
     @property
     def log_path(self) -> Path:
         """Where the router's stdout and stderr go (appended across restarts)."""
-        return self.state_dir / "router.log"
+        return self.log_file or self.state_dir / "router.log"
 
     def log(self) -> str:
         """What the router printed so far."""
@@ -217,7 +243,9 @@ class RouterProcess:
         """Start the router and wait until it listens (its ready file holds the URL)."""
         assert not self.alive(), "already running"
         self.starts += 1
-        ready = self.state_dir / f"ready-{self.starts}"
+        # Beside the log when that is off the state dir (a full test disk could not take the ready file).
+        ready = self.log_file.with_name(f"{self.log_file.name}.ready-{self.starts}") if self.log_file else (
+            self.state_dir / f"ready-{self.starts}")
         env = {**os.environ, "GROVE_API_KEY": self.key, **self.extra_env}
         env.pop("GROVE_URL", None)
         with open(self.log_path, "ab") as log:
@@ -336,12 +364,19 @@ def new_state_dir() -> Path:
 
 
 @contextlib.contextmanager
-def router_state(*, start: bool = True) -> Iterator[RouterProcess]:
-    """A router on a fresh state dir for the block; at exit every trace of it is checked and removed."""
+def router_state(*, start: bool = True, disk_mb: int | None = None) -> Iterator[RouterProcess]:
+    """A router on a fresh state dir for the block; at exit every trace of it is checked and removed.
+
+    ``disk_mb``: the state dir is a tmpfs of that size (and the router's log lives beside it, not on it).
+    """
     state = new_state_dir()
     instance_of(state)  # remembered now, while the state dir exists
     router = RouterProcess(state, key="gk-" + secrets.token_hex(16))
+    if disk_mb is not None:
+        router.log_file = state.with_name(state.name + ".log")
     try:
+        if disk_mb is not None:
+            mount_state_disk(state, disk_mb)
         if start:
             router.start()
         yield router
@@ -359,6 +394,9 @@ def router_state(*, start: bool = True) -> Iterator[RouterProcess]:
         problems += leaks(state)
         log = router.log()
         force_cleanup(state)
+        if router.log_file is not None:
+            for path in router.log_file.parent.glob(router.log_file.name + "*"):  # the log and its ready files
+                path.unlink()
         assert not instance_cgroups(state), "could not remove the instance's cgroups"
         assert not state.exists(), f"could not remove {state}"
         if problems:
