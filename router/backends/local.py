@@ -108,11 +108,11 @@ class LocalBackend:
         """Make the directories and cgroups, then start the tree."""
         image = self.images.get(spec.image)
         base = self._dir(spec.id)
-        for sub in ("upper", "work", "merged", "lower"):
-            (base / sub).mkdir(parents=True, exist_ok=True)
-        # The layer belongs to this version of the image: resume uses it even if the name moves on.
-        (base / _IMAGE_FILE).write_text(image.digest + "\n", encoding="ascii")
         try:
+            for sub in ("upper", "work", "merged", "lower"):
+                (base / sub).mkdir(parents=True, exist_ok=True)
+            # The layer belongs to this version of the image: resume uses it even if the name moves on.
+            (base / _IMAGE_FILE).write_text(image.digest + "\n", encoding="ascii")
             return await self._start(spec, image)
         except BaseException:
             await self.delete(spec.id, {})
