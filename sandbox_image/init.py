@@ -4,7 +4,8 @@
 
 1. joins the sandbox's cgroups and binds the executor's Unix socket (a host path the router reaches);
 2. unshares mount, UTS, IPC, network and PID namespaces and forks PID 1 of the new PID namespace;
-3. PID 1 mounts the overlay root (image read-only below, the sandbox's own layer above), the runtime
+3. PID 1 mounts the sandbox's disk image (:mod:`sandbox_image.disk`; its writable layer, size-limited),
+   the overlay root (image read-only below, the sandbox's own layer above), the runtime
    bundle read-only at ``/.grove``, a fresh ``/proc`` and a minimal ``/dev``, brings up ``lo`` in its
    empty network namespace, ``pivot_root``s into the new root, and becomes the gunicorn arbiter of the
    executor, serving on the inherited socket;
@@ -22,7 +23,7 @@ import stat
 import sys
 from typing import TYPE_CHECKING, Any
 
-from sandbox_image import linux, seccomp
+from sandbox_image import disk, linux, seccomp
 
 if TYPE_CHECKING:
     from executor.serve import ExecutorServer
@@ -108,6 +109,8 @@ def _setup(config: dict[str, Any]) -> None:
     """PID 1, before serving: the root filesystem, devices, hostname, loopback, pivot_root."""
     root = config["merged"]
     linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
+    if config.get("disk"):  # the writable layer on the sandbox's own size-limited filesystem
+        disk.prepare_layer(config["disk"], config["disk_mount"], config["upper"], config["work"])
     opts = f"lowerdir={config['rootfs']},upperdir={config['upper']},workdir={config['work']}"
     linux.mount("overlay", root, "overlay", 0, opts)
     if config.get("bind_host_usr"):

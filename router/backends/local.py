@@ -1,9 +1,11 @@
 """The local backend: each sandbox a process tree in its own namespaces on this host (no cluster, no Docker).
 
-Per sandbox: cgroups (memory, pids, cpu), a directory ``<state>/sandboxes/<id>/`` holding its writable
-layer (``upper``), overlay work dir, mount point and the executor's Unix socket, and one process tree
-started by :mod:`sandbox_image.init` from the runtime bundle. Scale-to-zero kills the tree and keeps the
-directory; resume starts a new tree over the same layer.
+Per sandbox: cgroups (memory, pids, cpu), a directory ``<state>/sandboxes/<id>/`` holding its disk
+image ``disk.img`` (an ext4 filesystem of ``disk_mb`` holding the writable layer and the overlay work dir,
+see :mod:`router.local.disk`), mount points and the executor's Unix socket, and one process tree started
+by :mod:`sandbox_image.init` from the runtime bundle. Scale-to-zero kills the tree and keeps the
+directory; resume starts a new tree over the same layer. Sandboxes made before disk quotas keep their
+layer as plain directories (``upper``, ``work``) and resume so.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from grove.errors import BadGateway, GroveError, Invalid, NotFound, Unavailable
 from router.backends.base import Endpoint, SandboxSpec, Started
-from router.local import procs
+from router.local import disk, procs
 from router.local.cgroups import CgroupSet, Limits, instance_ids, remove_instance
 from router.local.images import Image, ImageStore
 from router.local.zygote import Zygote
@@ -27,6 +29,7 @@ from sandbox_image.bundle import Bundle, build_bundle
 
 _READY_TIMEOUT_S = 30.0
 _STOP_TIMEOUT_S = 10.0
+_DETACH_TIMEOUT_S = 10.0
 # Sandbox starts in flight per CPU. A start is CPU work (fork, mounts, the executor's own start-up):
 # more at once only slows every one down — 1,000 at once made starts time out — and leaves more
 # sandboxes waiting half-made. Callers beyond the limit wait their turn (first come, first served)
@@ -44,6 +47,7 @@ class LocalBackend:
         self._state = state_dir
         self._sandboxes = state_dir / "sandboxes"
         self.images = ImageStore(state_dir / "images")
+        self._disks = disk.DiskTemplates(state_dir / "disk-templates")
         # Derived from the state dir, so a restarted router finds its own cgroups and no one else's.
         self.instance = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]
         self._bundle: Bundle | None = None
@@ -91,9 +95,9 @@ class LocalBackend:
         """Make the directories and cgroups, then start the tree."""
         image = self.images.get(spec.image)
         base = self._dir(spec.id)
-        for sub in ("upper", "work", "merged"):
-            (base / sub).mkdir(parents=True, exist_ok=True)
         try:
+            (base / "merged").mkdir(parents=True, exist_ok=True)
+            await asyncio.to_thread(self._disks.make_image, spec.disk_mb, base / disk.IMAGE_NAME)
             return await self._start(spec, image)
         except BaseException:
             await self.delete(spec.id, {})
@@ -120,8 +124,6 @@ class LocalBackend:
             "hostname": spec.id[:63],
             "rootfs": str(image.rootfs),
             "bind_host_usr": image.bind_host_usr,
-            "upper": str(base / "upper"),
-            "work": str(base / "work"),
             "merged": str(base / "merged"),
             "bundle": str(self._bundle.path),
             "socket": str(socket_path),
@@ -132,6 +134,7 @@ class LocalBackend:
             "env": spec.env,
             "workdir": spec.workdir,
         }
+        config.update(await self._layer(base))
         report = await self._zygote().spawn(config)
         if "error" in report:
             raise Unavailable(f"sandbox init: {report['error']}")
@@ -142,6 +145,21 @@ class LocalBackend:
         handle = {"pid": pid, "start_time": started}
         await self._wait_ready(socket_path, spec.id, base)
         return Started(Endpoint(f"unix:{socket_path}", spec.token), image.digest, handle)
+
+    async def _layer(self, base: Path) -> dict[str, str]:
+        """Where the sandbox's writable layer is: inside its disk image, or (made before disk quotas) plain dirs."""
+        image = base / disk.IMAGE_NAME
+        if not image.exists():
+            return {"upper": str(base / "upper"), "work": str(base / "work")}
+        # The previous run's mount must be gone before the image is mounted again: two ext4 mounts of
+        # one image would corrupt it. It goes with that run's last process, so this rarely waits.
+        if not await _detached(image):
+            raise Unavailable(f"the disk of sandbox {base.name} is still attached to {disk.attached_loops(image)} "
+                              "from its previous run; try again")
+        mount = base / "disk"
+        mount.mkdir(exist_ok=True)
+        return {"disk": str(image), "disk_mount": str(mount), "upper": str(mount / "upper"),
+                "work": str(mount / "work")}
 
     async def _wait_ready(self, socket_path: Path, sandbox_id: str, base: Path) -> None:
         # The socket listens before gunicorn runs, so one request waits in the backlog until the
@@ -164,6 +182,7 @@ class LocalBackend:
         await self._kill(sandbox_id, handle)
         with contextlib.suppress(FileNotFoundError):
             (self._dir(sandbox_id) / "executor.sock").unlink()
+        await _detached(self._dir(sandbox_id) / disk.IMAGE_NAME)
         return {}
 
     async def _kill(self, sandbox_id: str, handle: dict[str, Any]) -> None:
@@ -185,6 +204,7 @@ class LocalBackend:
             await asyncio.to_thread(CgroupSet(self.instance, sandbox_id).destroy)
         except GroveError:
             raise
+        await _detached(self._dir(sandbox_id) / disk.IMAGE_NAME)
         await asyncio.to_thread(shutil.rmtree, self._dir(sandbox_id), True)
 
     async def is_running(self, sandbox_id: str, handle: dict[str, Any]) -> bool:
@@ -201,6 +221,16 @@ class LocalBackend:
         for sandbox_id in orphans:
             await self.delete(sandbox_id, {})
         return orphans
+
+
+async def _detached(image: Path) -> bool:
+    """Wait (a bounded time) until no loop device holds ``image``; whether none does."""
+    deadline = time.monotonic() + _DETACH_TIMEOUT_S
+    while await asyncio.to_thread(disk.attached_loops, image):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
 
 
 def _tail(path: Path, limit: int = 2000) -> str:
