@@ -79,6 +79,40 @@ def mounts_with(needle: str) -> list[str]:
         return [line.strip() for line in fh if needle in line]
 
 
+def loops_with(needle: str) -> dict[str, str]:
+    """Attached loop devices (``loopN``) whose backing file's path mentions ``needle``, with that path."""
+    found = {}
+    for entry in Path("/sys/block").glob("loop*"):
+        try:
+            backing = (entry / "loop" / "backing_file").read_text().strip()
+        except OSError:  # not attached
+            continue
+        if needle in backing:
+            found[entry.name] = backing
+    return found
+
+
+def layer_file(state_dir: Path, sandbox_id: str, rel: str) -> bytes | None:
+    """A file of a sandbox's writable layer as the host holds it (``rel`` relative to the sandbox's /);
+    None if the layer has no such file.
+
+    The layer lives in the sandbox's disk image, mounted only inside the sandbox: read it with debugfs
+    (read-only, without mounting). A running sandbox's latest writes may still sit in its page cache:
+    ``sync`` in the sandbox first. Sandboxes made before disk quotas keep it in a plain ``upper`` dir.
+    """
+    base = state_dir / "sandboxes" / sandbox_id
+    if not (base / "disk.img").exists():
+        path = base / "upper" / rel
+        return path.read_bytes() if path.is_file() else None
+    stat = subprocess.run(["debugfs", "-c", "-R", f"stat /upper/{rel}", str(base / "disk.img")],
+                          capture_output=True, check=True)
+    if b"Type: regular" not in stat.stdout:
+        return None
+    cat = subprocess.run(["debugfs", "-c", "-R", f"cat /upper/{rel}", str(base / "disk.img")],
+                         capture_output=True, check=True)
+    return cat.stdout
+
+
 def process_alive(pid: int) -> bool:
     """Whether a process exists and is not a zombie."""
     try:
@@ -109,6 +143,7 @@ def leaks(state_dir: Path) -> list[str]:
     found = [f"cgroup {p}" for p in sandbox_cgroups(state_dir)]
     found += [f"process {pid}: {_cmdline(pid)[:200]}" for pid in processes_with(root)]
     found += [f"mount {line}" for line in mounts_with(root)]
+    found += [f"loop device {name} on {backing}" for name, backing in loops_with(root + "/").items()]
     sandboxes = state_dir / "sandboxes"
     if sandboxes.is_dir():
         found += [f"sandbox dir {p}" for p in sandboxes.iterdir()]
@@ -144,6 +179,8 @@ def force_cleanup(state_dir: Path) -> None:
     for parent in instance_cgroups(state_dir):
         with contextlib.suppress(OSError):
             parent.rmdir()
+    for name in loops_with(str(state_dir) + "/"):  # detached now, or once its last user lets go
+        subprocess.run(["losetup", "-d", f"/dev/{name}"], capture_output=True, check=False)
     shutil.rmtree(state_dir, ignore_errors=True)
 
 
