@@ -15,6 +15,7 @@ import pytest
 
 from grove.errors import TooLarge
 from router.client import Grove, Sandbox
+from router.local.disk import KEPT_TEMPLATES, DiskTemplates
 from tests.router_fixtures import (
     RouterProcess,
     cgroup_procs,
@@ -174,3 +175,19 @@ def test_a_sandbox_from_before_disk_quotas_still_resumes(fresh_router: RouterPro
         assert r.exit_code == 0 and r.stdout == b"from the old days\netc\n", r.stderr
         assert (base / "upper" / "workspace" / "new.txt").read_bytes() == b"new\n"  # still the plain dirs
         assert not (base / "disk.img").exists() and loops_with(f"{base}/") == {}
+
+
+def test_templates_are_copied_sparsely_and_only_the_recent_ones_kept(tmp_path: Path) -> None:
+    templates = DiskTemplates(tmp_path / "disk-templates")
+    first = templates.template(64)
+    templates.make_image(64, tmp_path / "a.img")
+    copy = tmp_path / "a.img"
+    assert copy.stat().st_size == 64 * MIB and copy.stat().st_blocks * 512 < 4 * MIB  # holes kept
+    assert subprocess.run(["cmp", str(first), str(copy)]).returncode == 0
+    assert subprocess.run(["e2fsck", "-fn", str(copy)], capture_output=True).returncode == 0
+    # Clients asking for ever new sizes do not fill the state dir with templates.
+    for size in range(65, 65 + KEPT_TEMPLATES + 2):
+        templates.template(size)
+    kept = sorted(p.name for p in (tmp_path / "disk-templates").iterdir())
+    assert len(kept) == KEPT_TEMPLATES and not first.exists()
+    assert templates.template(64).exists()  # made again when asked for again

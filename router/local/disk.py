@@ -11,7 +11,9 @@ sandboxes together may promise more than the host's disk has (overcommit, as wit
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import hashlib
 import os
 import shutil
 import subprocess
@@ -28,6 +30,11 @@ IMAGE_NAME = "disk.img"
 _MKFS = ["-q", "-F", "-m", "0", "-O", "^has_journal",
          "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,assume_storage_prezeroed=1"]
 _MKFS_TIMEOUT_S = 60.0
+# Templates are named for the options they were made with, so a change of options makes new ones.
+_FORMAT = hashlib.sha256(" ".join(_MKFS).encode()).hexdigest()[:8]
+# Every size asked for gets a template (a few MiB; 16 MiB for 1 TiB): keep the most recently used
+# ones only, or clients asking for ever new sizes would fill the state dir with them.
+KEPT_TEMPLATES = 16
 _CHUNK = 1 << 30
 
 
@@ -39,8 +46,9 @@ class DiskTemplates:
 
     def template(self, size_mb: int) -> Path:
         """The template of ``size_mb`` MiB, formatting it if it is not there yet."""
-        path = self._root / f"{size_mb}m.img"
-        if path.exists():
+        path = self._root / f"{size_mb}m-{_FORMAT}.img"
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(path)  # recently used: kept
             return path
         self._root.mkdir(parents=True, exist_ok=True)
         # Formatted under a private name and renamed into place: a concurrent create of the same size
@@ -59,7 +67,19 @@ class DiskTemplates:
             raise Unavailable(f"cannot make a {size_mb} MiB sandbox disk under {self._root}: {exc}") from exc
         finally:
             tmp.unlink(missing_ok=True)
+        self._prune()
         return path
+
+    def _prune(self) -> None:
+        """Remove all but the most recently used templates (one being copied stays readable: its fd is open)."""
+        found = []
+        for entry in os.scandir(self._root):
+            if entry.name.endswith(".img"):
+                with contextlib.suppress(FileNotFoundError):
+                    found.append((entry.stat().st_mtime_ns, entry.path))
+        for _, stale in sorted(found, reverse=True)[KEPT_TEMPLATES:]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(stale)
 
     def make_image(self, size_mb: int, dest: Path) -> None:
         """Give a sandbox its own empty disk image of ``size_mb`` MiB at ``dest``."""
