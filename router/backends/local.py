@@ -60,6 +60,7 @@ class LocalBackend:
             if any(c in str(path.resolve()) for c in ",:"):
                 raise Invalid(f"the state dir {path} may not contain ',' or ':' (overlayfs cannot take such paths)")
         self._sandboxes.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(disk.check_host)
         self._bundle = await asyncio.to_thread(build_bundle, self._state / "runtime")
         await asyncio.to_thread(self.images.ensure_default)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from grove.errors import Unavailable
 
 IMAGE_NAME = "disk.img"
+LOOP_CONTROL = Path("/dev/loop-control")
 # No reserved blocks (root in the sandbox gets all of its quota), no journal (the layer lives as long
 # as the sandbox, and a journal would cost writes on every change), no blocks reserved for growing the
 # filesystem online (4 MiB of the 4.2 a 10 GiB template would hold; a quota never grows), and nothing
@@ -91,10 +92,26 @@ class DiskTemplates:
             raise Unavailable(f"cannot make the sandbox disk {dest}: {exc}") from exc
 
 
-def _mkfs() -> str:
+def check_host() -> None:
+    """Fail early and clearly when the host cannot give sandboxes disks: no loop devices, no mkfs.ext4."""
+    if not LOOP_CONTROL.exists():
+        # The loop driver may be a module nobody has loaded yet (a fresh VM): load it.
+        modprobe = shutil.which("modprobe", path=_sbin_path())
+        if modprobe is not None:
+            subprocess.run([modprobe, "loop"], capture_output=True, timeout=30, check=False)
+    if not LOOP_CONTROL.exists():
+        raise Unavailable(f"{LOOP_CONTROL} is missing: sandbox disks need the kernel's loop device driver "
+                          "(modprobe loop; in a container, pass the host's loop devices in)")
+    _mkfs()
+
+
+def _sbin_path() -> str:
     # Not every caller's PATH has the sbin directories (a non-login shell, a systemd unit's default).
-    search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
-    found = shutil.which("mkfs.ext4", path=search)
+    return os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+
+
+def _mkfs() -> str:
+    found = shutil.which("mkfs.ext4", path=_sbin_path())
     if found is None:
         raise Unavailable("mkfs.ext4 is not installed (Debian package e2fsprogs); sandbox disks need it")
     return found
