@@ -84,8 +84,14 @@ def mount(image: str, target: str) -> None:
         os.close(device)
 
 
-def prepare_layer(image: str, mountpoint: str, upper: str, work: str) -> None:
-    """PID 1, before the overlay: mount the sandbox's disk and make its layer directories inside."""
+def prepare_layer(image: str, mountpoint: str, upper: str, work: str, *, owner: int | None = None) -> None:
+    """PID 1, before the overlay: mount the sandbox's disk and make its layer directories inside.
+
+    ``owner``: the host uid (and gid) the layer directories belong to, for a sandbox whose root is
+    mapped to an unprivileged host id; they live inside the image, so only PID 1 can reach them.
+    """
     mount(image, mountpoint)
     for path in (upper, work):
         os.makedirs(path, mode=0o755, exist_ok=True)
+        if owner is not None:
+            os.chown(path, owner, owner)

@@ -110,7 +110,8 @@ def _setup(config: dict[str, Any]) -> None:
     root = config["merged"]
     linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
     if config.get("disk"):  # the writable layer on the sandbox's own size-limited filesystem
-        disk.prepare_layer(config["disk"], config["disk_mount"], config["upper"], config["work"])
+        disk.prepare_layer(config["disk"], config["disk_mount"], config["upper"], config["work"],
+                           owner=config.get("uid_base"))
     opts = f"lowerdir={config['rootfs']},upperdir={config['upper']},workdir={config['work']}"
     linux.mount("overlay", root, "overlay", 0, opts)
     if config.get("bind_host_usr"):
