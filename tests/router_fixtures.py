@@ -14,6 +14,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -111,6 +112,33 @@ def layer_file(state_dir: Path, sandbox_id: str, rel: str) -> bytes | None:
     cat = subprocess.run(["debugfs", "-c", "-R", f"cat /upper/{rel}", str(base / "disk.img")],
                          capture_output=True, check=True)
     return cat.stdout
+
+
+def layer_owner(state_dir: Path, sandbox_id: str, rel: str) -> tuple[int, int] | None:
+    """The host uid and gid of a file (or directory) in a sandbox's writable layer; None if it has none
+    there. As :func:`layer_file`: ``sync`` in a running sandbox first."""
+    base = state_dir / "sandboxes" / sandbox_id
+    if not (base / "disk.img").exists():
+        path = base / "upper" / rel
+        if not os.path.lexists(path):
+            return None
+        st = path.lstat()
+        return st.st_uid, st.st_gid
+    stat = subprocess.run(["debugfs", "-c", "-R", f"stat /upper/{rel}", str(base / "disk.img")],
+                          capture_output=True, check=True, text=True)
+    found = re.search(r"User:\s+(\d+)\s+Group:\s+(\d+)", stat.stdout)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def to_plain_layer(sandbox_dir: Path) -> None:
+    """Rewrite a stopped sandbox's directory into the layout of routers before disk quotas: its layer's
+    files (owners and modes kept) in plain ``upper``/``work`` dirs, no disk image."""
+    image = sandbox_dir / "disk.img"
+    dump = subprocess.run(["debugfs", "-R", f"rdump /upper {sandbox_dir}", str(image)], capture_output=True)
+    assert dump.returncode == 0 and (sandbox_dir / "upper").is_dir(), dump.stderr
+    (sandbox_dir / "work").mkdir()
+    image.unlink()
+    shutil.rmtree(sandbox_dir / "disk")
 
 
 def process_alive(pid: int) -> bool:

@@ -38,6 +38,7 @@ _FORMAT = hashlib.sha256(" ".join(_MKFS).encode()).hexdigest()[:8]
 # ones only, or clients asking for ever new sizes would fill the state dir with them.
 KEPT_TEMPLATES = 16
 _CHUNK = 1 << 30
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 class DiskTemplates:
@@ -66,6 +67,8 @@ class DiskTemplates:
                                   f"{done.stderr.decode(errors='replace').strip()}")
             os.replace(tmp, path)
         except OSError as exc:
+            if exc.errno in _NO_SPACE:  # the state disk is full: the router says so in its own words
+                raise
             raise Unavailable(f"cannot make a {size_mb} MiB sandbox disk under {self._root}: {exc}") from exc
         finally:
             tmp.unlink(missing_ok=True)
@@ -89,6 +92,8 @@ class DiskTemplates:
             sparse_copy(self.template(size_mb), dest)
         except OSError as exc:
             dest.unlink(missing_ok=True)
+            if exc.errno in _NO_SPACE:
+                raise
             raise Unavailable(f"cannot make the sandbox disk {dest}: {exc}") from exc
 
 
