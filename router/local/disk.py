@@ -3,7 +3,7 @@
 Each sandbox's writable layer lives in ``<state>/sandboxes/<id>/disk.img``, a sparse file holding an
 ext4 filesystem of the sandbox's ``disk_mb``. Formatting one costs a ``mkfs`` run (tens of ms), so
 each size is formatted once, as a template under ``<state>/disk-templates/``, and a sandbox gets a
-sparse copy of it: only the few MiB of metadata mkfs wrote are copied, the rest stays holes.
+sparse copy of it: only the metadata mkfs wrote is copied (0.2 MiB for 10 GiB), the rest stays holes.
 
 The image grows as the sandbox writes, up to its size and no further; being sparse, the images of all
 sandboxes together may promise more than the host's disk has (overcommit, as with thin volumes).
@@ -34,7 +34,7 @@ _MKFS = ["-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode",
 _MKFS_TIMEOUT_S = 60.0
 # Templates are named for the options they were made with, so a change of options makes new ones.
 _FORMAT = hashlib.sha256(" ".join(_MKFS).encode()).hexdigest()[:8]
-# Every size asked for gets a template (a few MiB; 16 MiB for 1 TiB): keep the most recently used
+# Every size asked for gets a template (0.1 MiB for 64 MiB, 12 MiB for 1 TiB): keep the most recently used
 # ones only, or clients asking for ever new sizes would fill the state dir with them.
 KEPT_TEMPLATES = 16
 _CHUNK = 1 << 30
