@@ -91,6 +91,12 @@ def write_atomic(path: str, api: str, body: IO[bytes], *, mode: int | None, limi
                 if size > limit:
                     raise TooLarge(f"file exceeds the limit of {limit} bytes")
                 out.write(block)
+            # Stored before it is renamed into place. On a local sandbox the layer is a sparse disk image:
+            # a write fits into the sandbox's own filesystem even when the host's is full, and only the
+            # write-back to the image fails; fsync is where that shows (ENOSPC, a 413 below) instead of
+            # the file quietly going missing later. About 0.4 ms per file there.
+            out.flush()
+            os.fsync(out.fileno())
         # gunicorn ends the body stream quietly when the client hangs up early: never rename a torn upload.
         if length is not None and size < length:
             raise BadRequest(f"upload of {api} ended after {size} of {length} bytes; the file was not changed")

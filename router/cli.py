@@ -95,7 +95,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_create(args: argparse.Namespace) -> int:
     """Create a sandbox and print its id."""
-    options: dict[str, Any] = {"cpu": args.cpu, "memory_mb": args.memory_mb, "pids_max": args.pids_max}
+    options: dict[str, Any] = {"cpu": args.cpu, "memory_mb": args.memory_mb, "pids_max": args.pids_max,
+                               "disk_mb": args.disk_mb}
     if args.ttl:
         options["ttl_s"] = args.ttl
     if args.idle_timeout:
@@ -262,6 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--cpu", type=float, default=1.0)
     create.add_argument("--memory-mb", type=int, default=1024)
     create.add_argument("--pids-max", type=int, default=512)
+    create.add_argument("--disk-mb", type=int, default=10240, help="disk quota in MiB (writes past it: ENOSPC)")
     create.add_argument("--ttl", type=float)
     create.add_argument("--idle-timeout", type=float)
     create.add_argument("--env", action="append", default=[], help="K=V (repeatable)")

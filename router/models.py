@@ -40,6 +40,9 @@ class CreateRequest:
     memory_mb: int = spec("memory limit in MiB", default=1024, minimum=16, maximum=262144)
     pids_max: int = spec("most processes and threads the sandbox's commands may have", default=512,
                          minimum=8, maximum=65536)
+    disk_mb: int = spec("disk quota in MiB: how much the sandbox may write (its changes to the image); "
+                        "past it, writes fail with ENOSPC inside the sandbox", default=10240, minimum=64,
+                        maximum=1048576)
     env: dict[str, str] = spec("environment of every command", factory=dict)
     workdir: str = spec("default working directory (absolute)", default="/workspace", max_len=1024)
     network: NetworkModel = spec("egress policy", factory=NetworkModel)

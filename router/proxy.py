@@ -87,6 +87,11 @@ async def forward(
         headers["Content-Length"] = str(len(body))
     elif request.can_read_body:
         data = _tapped(request, request_tap) if request_tap else request.content  # type: ignore[assignment]
+        # An upload gets a connection of its own. The executor may answer before reading all of the body
+        # (a full disk mid-upload); gunicorn then closes the connection, not knowing where the next
+        # request would start, while the client, having sent every byte, would pool it: the next call
+        # on it would meet a reset.
+        headers["Connection"] = "close"
     else:
         data = None
     response: web.StreamResponse | None = None

@@ -66,6 +66,7 @@ class SandboxRecord:
             labels={k: v for k, v in dataclasses.asdict(req.metadata).items() if isinstance(v, str)},
             idle_timeout_s=req.idle_timeout_s,
             ttl_s=req.ttl_s,
+            disk_mb=req.disk_mb,
         )
 
     def endpoint(self) -> Endpoint | None:
@@ -85,7 +86,8 @@ class SandboxRecord:
             "ended_at": self.ended_at,
             "end_reason": self.end_reason,
             "error": self.error,
-            "resources": {"cpu": req.cpu, "memory_mb": req.memory_mb, "pids_max": req.pids_max},
+            "resources": {"cpu": req.cpu, "memory_mb": req.memory_mb, "pids_max": req.pids_max,
+                          "disk_mb": req.disk_mb},
             "workdir": req.workdir,
             "network": {"egress": req.network.egress, "allow": list(req.network.allow)},
             "timeouts": {

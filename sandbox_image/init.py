@@ -25,7 +25,7 @@ import stat
 import sys
 from typing import TYPE_CHECKING, Any
 
-from sandbox_image import linux, seccomp, userns
+from sandbox_image import disk, linux, seccomp, userns
 
 if TYPE_CHECKING:
     from executor.serve import ExecutorServer
@@ -114,6 +114,9 @@ def _setup(config: dict[str, Any], userns_fd: int | None) -> None:
     ``userns_fd``) the sandbox's user namespace, and last the capability and system-call limits."""
     root = config["merged"]
     linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
+    if config.get("disk"):  # the writable layer on the sandbox's own size-limited filesystem
+        disk.prepare_layer(config["disk"], config["disk_mount"], config["upper"], config["work"],
+                           owner=config.get("uid_base"))
     lower = config["rootfs"]
     if userns_fd is not None:
         # The image read through an idmapped mount: its root-owned files are the sandbox's root's.

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -83,6 +84,67 @@ def mounts_with(needle: str) -> list[str]:
         return [line.strip() for line in fh if needle in line]
 
 
+def loops_with(needle: str) -> dict[str, str]:
+    """Attached loop devices (``loopN``) whose backing file's path mentions ``needle``, with that path."""
+    found = {}
+    for entry in Path("/sys/block").glob("loop*"):
+        try:
+            backing = (entry / "loop" / "backing_file").read_text().strip()
+        except OSError:  # not attached
+            continue
+        if needle in backing:
+            found[entry.name] = backing
+    return found
+
+
+def layer_file(state_dir: Path, sandbox_id: str, rel: str) -> bytes | None:
+    """A file of a sandbox's writable layer as the host holds it (``rel`` relative to the sandbox's /);
+    None if the layer has no such file.
+
+    The layer lives in the sandbox's disk image, mounted only inside the sandbox: read it with debugfs
+    (read-only, without mounting). A running sandbox's latest writes may still sit in its page cache:
+    ``sync`` in the sandbox first. Sandboxes made before disk quotas keep it in a plain ``upper`` dir.
+    """
+    base = state_dir / "sandboxes" / sandbox_id
+    if not (base / "disk.img").exists():
+        path = base / "upper" / rel
+        return path.read_bytes() if path.is_file() else None
+    stat = subprocess.run(["debugfs", "-c", "-R", f"stat /upper/{rel}", str(base / "disk.img")],
+                          capture_output=True, check=True)
+    if b"Type: regular" not in stat.stdout:
+        return None
+    cat = subprocess.run(["debugfs", "-c", "-R", f"cat /upper/{rel}", str(base / "disk.img")],
+                         capture_output=True, check=True)
+    return cat.stdout
+
+
+def layer_owner(state_dir: Path, sandbox_id: str, rel: str) -> tuple[int, int] | None:
+    """The host uid and gid of a file (or directory) in a sandbox's writable layer; None if it has none
+    there. As :func:`layer_file`: ``sync`` in a running sandbox first."""
+    base = state_dir / "sandboxes" / sandbox_id
+    if not (base / "disk.img").exists():
+        path = base / "upper" / rel
+        if not os.path.lexists(path):
+            return None
+        st = path.lstat()
+        return st.st_uid, st.st_gid
+    stat = subprocess.run(["debugfs", "-c", "-R", f"stat /upper/{rel}", str(base / "disk.img")],
+                          capture_output=True, check=True, text=True)
+    found = re.search(r"User:\s+(\d+)\s+Group:\s+(\d+)", stat.stdout)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def to_plain_layer(sandbox_dir: Path) -> None:
+    """Rewrite a stopped sandbox's directory into the layout of routers before disk quotas: its layer's
+    files (owners and modes kept) in plain ``upper``/``work`` dirs, no disk image."""
+    image = sandbox_dir / "disk.img"
+    dump = subprocess.run(["debugfs", "-R", f"rdump /upper {sandbox_dir}", str(image)], capture_output=True)
+    assert dump.returncode == 0 and (sandbox_dir / "upper").is_dir(), dump.stderr
+    (sandbox_dir / "work").mkdir()
+    image.unlink()
+    shutil.rmtree(sandbox_dir / "disk")
+
+
 def process_alive(pid: int) -> bool:
     """Whether a process exists and is not a zombie."""
     try:
@@ -133,6 +195,7 @@ def leaks(state_dir: Path) -> list[str]:
     found = [f"cgroup {p}" for p in sandbox_cgroups(state_dir)]
     found += [f"process {pid}: {_cmdline(pid)[:200]}" for pid in processes_with(root)]
     found += [f"mount {line}" for line in mounts_with(root) if not _is_state_disk(line, state_dir)]
+    found += [f"loop device {name} on {backing}" for name, backing in loops_with(root + "/").items()]
     sandboxes = state_dir / "sandboxes"
     if sandboxes.is_dir():
         found += [f"sandbox dir {p}" for p in sandboxes.iterdir()]
@@ -190,6 +253,8 @@ def force_cleanup(state_dir: Path) -> None:
     if egress_table_exists(state_dir):
         argv = ["nft", "delete", "table", "inet", egress_rules.table(instance_of(state_dir))]
         subprocess.run(argv, capture_output=True, check=False)
+    for name in loops_with(str(state_dir) + "/"):  # detached now, or once its last user lets go
+        subprocess.run(["losetup", "-d", f"/dev/{name}"], capture_output=True, check=False)
     unmount_state_disk(state_dir)
     shutil.rmtree(state_dir, ignore_errors=True)
 

@@ -58,7 +58,8 @@ def test_service_validates_against_the_crd_schema(network: Network) -> None:
     assert notes["autoscaling.knative.dev/window"] == "300s"
     container = template["spec"]["containers"][0]
     assert container["command"][:2] == ["/.grove/lib/ld-linux-x86-64.so.2", "--library-path"]
-    assert container["resources"]["limits"] == {"cpu": "500m", "memory": "768Mi"}
+    assert container["resources"]["limits"] == {"cpu": "500m", "memory": "768Mi", "ephemeral-storage": "10240Mi"}
+    assert container["resources"]["requests"]["ephemeral-storage"] == "0"  # a ceiling, not a reservation
     secret_refs = {e["name"] for e in container["env"] if "valueFrom" in e}
     assert {"GROVE_EXECUTOR_TOKEN", "GROVE_EXECUTOR_ENV", "GROVE_EXECUTOR_SNAPSHOT_PUT_URL"} <= secret_refs
     assert "tk-9f8e7d6c5b" not in json.dumps(service) and "s1g" not in json.dumps(service)  # secrets stay in the Secret

@@ -26,12 +26,14 @@ def _ok(done: subprocess.CompletedProcess[bytes]) -> str:
 
 
 def test_create_ls_exec_rm(router: RouterProcess) -> None:
-    sandbox_id = _ok(router.cli("create", "--task", "cli-task", "--env", "GREETING=hi", "--memory-mb", "256")).strip()
+    sandbox_id = _ok(router.cli("create", "--task", "cli-task", "--env", "GREETING=hi", "--memory-mb", "256",
+                                "--disk-mb", "512")).strip()
     assert re.fullmatch(r"sb-[0-9a-f]{16}", sandbox_id)
     listing = _ok(router.cli("ls"))
     assert sandbox_id in listing and "cli-task" in listing and "ready" in listing
     rows = json.loads(_ok(router.cli("ls", "--json", "--label", "task_id=cli-task")))
     assert [r["id"] for r in rows] == [sandbox_id] and rows[0]["resources"]["memory_mb"] == 256
+    assert rows[0]["resources"]["disk_mb"] == 512
     assert json.loads(_ok(router.cli("ls", "--json", "--label", "task_id=other"))) == []
 
     done = router.cli("exec", sandbox_id, "--", "echo", "hi")

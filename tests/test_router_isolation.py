@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from router.client import Grove, Sandbox
-from tests.router_fixtures import RouterProcess
+from tests.router_fixtures import RouterProcess, layer_file
 
 CONNECT = (
     "import socket, sys\n"
@@ -88,9 +88,11 @@ def test_other_sandboxes_files_are_invisible(router: RouterProcess, pair: tuple[
     assert b.exec(f"grep -rs secret-of-{a.id} /tmp /etc /workspace /root || echo none").stdout == b"none\n"
     # The writes landed in a's own layer, never in the image.
     image = router.state_dir / "images" / "default" / "rootfs"
+    a.exec("sync")
     for rel in ("tmp/marker", "etc/marker", "workspace/marker"):
         assert not (image / rel).exists()
-        assert (router.state_dir / "sandboxes" / a.id / "upper" / rel).exists()
+        assert layer_file(router.state_dir, a.id, rel) is not None, rel
+        assert layer_file(router.state_dir, b.id, rel) is None, rel
 
 
 def test_writes_never_reach_the_image(router: RouterProcess, grove: Grove) -> None:

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from router.client import Grove
-from tests.router_fixtures import RouterProcess, cgroup_procs, error_of, wait_for
+from tests.router_fixtures import RouterProcess, cgroup_procs, error_of, layer_file, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def test_idle_scale_to_zero_and_transparent_wake(router: RouterProcess, grove: G
     # Scaled to zero: not a single process left in its cgroup (the last zombies are reaped within
     # moments of PID 1's death), its files still on disk.
     wait_for(lambda: cgroup_procs(router.state_dir, sb.id) == [], 1, 0.01, "an empty cgroup")
-    assert (router.state_dir / "sandboxes" / sb.id / "upper" / "workspace" / "kept.txt").exists()
+    assert layer_file(router.state_dir, sb.id, "workspace/kept.txt") == b"written before\n"
     time.sleep(1.2)
     assert _status(router, sb.id)["status"] == "idle"  # a GET is not activity: it stays asleep
     assert [s["status"] for s in grove.list()] == ["idle"]

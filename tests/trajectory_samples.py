@@ -23,7 +23,7 @@ def make_record(
         "status": "deleted",
         "image": "python:3.11",
         "image_digest": "sha256:" + "ab" * 32,
-        "resources": {"cpu": 1.0, "memory_mb": 1024, "pids_max": 512},
+        "resources": {"cpu": 1.0, "memory_mb": 1024, "pids_max": 512, "disk_mb": 10240},
         "network": {"egress": "deny", "allow": []},
         "metadata": {
             "task_id": task_id,

@@ -44,6 +44,8 @@ class SandboxSpec:
     """Idle time before scale-to-zero, for backends whose platform scales on its own (Knative)."""
     ttl_s: float = 6 * 3600.0
     """The sandbox's lifetime, for credentials that must outlive it (presigned snapshot URLs)."""
+    disk_mb: int = 10240
+    """Disk quota in MiB: the most its writable layer (what it changed of the image) may hold."""
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
 """The local backend: each sandbox a process tree in its own namespaces on this host (no cluster, no Docker).
 
-Per sandbox: cgroups (memory, pids, cpu), a directory ``<state>/sandboxes/<id>/`` holding its writable
-layer (``upper``), overlay work dir, mount point and the executor's Unix socket, and one process tree
-started by :mod:`sandbox_image.init` from the runtime bundle, its root an unprivileged host id range
+Per sandbox: cgroups (memory, pids, cpu), a directory ``<state>/sandboxes/<id>/`` holding its disk
+image ``disk.img`` (an ext4 filesystem of ``disk_mb`` holding the writable layer and the overlay work dir,
+see :mod:`router.local.disk`), mount points and the executor's Unix socket, and one process tree started
+by :mod:`sandbox_image.init` from the runtime bundle, its root an unprivileged host id range
 (:mod:`router.local.uids`, recorded in the directory's ``userns`` file). Scale-to-zero kills the tree and
-keeps the directory; resume starts a new tree over the same layer, in the same id range.
+keeps the directory; resume starts a new tree over the same layer, in the same id range. Sandboxes made
+before disk quotas keep their layer as plain directories (``upper``, ``work``) and resume so.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from grove.errors import BadGateway, GroveError, Invalid, NotFound, Unavailable
 from router.backends.base import Endpoint, SandboxSpec, Started
-from router.local import procs
+from router.local import disk, procs
 from router.local.cgroups import CgroupSet, Limits, instance_ids, remove_instance
 from router.local.egress_rules import parse_allow
 from router.local.hogs import HogWatch
@@ -32,6 +34,7 @@ from sandbox_image.bundle import Bundle, build_bundle, collect_retired
 
 _READY_TIMEOUT_S = 30.0
 _STOP_TIMEOUT_S = 10.0
+_DETACH_TIMEOUT_S = 10.0
 # Sandbox starts in flight per CPU. A start is CPU work (fork, mounts, the executor's own start-up):
 # more at once only slows every one down — 1,000 at once made starts time out — and leaves more
 # sandboxes waiting half-made. Callers beyond the limit wait their turn (first come, first served)
@@ -53,6 +56,7 @@ class LocalBackend:
         self._state = state_dir
         self._sandboxes = state_dir / "sandboxes"
         self.images = ImageStore(state_dir / "images")
+        self._disks = disk.DiskTemplates(state_dir / "disk-templates")
         # Derived from the state dir, so a restarted router finds its own cgroups and no one else's.
         self.instance = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]
         self._bundle: Bundle | None = None
@@ -68,6 +72,7 @@ class LocalBackend:
             if any(c in str(path.resolve()) for c in ",:"):
                 raise Invalid(f"the state dir {path} may not contain ',' or ':' (overlayfs cannot take such paths)")
         self._sandboxes.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(disk.check_host)
         self._uids = await asyncio.to_thread(UidRanges, self._sandboxes)
         self._bundle = await asyncio.to_thread(build_bundle, self._state / "runtime")
         await asyncio.to_thread(self.images.ensure_default)
@@ -109,8 +114,9 @@ class LocalBackend:
         image = self.images.get(spec.image)
         base = self._dir(spec.id)
         try:
-            for sub in ("upper", "work", "merged", "lower"):
+            for sub in ("merged", "lower"):
                 (base / sub).mkdir(parents=True, exist_ok=True)
+            await asyncio.to_thread(self._disks.make_image, spec.disk_mb, base / disk.IMAGE_NAME)
             # The layer belongs to this version of the image: resume uses it even if the name moves on.
             (base / _IMAGE_FILE).write_text(image.digest + "\n", encoding="ascii")
             return await self._start(spec, image)
@@ -150,8 +156,6 @@ class LocalBackend:
             "bind_host_usr": image.bind_host_usr,
             "uid_base": uid_base,
             "lower": str(base / "lower"),
-            "upper": str(base / "upper"),
-            "work": str(base / "work"),
             "merged": str(base / "merged"),
             "bundle": str(self._bundle.path),
             "socket": str(socket_path),
@@ -162,6 +166,7 @@ class LocalBackend:
             "env": spec.env,
             "workdir": spec.workdir,
         }
+        config.update(await self._layer(base))
         report = await self._zygote().spawn(config)
         if "error" in report:
             raise Unavailable(f"sandbox init: {report['error']}")
@@ -175,13 +180,31 @@ class LocalBackend:
         await self._wait_ready(socket_path, spec.id, base)
         return Started(Endpoint(f"unix:{socket_path}", spec.token), image.digest, handle)
 
+    async def _layer(self, base: Path) -> dict[str, str]:
+        """Where the sandbox's writable layer is: inside its disk image, or (made before disk quotas) plain dirs."""
+        image = base / disk.IMAGE_NAME
+        if not image.exists():
+            return {"upper": str(base / "upper"), "work": str(base / "work")}
+        # The previous run's mount must be gone before the image is mounted again: two ext4 mounts of
+        # one image would corrupt it. It goes with that run's last process, so this rarely waits.
+        if not await _detached(image):
+            raise Unavailable(f"the disk of sandbox {base.name} is still attached to {disk.attached_loops(image)} "
+                              "from its previous run; try again")
+        mount = base / "disk"
+        mount.mkdir(exist_ok=True)
+        return {"disk": str(image), "disk_mount": str(mount), "upper": str(mount / "upper"),
+                "work": str(mount / "work")}
+
     def _own_layer(self, base: Path, sandbox_id: str) -> int:
         """The sandbox's host id range, with its layer owned by the range's root (a layer made before
-        sandboxes had user namespaces is shifted into the range once)."""
+        sandboxes had user namespaces is shifted into the range once). A layer inside a disk image is
+        out of reach here: PID 1 owns it to the range when it mounts the image."""
         assert self._uids is not None
         legacy = not (base / "userns").exists()
         uid_base = self._uids.base(sandbox_id)
         (base / "lower").mkdir(exist_ok=True)
+        if (base / disk.IMAGE_NAME).exists():
+            return uid_base
         if legacy:
             shift_owners(base / "upper", uid_base)
         for sub in ("upper", "work"):
@@ -221,6 +244,7 @@ class LocalBackend:
         for name in ("executor.sock", _BUNDLE_FILE):
             with contextlib.suppress(FileNotFoundError):
                 (self._dir(sandbox_id) / name).unlink()
+        await _detached(self._dir(sandbox_id) / disk.IMAGE_NAME)
         await asyncio.to_thread(self._collect_retired)
         return {}
 
@@ -244,6 +268,7 @@ class LocalBackend:
             await asyncio.to_thread(CgroupSet(self.instance, sandbox_id).destroy)
         except GroveError:
             raise
+        await _detached(self._dir(sandbox_id) / disk.IMAGE_NAME)
         await asyncio.to_thread(shutil.rmtree, self._dir(sandbox_id), True)
         if self._uids is not None:
             self._uids.release(sandbox_id)
@@ -284,6 +309,16 @@ class LocalBackend:
             dirs = [p for p in self._sandboxes.iterdir() if p.is_dir()]
             await asyncio.to_thread(self.network.reconcile, dirs, procs.alive)
         return orphans
+
+
+async def _detached(image: Path) -> bool:
+    """Wait (a bounded time) until no loop device holds ``image``; whether none does."""
+    deadline = time.monotonic() + _DETACH_TIMEOUT_S
+    while await asyncio.to_thread(disk.attached_loops, image):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
 
 
 def _tail(path: Path, limit: int = 2000) -> str:

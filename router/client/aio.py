@@ -104,7 +104,7 @@ class AsyncGrove:
         raise Unavailable(f"the grove router at {self.url} kept answering 503")
 
     async def create(self, image: str = "default", *, heartbeat: bool = True, **options: Any) -> AsyncSandbox:
-        """Create a sandbox (options: the create fields of the API, e.g. ``cpu``, ``memory_mb``, ``metadata``)."""
+        """Create a sandbox (options: the create fields of the API: ``cpu``, ``memory_mb``, ``disk_mb``, ...)."""
         body = {"image": image, "request_id": options.pop("request_id", None) or uuid.uuid4().hex, **options}
         info = await self.request("POST", "/v1/sandboxes", json_body=body, retry=True)
         sandbox = AsyncSandbox(self, info)

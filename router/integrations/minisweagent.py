@@ -72,6 +72,8 @@ class GroveEnvironmentConfig:
     """Memory limit in MiB."""
     pids_max: int = 512
     """Most processes and threads in the sandbox."""
+    disk_mb: int | None = None
+    """Disk quota in MiB (grove's default, 10 GiB, when None)."""
     network: dict[str, Any] | None = None
     """Egress policy, e.g. ``{"egress": "deny"}`` (grove's default)."""
     ttl_s: float | None = None
@@ -113,7 +115,7 @@ class GroveEnvironmentConfig:
             "metadata": {"task_id": self.task_id, "model": self.model, "harness": self.harness,
                          "harness_version": self.harness_version, "labels": dict(self.labels)},
         }
-        for name in ("network", "ttl_s", "idle_timeout_s", "heartbeat_timeout_s"):
+        for name in ("network", "ttl_s", "idle_timeout_s", "heartbeat_timeout_s", "disk_mb"):
             if (value := getattr(self, name)) is not None:
                 options[name] = value
         return options

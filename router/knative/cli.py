@@ -67,6 +67,7 @@ def add_knative_parser(sub: Any) -> None:
     show.add_argument("--cpu", type=float, default=1.0)
     show.add_argument("--memory-mb", type=int, default=1024)
     show.add_argument("--pids-max", type=int, default=512)
+    show.add_argument("--disk-mb", type=int, default=10240)
     show.add_argument("--env", action="append", default=[], help="K=V (repeatable)")
     show.add_argument("--workdir", default="/workspace")
     show.add_argument("--egress", choices=("deny", "allow"), default="deny")
@@ -91,6 +92,7 @@ def cmd_manifest(args: argparse.Namespace) -> int:
 
     body: dict[str, Any] = {
         "image": args.image, "cpu": args.cpu, "memory_mb": args.memory_mb, "pids_max": args.pids_max,
+        "disk_mb": args.disk_mb,
         "env": dict(item.split("=", 1) for item in args.env), "workdir": args.workdir,
         "network": {"egress": args.egress, "allow": args.allow},
     }

@@ -147,9 +147,12 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
         "command": executor_command(),
         "ports": [{"name": "http1", "containerPort": PORT}],
         "env": env,
+        # The disk quota is the container's ephemeral-storage limit: the kubelet evicts a pod whose
+        # writable layer and emptyDirs outgrow it (an eviction, where the local backend's is an ENOSPC).
+        # Requested as 0, like the local backend's sparse images: the quota is a ceiling, not a reservation.
         "resources": {
-            "requests": {"cpu": f"{cpu_m}m", "memory": f"{spec.memory_mb}Mi"},
-            "limits": {"cpu": f"{cpu_m}m", "memory": f"{spec.memory_mb}Mi"},
+            "requests": {"cpu": f"{cpu_m}m", "memory": f"{spec.memory_mb}Mi", "ephemeral-storage": "0"},
+            "limits": {"cpu": f"{cpu_m}m", "memory": f"{spec.memory_mb}Mi", "ephemeral-storage": f"{spec.disk_mb}Mi"},
         },
         "readinessProbe": {"httpGet": {"path": "/healthz"}, "periodSeconds": 1},
         "securityContext": {"allowPrivilegeEscalation": False, "seccompProfile": {"type": "RuntimeDefault"}},

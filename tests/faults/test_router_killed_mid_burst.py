@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 
-from tests.router_fixtures import RouterProcess, cgroup_procs, sandbox_cgroups
+from tests.router_fixtures import RouterProcess, cgroup_procs, sandbox_cgroups, wait_for
 
 
 def test_sigkill_mid_burst_then_restart(fresh_router: RouterProcess) -> None:
@@ -32,6 +32,9 @@ def test_sigkill_mid_burst_then_restart(fresh_router: RouterProcess) -> None:
     for t in threads:
         t.join(40)
     router.start()
+    # Creations the kill interrupted start over in the background once the router is up: let them finish.
+    wait_for(lambda: all(s["status"] != "pending" for s in router.http("GET", "/v1/sandboxes").json()["sandboxes"]),
+             60, 0.1, "interrupted creations to finish")
 
     live = router.live_ids()
     on_host = {p.name for p in (router.state_dir / "sandboxes").iterdir()}

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from router.client import Sandbox
-from tests.router_fixtures import RouterProcess, error_of
+from tests.router_fixtures import RouterProcess, error_of, layer_file
 from tests.security.probes import CONNECT
 
 ECONNREFUSED, ENETUNREACH = 111, 101
@@ -180,7 +180,8 @@ def test_archive_through_a_planted_symlink(router: RouterProcess, pair: tuple[Sa
                         _tar(("file", "f", b"y")), headers={"Content-Type": "application/x-tar"})
     assert reply.status == 201, reply.body
     assert a.exec("cat /tmp/in/f").stdout == b"y"
-    assert (router.state_dir / "sandboxes" / a.id / "upper" / "tmp" / "in" / "f").read_bytes() == b"y"  # a's layer
+    a.exec("sync")
+    assert layer_file(router.state_dir, a.id, "tmp/in/f") == b"y"  # a's layer
 
 
 def test_file_api_paths_stay_in_the_sandbox(router: RouterProcess, pair: tuple[Sandbox, Sandbox]) -> None:

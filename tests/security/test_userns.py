@@ -10,7 +10,7 @@ import pytest
 
 from router.client import Grove, Sandbox
 from router.local.uids import FLOOR
-from tests.router_fixtures import RouterProcess, cgroup_procs, wait_for
+from tests.router_fixtures import RouterProcess, cgroup_procs, layer_owner, to_plain_layer, wait_for
 
 RANGE = 65536
 
@@ -72,10 +72,9 @@ def test_files_written_inside_belong_to_the_range_and_the_image_is_untouched(
                      "touch /tmp/x && chown 1000:1000 /tmp/x && chmod 4755 /tmp/x")
     assert listing.exit_code == 0, listing.stderr
     assert listing.stdout == b"0 0\n0 0\n0 0\n0 0\n"
-    layer = router.state_dir / "sandboxes" / a.id / "upper"
-    assert (layer / "etc" / "passwd").stat().st_uid == base
-    made = (layer / "tmp" / "x").stat()
-    assert (made.st_uid, made.st_gid) == (base + 1000, base + 1000)
+    a.exec("sync")
+    assert layer_owner(router.state_dir, a.id, "etc/passwd") == (base, base)
+    assert layer_owner(router.state_dir, a.id, "tmp/x") == (base + 1000, base + 1000)
     image_passwd = router.state_dir / "images" / "default"
     found = [p for p in image_passwd.rglob("passwd") if p.parent.name == "etc"]
     assert found, "the default image has an /etc/passwd"
@@ -177,6 +176,7 @@ def test_a_layer_from_before_user_namespaces_is_shifted_into_the_range(fresh_rou
     # What an older grove left: no range file, a layer owned by plain host ids.
     sandbox_dir = router.state_dir / "sandboxes" / sb.id
     (sandbox_dir / "userns").unlink()
+    to_plain_layer(sandbox_dir)
     layer = sandbox_dir / "upper"
     for path in [layer, *layer.rglob("*")]:
         st = path.lstat()

@@ -1,0 +1,166 @@
+"""Per-sandbox disk images: the router's side of :mod:`sandbox_image.disk`.
+
+Each sandbox's writable layer lives in ``<state>/sandboxes/<id>/disk.img``, a sparse file holding an
+ext4 filesystem of the sandbox's ``disk_mb``. Formatting one costs a ``mkfs`` run (tens of ms), so
+each size is formatted once, as a template under ``<state>/disk-templates/``, and a sandbox gets a
+sparse copy of it: only the metadata mkfs wrote is copied (0.2 MiB for 10 GiB), the rest stays holes.
+
+The image grows as the sandbox writes, up to its size and no further; being sparse, the images of all
+sandboxes together may promise more than the host's disk has (overcommit, as with thin volumes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from grove.errors import Unavailable
+
+IMAGE_NAME = "disk.img"
+LOOP_CONTROL = Path("/dev/loop-control")
+# No reserved blocks (root in the sandbox gets all of its quota), no journal (the layer lives as long
+# as the sandbox, and a journal would cost writes on every change), no blocks reserved for growing the
+# filesystem online (4 MiB of the 4.2 a 10 GiB template would hold; a quota never grows), and nothing
+# zeroed: a sparse file reads as zeros already, so the inode tables are marked initialised and the
+# kernel's lazy-init thread never writes them out (which would fill in the file's holes).
+_MKFS = ["-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode",
+         "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,assume_storage_prezeroed=1"]
+_MKFS_TIMEOUT_S = 60.0
+# Templates are named for the options they were made with, so a change of options makes new ones.
+_FORMAT = hashlib.sha256(" ".join(_MKFS).encode()).hexdigest()[:8]
+# Every size asked for gets a template (0.1 MiB for 64 MiB, 12 MiB for 1 TiB): keep the most recently used
+# ones only, or clients asking for ever new sizes would fill the state dir with them.
+KEPT_TEMPLATES = 16
+_CHUNK = 1 << 30
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+class DiskTemplates:
+    """Formatted, empty ext4 images, one per size, made on first use."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+
+    def template(self, size_mb: int) -> Path:
+        """The template of ``size_mb`` MiB, formatting it if it is not there yet."""
+        path = self._root / f"{size_mb}m-{_FORMAT}.img"
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(path)  # recently used: kept
+            return path
+        self._root.mkdir(parents=True, exist_ok=True)
+        # Formatted under a private name and renamed into place: a concurrent create of the same size
+        # formats its own and one rename wins; no one ever copies a half-made template.
+        tmp = self._root / f".{size_mb}m.{os.getpid()}.{time.monotonic_ns()}.tmp"
+        try:
+            with open(tmp, "wb") as fh:
+                fh.truncate(size_mb * 1024 * 1024)
+            done = subprocess.run([_mkfs(), *_MKFS, str(tmp)], capture_output=True, timeout=_MKFS_TIMEOUT_S,
+                                  check=False)
+            if done.returncode != 0:
+                raise Unavailable(f"formatting a {size_mb} MiB sandbox disk failed: "
+                                  f"{done.stderr.decode(errors='replace').strip()}")
+            os.replace(tmp, path)
+        except OSError as exc:
+            if exc.errno in _NO_SPACE:  # the state disk is full: the router says so in its own words
+                raise
+            raise Unavailable(f"cannot make a {size_mb} MiB sandbox disk under {self._root}: {exc}") from exc
+        finally:
+            tmp.unlink(missing_ok=True)
+        self._prune()
+        return path
+
+    def _prune(self) -> None:
+        """Remove all but the most recently used templates (one being copied stays readable: its fd is open)."""
+        found = []
+        for entry in os.scandir(self._root):
+            if entry.name.endswith(".img"):
+                with contextlib.suppress(FileNotFoundError):
+                    found.append((entry.stat().st_mtime_ns, entry.path))
+        for _, stale in sorted(found, reverse=True)[KEPT_TEMPLATES:]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(stale)
+
+    def make_image(self, size_mb: int, dest: Path) -> None:
+        """Give a sandbox its own empty disk image of ``size_mb`` MiB at ``dest``."""
+        try:
+            sparse_copy(self.template(size_mb), dest)
+        except OSError as exc:
+            dest.unlink(missing_ok=True)
+            if exc.errno in _NO_SPACE:
+                raise
+            raise Unavailable(f"cannot make the sandbox disk {dest}: {exc}") from exc
+
+
+def check_host() -> None:
+    """Fail early and clearly when the host cannot give sandboxes disks: no loop devices, no mkfs.ext4."""
+    if not LOOP_CONTROL.exists():
+        # The loop driver may be a module nobody has loaded yet (a fresh VM): load it.
+        modprobe = shutil.which("modprobe", path=_sbin_path())
+        if modprobe is not None:
+            subprocess.run([modprobe, "loop"], capture_output=True, timeout=30, check=False)
+    if not LOOP_CONTROL.exists():
+        raise Unavailable(f"{LOOP_CONTROL} is missing: sandbox disks need the kernel's loop device driver "
+                          "(modprobe loop; in a container, pass the host's loop devices in)")
+    _mkfs()
+
+
+def _sbin_path() -> str:
+    # Not every caller's PATH has the sbin directories (a non-login shell, a systemd unit's default).
+    return os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+
+
+def _mkfs() -> str:
+    found = shutil.which("mkfs.ext4", path=_sbin_path())
+    if found is None:
+        raise Unavailable("mkfs.ext4 is not installed (Debian package e2fsprogs); sandbox disks need it")
+    return found
+
+
+def sparse_copy(src: Path, dest: Path) -> None:
+    """Copy ``src`` to a new file ``dest``, holes kept as holes (SEEK_DATA / SEEK_HOLE + copy_file_range)."""
+    with open(src, "rb") as fin, open(dest, "xb") as fout:
+        size = os.fstat(fin.fileno()).st_size
+        offset = 0
+        while offset < size:
+            try:
+                start = os.lseek(fin.fileno(), offset, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # only a hole from here to the end
+                    break
+                raise
+            end = os.lseek(fin.fileno(), start, os.SEEK_HOLE)
+            pos = start
+            while pos < end:
+                copied = os.copy_file_range(fin.fileno(), fout.fileno(), min(end - pos, _CHUNK), pos, pos)
+                if copied == 0:
+                    raise OSError(errno.EIO, f"{src} shrank while being copied")
+                pos += copied
+            offset = end
+        fout.truncate(size)
+
+
+def attached_loops(image: Path) -> list[str]:
+    """The loop devices (``loopN``) whose backing file is ``image`` (also once it has been deleted)."""
+    wanted = str(image)
+    found = []
+    try:
+        names = os.listdir("/sys/block")
+    except OSError:
+        return []
+    for name in names:
+        if not name.startswith("loop"):
+            continue
+        try:
+            with open(f"/sys/block/{name}/loop/backing_file", encoding="utf-8", errors="replace") as fh:
+                backing = fh.read().rstrip("\n")
+        except OSError:  # not attached (no loop/ directory) or detached meanwhile
+            continue
+        if backing == wanted or backing == f"{wanted} (deleted)":
+            found.append(name)
+    return found
