@@ -26,7 +26,7 @@ demo-mini: install
 	$(BIN)/python -m router.demo --harness mini-swe-agent
 
 test: install lint typecheck
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q --durations=25 tests
 
 lint: install
 	$(BIN)/ruff check grove executor router artifacts sandbox_image tests perf
