@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from perf import burst_phases, cpuacct, leaks, router_phases
@@ -39,20 +36,6 @@ from perf.plots import burst_timeline, latency_cdf
 NAME = "burst"
 TIMELINE_PNG = RESULTS_DIR / "burst_timeline.png"
 CDF_PNG = RESULTS_DIR / "burst_cdf.png"
-
-
-@contextlib.contextmanager
-def cpu_group() -> Iterator[cpuacct.CpuGroup | None]:
-    """A ``cpuacct`` group for the router's process tree, if this machine has the hierarchy."""
-    if not cpuacct.available():
-        yield None
-        return
-    cpuacct.sweep_stale_groups()
-    group = cpuacct.CpuGroup(f"{cpuacct.BENCH_PREFIX}{os.getpid()}")
-    try:
-        yield group
-    finally:
-        group.close()
 
 
 def _assign_helpers(router: Router, group: cpuacct.CpuGroup | None) -> None:
@@ -110,7 +93,7 @@ def one_burst(
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Every phase on one router."""
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    with cpu_group() as group, running_router() as router:
+    with cpuacct.bench_group() as group, running_router() as router:
         if group is not None:
             group.add(router.pid, "router")
         asyncio.run(burst(router.url, router.key, 3))  # starts the zygote and S3; not measured

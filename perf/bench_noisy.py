@@ -18,7 +18,6 @@ import contextlib
 import os
 import statistics
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from perf import cpuacct
@@ -34,20 +33,6 @@ NAME = "noisy"
 PLOT = RESULTS_DIR / "noisy_cdf.png"
 RAMP_S = 0.5
 """Seconds a behaviour gets to reach its steady state (memory filled, pids at the limit) before measuring."""
-
-
-@contextlib.contextmanager
-def cpu_group() -> Iterator[cpuacct.CpuGroup | None]:
-    """A ``cpuacct`` group for the router's process tree (to tell grove's CPU from other tenants')."""
-    if not cpuacct.available():
-        yield None
-        return
-    cpuacct.sweep_stale_groups()
-    group = cpuacct.CpuGroup(f"{cpuacct.BENCH_PREFIX}{os.getpid()}")
-    try:
-        yield group
-    finally:
-        group.close()
 
 
 class Meter:
@@ -178,7 +163,7 @@ def left_over(router: Router, sandbox_ids: list[str]) -> list[str]:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """The whole run on one router; the statistics, each window, and the plot."""
     load_before = os.getloadavg()
-    with cpu_group() as group, running_router() as router:
+    with cpuacct.bench_group() as group, running_router() as router:
         run = run_windows(router, group, args)
     samples, paired = run.pop("samples"), run.pop("paired")
     quiet = samples["quiet"]

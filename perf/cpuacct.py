@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
@@ -122,3 +123,18 @@ def kernel_threads_s() -> float:
         if fields[1] == b"2" or entry.name == "2":  # ppid 2: a kernel thread
             total += int(fields[11]) + int(fields[12])
     return total / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def bench_group() -> Iterator[CpuGroup | None]:
+    """A group for one benchmark's router process tree (to tell grove's CPU from other tenants'), or
+    None where this machine has no ``cpuacct`` hierarchy; stale groups of dead benchmarks are swept first."""
+    if not available():
+        yield None
+        return
+    sweep_stale_groups()
+    group = CpuGroup(f"{BENCH_PREFIX}{os.getpid()}")
+    try:
+        yield group
+    finally:
+        group.close()
