@@ -345,8 +345,16 @@ class SandboxService:
         return endpoint
 
     async def lost(self, record: SandboxRecord) -> None:
-        """A call found the executor gone: if its process is dead, the next call restarts it."""
-        if record.status == "ready" and not await self.backend.is_running(record.id, record.handle):
+        """A call found the executor gone: if its process is dead, the next call restarts it.
+
+        A killed executor can take a moment to be gone (``Backend.exit_grace_s``): look again for that
+        long, or the next call would find the same dead socket instead of a restarted sandbox."""
+        deadline = time.monotonic() + self.backend.exit_grace_s
+        while record.status == "ready" and await self.backend.is_running(record.id, record.handle):
+            if time.monotonic() >= deadline:
+                return  # still running: the connection broke, not the executor
+            await asyncio.sleep(0.02)
+        if record.status == "ready":
             await self._to_idle(record, error="the executor exited unexpectedly; restarted on the next call")
 
     async def _to_idle(self, record: SandboxRecord, *, error: str | None = None) -> None:

@@ -72,6 +72,9 @@ class Backend(Protocol):
     """Makes, stops, wakes and deletes sandboxes. Every method may raise a :class:`grove.errors.GroveError`."""
 
     name: str
+    exit_grace_s: float
+    """How long a sandbox whose executor just vanished may still look running (its process exiting):
+    a call that lost its executor looks this long before concluding the executor is alive."""
 
     async def open(self) -> None:
         """Prepare (images, runtime bundle, clients); called once before any other call."""

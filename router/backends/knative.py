@@ -39,6 +39,7 @@ class KnativeBackend:
     """Sandboxes as Knative Services in one namespace."""
 
     name = "knative"
+    exit_grace_s = 0.0  # is_running reads the watch cache: a pod that is gone is gone
 
     def __init__(self, options: KnativeOptions, *, kube: Kube | None = None) -> None:
         self.options = options

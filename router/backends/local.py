@@ -51,6 +51,8 @@ class LocalBackend:
     """Sandboxes as namespaced process trees on this machine."""
 
     name = "local"
+    # A SIGKILLed PID 1 first waits for every process of its namespace to die (longer under load).
+    exit_grace_s = 2.0
 
     def __init__(self, state_dir: Path, *, concurrent_starts: int | None = None) -> None:
         self._state = state_dir

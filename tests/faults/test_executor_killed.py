@@ -3,6 +3,7 @@ and the sandbox next to it never notices."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -30,7 +31,8 @@ def test_executor_sigkilled_mid_command(router: RouterProcess, grove: Grove) -> 
     wait_for(lambda: len(cgroup_procs(router.state_dir, victim.id)) >= 2, 10, interval=0.02, what="command running")
     time.sleep(0.2)
     for pid in cgroup_procs(router.state_dir, victim.id):  # the executor (PID 1) and the command, from the host
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # one that ended since the list was read
+            os.kill(pid, signal.SIGKILL)
     caller.join(20)
     assert not caller.is_alive(), "the exec call hung after its executor died"
     reply = got["reply"]
@@ -47,7 +49,7 @@ def test_executor_sigkilled_mid_command(router: RouterProcess, grove: Grove) -> 
         assert after.json()["stdout"] == "layer\n"
     else:
         assert after.status in (502, 503, 409), after.body
-        assert status["status"] in ("failed", "stopped", "deleted"), status
+        assert status["status"] in ("failed", "stopped", "deleted"), (after.status, after.body, status)
         assert any(status.get(k) for k in ("end_reason", "reason", "error")), status
     # Untouched: the other sandbox, its files and its processes.
     assert bystander.exec("cat /workspace/f").stdout == b"kept\n"
