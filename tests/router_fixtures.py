@@ -493,6 +493,18 @@ def sandbox(router: RouterProcess) -> Iterator[Sandbox]:
             shared.close()
 
 
+@pytest.fixture(scope="module")
+def pair(router: RouterProcess) -> Iterator[tuple[Sandbox, Sandbox]]:
+    """Two sandboxes shared by a module's tests: ``a`` is attacked, ``b`` attacks (or is the bystander)."""
+    with router.client() as client:
+        a, b = client.create(heartbeat=False), client.create(heartbeat=False)
+        try:
+            yield a, b
+        finally:
+            a.close()
+            b.close()
+
+
 @pytest.fixture
 def grove(router: RouterProcess) -> Iterator[Grove]:
     """An SDK client of the module's router; every sandbox the test leaves behind is deleted."""

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
-
-import pytest
 
 from router.client import Grove, Sandbox
 from tests.router_fixtures import RouterProcess, layer_file
@@ -38,18 +35,6 @@ SCAN_PROCS = (
     "    hits += key in data\n"
     "print(hits, seen)\n"
 )
-
-
-@pytest.fixture(scope="module")
-def pair(router: RouterProcess) -> Iterator[tuple[Sandbox, Sandbox]]:
-    """Two sandboxes of the module's router."""
-    with router.client() as client:
-        a, b = client.create(heartbeat=False), client.create(heartbeat=False)
-        try:
-            yield a, b
-        finally:
-            a.close()
-            b.close()
 
 
 def test_only_the_sandbox_processes_are_visible(pair: tuple[Sandbox, Sandbox]) -> None:

@@ -11,7 +11,6 @@ import json
 import secrets
 import socket
 import tarfile
-from collections.abc import Iterator
 from http.client import HTTPConnection
 from pathlib import Path
 
@@ -34,18 +33,6 @@ SCAN = (
     "        pass\n"
     "print(hits)\n"
 )
-
-
-@pytest.fixture(scope="module")
-def pair(router: RouterProcess) -> Iterator[tuple[Sandbox, Sandbox]]:
-    """Two sandboxes: ``a`` is attacked, ``b`` attacks (or is the bystander)."""
-    with router.client() as client:
-        a, b = client.create(heartbeat=False), client.create(heartbeat=False)
-        try:
-            yield a, b
-        finally:
-            a.close()
-            b.close()
 
 
 def _record(router: RouterProcess, sandbox_id: str) -> dict[str, object]:

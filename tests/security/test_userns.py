@@ -4,7 +4,6 @@ unprivileged host id range that no other sandbox shares, over an image whose fil
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import pytest
 
@@ -26,17 +25,6 @@ def uid_map(sb: Sandbox) -> list[int]:
     result = sb.exec("cat /proc/self/uid_map")
     assert result.exit_code == 0, result.stderr
     return [int(n) for n in result.stdout.split()]
-
-
-@pytest.fixture(scope="module")
-def pair(router: RouterProcess) -> Iterator[tuple[Sandbox, Sandbox]]:
-    with router.client() as grove:
-        a, b = grove.create(heartbeat=False), grove.create(heartbeat=False)
-        try:
-            yield a, b
-        finally:
-            a.close()
-            b.close()
 
 
 def test_root_inside_maps_to_an_unprivileged_range_of_its_own(pair: tuple[Sandbox, Sandbox]) -> None:
