@@ -25,11 +25,10 @@ from perf.common import (
     Router,
     code_version,
     machine,
+    publish,
     running_router,
     sigterm_as_exit,
-    update_readme,
     utc_now,
-    write_results,
 )
 from perf.plots import burst_timeline, latency_cdf
 
@@ -163,11 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     report.update(measure(args))
     rows = targets(report)
-    report["targets"] = [row.as_dict() for row in rows]
-    write_results(NAME, report)
-    section = markdown(report, rows)
-    update_readme(section)
-    print(section)
+    publish(NAME, report, rows, markdown)
 
 
 if __name__ == "__main__":

@@ -199,7 +199,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark, print the section, write the JSON, the plot and the README section."""
-    from perf.common import update_readme, utc_now, write_results
+    from perf.common import publish, utc_now
 
     parser = argparse.ArgumentParser(prog="python -m perf.bench_noisy", description=__doc__)
     parser.add_argument("--rounds", type=int, default=4, help="rounds of every behaviour (default 4)")
@@ -218,11 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     report.update(measure(args))
     rows = targets(report)
-    report["targets"] = [{"figure": t.figure, "measured": t.measured, "target": t.target, "met": t.met} for t in rows]
-    write_results(NAME, report)
-    section = markdown(report, rows)
-    update_readme(section)
-    print(section)
+    publish(NAME, report, rows, markdown)
 
 
 if __name__ == "__main__":

@@ -22,12 +22,11 @@ from perf.common import (
     code_version,
     machine,
     machine_line,
+    publish,
     running_router,
     sigterm_as_exit,
     target_table,
-    update_readme,
     utc_now,
-    write_results,
 )
 from perf.memory import vm_rss
 from perf.plots import latency_cdf
@@ -303,11 +302,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     report.update(measure(args))
     rows = targets(report)
-    report["targets"] = [{"figure": t.figure, "measured": t.measured, "target": t.target, "met": t.met} for t in rows]
-    write_results(NAME, report)
-    section = markdown(report, rows)
-    update_readme(section)
-    print(section)
+    publish(NAME, report, rows, markdown)
 
 
 if __name__ == "__main__":

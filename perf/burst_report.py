@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from perf.common import machine_line
@@ -26,10 +26,6 @@ class Row:
     target: str
     measured: str
     met: bool | None
-
-    def as_dict(self) -> dict[str, Any]:
-        """For the JSON."""
-        return asdict(self)
 
 
 def _largest(report: dict[str, Any]) -> dict[str, Any]:

@@ -20,12 +20,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 HERE = Path(__file__).resolve().parent
@@ -121,6 +121,20 @@ def update_readme(section: str, readme: Path = README) -> None:
         end = text.find("\n## ", start + len(heading))
         text = text[:start] + body + ("" if end < 0 else "\n" + text[end + 1 :])
     readme.write_text(text, encoding="utf-8")
+
+
+_Row = TypeVar("_Row")
+
+
+def publish(name: str, report: dict[str, Any], rows: list[_Row],
+            section: Callable[[dict[str, Any], list[_Row]], str]) -> None:
+    """A benchmark's last step: its target rows into the report, the JSON written, its README section
+    (``section(report, rows)``) replaced and printed. ``rows`` are dataclasses."""
+    report["targets"] = [asdict(row) for row in rows]  # type: ignore[call-overload]
+    write_results(name, report)
+    text = section(report, rows)
+    update_readme(text)
+    print(text)
 
 
 @dataclass(frozen=True)
