@@ -15,8 +15,9 @@ class NetworkModel:
     """Egress policy: ``deny`` (default) reaches no address at all; ``allow`` reaches the listed ones."""
 
     egress: str = spec("`deny` or `allow`", default="deny", enum=("deny", "allow"))
-    allow: tuple[str, ...] = spec("with `allow`: destinations as IPv4 `CIDR[:port]` (a port opens TCP and UDP); "
-                                  "none listed: every address. Never the host, metadata or other sandboxes",
+    allow: tuple[str, ...] = spec("with `allow`: destinations as `CIDR[:port]` (a port opens TCP and UDP; "
+                                  "IPv6 as `[ADDRESS]:PORT`, knative only); none listed: every address. "
+                                  "Never the host, metadata or other sandboxes",
                                   factory=tuple)
 
 

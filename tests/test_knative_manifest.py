@@ -86,7 +86,8 @@ def test_other_objects_validate_against_kubernetes_schemas() -> None:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
     assert objects.policy is not None
     rules = objects.policy["spec"]["egress"]
-    assert rules[0] == {"to": [{"ipBlock": {"cidr": "192.168.0.0/16"}}], "ports": [{"protocol": "TCP", "port": 5432}]}
+    assert rules[0] == {"to": [{"ipBlock": {"cidr": "192.168.0.0/16"}}],
+                        "ports": [{"protocol": "TCP", "port": 5432}, {"protocol": "UDP", "port": 5432}]}
     assert rules[1]["to"][0]["ipBlock"]["cidr"] == "2001:db8::/32"
     assert rules[-1]["ports"][0]["port"] == 53  # names resolve
     open_policy = build(network=Network("allow")).policy

@@ -139,8 +139,8 @@ def test_bad_create_bodies(router: RouterProcess, body: Any, status: int, needle
     assert err["code"] == {400: "bad_request", 422: "invalid"}[status]
 
 
-@pytest.mark.local_only  # the local backend's own check (tests/security/test_egress.py has the rest)
 def test_malformed_egress_allow_entry_is_refused_by_name(router: RouterProcess) -> None:
+    """On every backend, at create, before anything is made (tests/security/test_egress.py has more)."""
     status, err = _create(router, {"network": {"egress": "allow", "allow": ["10.0.0.0/8", "10.0.0.0/8:99999"]}})
     assert status == 422 and err["code"] == "invalid", err
     assert "'10.0.0.0/8:99999'" in err["message"], err

@@ -23,6 +23,7 @@ from kubernetes import client
 
 from grove.errors import GroveError, NotFound, Unavailable, UpstreamTimeout
 from router.backends.base import Endpoint, SandboxSpec, Started
+from router.egress import parse_allow
 from router.knative import labels as L
 from router.knative import manifest, status
 from router.knative.informer import Informer, Obj
@@ -102,7 +103,9 @@ class KnativeBackend:
     # -- the protocol ----------------------------------------------------------------------------------
 
     def check(self, spec: SandboxSpec) -> None:
-        """Every option the API has maps onto the Service and its policies: nothing to refuse."""
+        """Every option the API has maps onto the Service and its policies; only a malformed allow-list
+        entry is refused (422 naming it), before anything is made."""
+        parse_allow(spec.network.allow)
 
     async def image_digest(self, image: str) -> str:
         """The digest when the reference pins one or Knative resolved it before; "" until it is known."""

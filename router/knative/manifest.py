@@ -8,7 +8,6 @@ is secret — the executor token, the command environment, the presigned snapsho
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -16,6 +15,7 @@ from typing import Any
 
 from grove.errors import Invalid
 from router.backends.base import Network, SandboxSpec
+from router.egress import parse_allow
 from router.knative import labels as L
 from router.knative.options import KnativeOptions
 from sandbox_image.bundle import DEFAULT_MOUNT_POINT, Bundle
@@ -194,28 +194,6 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
     }
 
 
-def parse_destination(entry: str) -> tuple[str, int | None]:
-    """``CIDR[:port]`` (or a bare address) as (network, port); ``Invalid`` naming the entry otherwise."""
-    text, port = entry.strip(), None
-    head, slash, tail = text.partition("/")
-    if slash and ":" in tail:
-        tail, _, raw_port = tail.partition(":")
-        text, port = f"{head}/{tail}", _port(raw_port, entry)
-    elif not slash and text.count(":") == 1:
-        text, raw_port = text.split(":")
-        port = _port(raw_port, entry)
-    try:
-        return str(ipaddress.ip_network(text, strict=False)), port
-    except ValueError as exc:
-        raise Invalid(f"network.allow entry {entry!r} is not CIDR[:port]: {exc}") from exc
-
-
-def _port(raw: str, entry: str) -> int:
-    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
-        raise Invalid(f"network.allow entry {entry!r} has a bad port {raw!r}")
-    return int(raw)
-
-
 def _policy(spec: SandboxSpec, metadata: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -238,11 +216,10 @@ def egress_rules(network: Network) -> list[dict[str, Any]]:
             {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}},
             {"ipBlock": {"cidr": "::/0", "except": ["fe80::/10"]}},
         ]})
-    for entry in network.allow:
-        cidr, port = parse_destination(entry)
-        rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": cidr}}]}
-        if port is not None:
-            rule["ports"] = [{"protocol": "TCP", "port": port}]
+    for destination in parse_allow(network.allow):
+        rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": str(destination.network)}}]}
+        if destination.port is not None:  # as on the local backend: TCP and UDP
+            rule["ports"] = [{"protocol": proto, "port": destination.port} for proto in ("TCP", "UDP")]
         rules.append(rule)
     rules.append({
         "to": [{

@@ -16,52 +16,29 @@ Pure functions (no kernel calls), so what grove enforces can be read in one plac
 from __future__ import annotations
 
 import ipaddress
-import re
-from dataclasses import dataclass
 
 from grove.errors import Invalid
+from router import egress
+from router.egress import Destination
 
 SUBNET = ipaddress.IPv4Network("10.231.0.0/16")
 """Point-to-point /31 links of sandboxes with egress allowed (host side even, sandbox side odd)."""
 NEVER = ("0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4")
 """Destinations no allow-list opens (besides every address of the host and grove's subnet)."""
 REJECT = "reject with icmpx admin-prohibited"
-_ENTRY = re.compile(r"(?P<addr>[0-9.]+)(?:/(?P<prefix>[0-9]{1,2}))?(?::(?P<port>[0-9]{1,5}))?")
-
-
-@dataclass(frozen=True)
-class Destination:
-    """One allow-list entry: an IPv4 network and, optionally, one TCP and UDP port."""
-
-    network: ipaddress.IPv4Network
-    port: int | None
 
 
 def parse_allow(entries: tuple[str, ...] | list[str]) -> list[Destination]:
-    """Each entry as a Destination; ``Invalid`` naming the first bad one. No entries means every address."""
+    """The API's entries (:mod:`router.egress`) as this backend enforces them: IPv4 only (local sandboxes
+    have no IPv6); no entries means every address. ``Invalid`` naming the first entry it cannot take."""
     if not entries:
         return [Destination(ipaddress.IPv4Network("0.0.0.0/0"), None)]
-    return [_parse(entry) for entry in entries]
-
-
-def _parse(entry: str) -> Destination:
-    if not isinstance(entry, str):
-        raise Invalid(f"network.allow entry {entry!r} is not a string")
-    if ":" in entry and (entry.count(":") > 1 or "[" in entry):
-        raise Invalid(f"network.allow entry {entry!r}: IPv6 is not supported on the local backend (its "
-                      "sandboxes have no IPv6); use IPv4 CIDR[:port]")
-    match = _ENTRY.fullmatch(entry)
-    if match is None:
-        raise Invalid(f"network.allow entry {entry!r} is not an IPv4 CIDR or address with an optional :port")
-    port = match["port"]
-    if port is not None and not 1 <= int(port) <= 65535:
-        raise Invalid(f"network.allow entry {entry!r} has a port out of 1-65535")
-    text = match["addr"] if match["prefix"] is None else f"{match['addr']}/{match['prefix']}"
-    try:
-        network = ipaddress.IPv4Network(text)  # strict: host bits set is a mistake worth naming
-    except ValueError as exc:
-        raise Invalid(f"network.allow entry {entry!r} is not an IPv4 CIDR[:port]: {exc}") from exc
-    return Destination(network, int(port) if port is not None else None)
+    parsed = egress.parse_allow(entries)
+    for entry, destination in zip(entries, parsed, strict=True):
+        if destination.network.version != 4:
+            raise Invalid(f"network.allow entry {entry!r}: IPv6 is not supported on the local backend (its "
+                          "sandboxes have no IPv6); use IPv4 CIDR[:port]")
+    return parsed
 
 
 def prefix(instance: str) -> str:

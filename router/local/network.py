@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from grove.errors import Unavailable
+from router.egress import Destination
 from router.local import egress_rules as rules
-from router.local.egress_rules import SUBNET, Destination
+from router.local.egress_rules import SUBNET
 
 LOCK_PATH = Path("/run/grove/network.lock")
 RECORD = "network.json"
