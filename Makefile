@@ -20,10 +20,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: install
-	$(BIN)/python -m router.demo
+	$(BIN)/python -m grove.demo
 
 demo-mini: install
-	$(BIN)/python -m router.demo --harness mini-swe-agent
+	$(BIN)/python -m grove.demo --harness mini-swe-agent
 
 test: install lint typecheck
 	$(BIN)/pytest -q --durations=25 tests

@@ -20,14 +20,14 @@ import statistics
 import time
 from typing import Any
 
+from grove.client import Grove
+from grove.client.sync import Sandbox
 from perf import cpuacct
 from perf.calls import TICK_S, child_pids, system_busy_ticks
 from perf.common import RESULTS_DIR, Router, code_version, machine, running_router, sigterm_as_exit, summarize
 from perf.noisy import BEHAVIOURS, Evidence, Neighbour
 from perf.noisy_report import markdown, targets
 from perf.plots import latency_cdf
-from router.client import Grove
-from router.client.sync import Sandbox
 
 NAME = "noisy"
 PLOT = RESULTS_DIR / "noisy_cdf.png"

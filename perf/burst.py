@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from grove.client import AsyncGrove, AsyncSandbox, ExecResult
 from perf.common import percentile, summarize
-from router.client import AsyncGrove, AsyncSandbox, ExecResult
 
 PCTS = (50, 90, 99)
 FIRST_LINE = "cat /etc/os-release | head -1"

@@ -15,12 +15,12 @@ import tempfile
 import time
 from typing import Any
 
+from grove.client import AsyncGrove
 from perf.burst import COMMANDS
 from perf.calls import TICK_S, system_busy_ticks
 from perf.common import Router, summarize
 from perf.cpuacct import CpuGroup
 from perf.router_phases import idle_memory
-from router.client import AsyncGrove
 from sandbox_image.init import BASE_ENV
 
 PCTS = (50, 90, 99)

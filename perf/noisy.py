@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grove.client import Grove
 from grove.errors import GroveError
-from router.client import Grove
 
 MEMORY_FILL = (
     "while :; do python3 -c '\n"

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from grove.client import AsyncGrove, Grove
 from perf.calls import (
     TICK_S,
     ExecCalls,
@@ -26,7 +27,6 @@ from perf.calls import (
 )
 from perf.common import MIB, Api, Router, summarize
 from perf.memory import GroupMemory, cgroup_pids, disk_usage, group_memory, private_by_mapping
-from router.client import AsyncGrove, Grove
 
 Call = Callable[[], Awaitable[object]]
 PCTS = (50, 90, 99)

@@ -1,5 +1,7 @@
-"""``python -m router``: the ``grove`` CLI."""
+"""``python -m router``: start the router (the same as ``grove up``; every option of ``grove up`` works)."""
 
-from router.cli import main
+import sys
 
-main()
+from grove.cli import main
+
+main(["up", *sys.argv[1:]])

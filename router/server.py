@@ -8,7 +8,8 @@ import sys
 
 from aiohttp import web
 
-from router.app import create_app
+from grove.runfile import remove_run_file, write_run_file
+from router.app import SERVICE, create_app
 from router.settings import RouterSettings
 
 
@@ -24,6 +25,9 @@ async def serve(settings: RouterSettings, *, new_key: str | None = None, ready_f
     print(f"grove router listening on {url} (backend {settings.backend}, state dir {settings.state_dir})", flush=True)
     if new_key:
         print(f"created API key (shown once; kept in {settings.state_dir}/api_keys): {new_key}", flush=True)
+    print(f"  stop it with Ctrl-C (sandboxes keep running) or `grove --state-dir {settings.state_dir} down` "
+          "(stops every sandbox and stores its trajectory)", flush=True)
+    write_run_file(settings.state_dir, url)
     if ready_file:
         with open(ready_file, "w", encoding="utf-8") as fh:
             fh.write(url)
@@ -32,5 +36,13 @@ async def serve(settings: RouterSettings, *, new_key: str | None = None, ready_f
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    print("grove router stopping (sandboxes keep running; the next start re-adopts them)", file=sys.stderr)
+    remove_run_file(settings.state_dir)
+    left = len(app[SERVICE].registry.live())
+    if left:
+        print(f"grove router stopping: {left} sandbox(es) keep running, and nothing enforces their TTLs until the "
+              f"next `grove --state-dir {settings.state_dir} up` re-adopts them; "
+              f"`grove --state-dir {settings.state_dir} down` stops them and stores their trajectories",
+              file=sys.stderr, flush=True)
+    else:
+        print("grove router stopping (no sandbox running)", file=sys.stderr, flush=True)
     await runner.cleanup()

@@ -32,8 +32,8 @@ from typing import Any
 import msgpack
 import pytest
 
+from grove.client import Grove, Sandbox
 from router.backends.local import LocalBackend
-from router.client import Grove, Sandbox
 from router.local import egress_rules
 from tests.conftest import free_tcp_port
 from tests.executor_fixtures import MSGPACK, Reply, processes_with

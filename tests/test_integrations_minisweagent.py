@@ -22,10 +22,10 @@ from minisweagent.environments import get_environment
 from minisweagent.models.test_models import DeterministicModel, make_output
 
 from artifacts.export import to_chat
-from router.integrations.minisweagent import GroveEnvironment
+from grove.integrations.minisweagent import GroveEnvironment
 from tests.router_fixtures import RouterProcess, wait_for
 
-ENV_CLASS = "router.integrations.minisweagent.GroveEnvironment"
+ENV_CLASS = "grove.integrations.minisweagent.GroveEnvironment"
 BUGGY = "def add(a, b):\n    return a - b\n"
 TEST = "from calc import add\nassert add(2, 3) == 5, add(2, 3)\nprint('tests pass')\n"
 PATCH = ("python3 - <<'EOF'\nimport pathlib\np = pathlib.Path('calc.py')\n"

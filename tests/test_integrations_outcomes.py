@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from artifacts.export import to_chat
+from grove.client import Grove, Sandbox
 from grove.errors import BadGateway, GroveError, Invalid
-from router.client import Grove, Sandbox
 from tests.router_fixtures import RouterProcess, cgroup_procs, wait_for
 
 

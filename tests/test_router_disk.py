@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from grove.client import Grove, Sandbox
 from grove.errors import TooLarge
-from router.client import Grove, Sandbox
 from router.local.disk import KEPT_TEMPLATES, DiskTemplates
 from tests.router_fixtures import (
     RouterProcess,

@@ -12,7 +12,7 @@ import time
 import msgpack
 import pytest
 
-from router.client import AsyncGrove, ExecResult, Grove, Sandbox
+from grove.client import AsyncGrove, ExecResult, Grove, Sandbox
 from tests.executor_fixtures import MSGPACK
 from tests.router_fixtures import RouterProcess, error_of
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from grove.client import Sandbox
 from grove.errors import BadRequest, Conflict, NotFound, TooLarge
-from router.client import Sandbox
 from tests.router_fixtures import RouterProcess, error_of, proc_status
 
 MiB = 1024 * 1024

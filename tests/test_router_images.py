@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from router.client import Grove
+from grove.client import Grove
 from tests.imagetools import make_busybox_rootfs, make_docker_save_tar, tar_directory
 from tests.router_fixtures import RouterProcess, error_of, wait_for
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from router.client import Grove, Sandbox
+from grove.client import Grove, Sandbox
 from tests.router_fixtures import RouterProcess, layer_file
 
 CONNECT = (

@@ -7,7 +7,7 @@ import asyncio
 import os
 import time
 
-from router.client import AsyncGrove
+from grove.client import AsyncGrove
 from tests.executor_fixtures import processes_with
 from tests.router_fixtures import RouterProcess, fd_count, mounts_with, proc_status, sandbox_cgroups
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from grove.client import Grove
 from grove.errors import Conflict, NotFound
-from router.client import Grove
 from tests.router_fixtures import RouterProcess, error_of, wait_for
 
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from router.client import Grove
+from grove.client import Grove
 from router.local.hogs import HOG_SHARES, NORMAL_SHARES, RELEASE_S
 from tests.router_fixtures import CGROUP_ROOT, RouterProcess, error_of, instance_of
 

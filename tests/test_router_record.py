@@ -17,8 +17,8 @@ import pytest
 
 from artifacts.s3config import S3Config
 from artifacts.store import ObjectStore
+from grove.client import Grove
 from grove.errors import NotFound
-from router.client import Grove
 from tests.router_fixtures import RouterProcess, error_of, wait_for
 
 

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
+from grove.client import Grove
 from grove.errors import Unavailable
-from router.client import Grove
 from sandbox_image.bundle import MANIFEST
 from tests.router_fixtures import RouterProcess, cgroup_procs, process_alive, sandbox_cgroups, wait_for
 

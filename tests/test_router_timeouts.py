@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from router.client import Grove
+from grove.client import Grove
 from tests.router_fixtures import RouterProcess, cgroup_procs, error_of, layer_file, wait_for
 
 

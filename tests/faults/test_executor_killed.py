@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any
 
-from router.client import Grove
+from grove.client import Grove
 from tests.router_fixtures import RouterProcess, cgroup_procs, error_of, wait_for
 
 

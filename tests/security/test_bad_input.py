@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from router.client import Sandbox
+from grove.client import Sandbox
 from tests.router_fixtures import RouterProcess, error_of
 
 

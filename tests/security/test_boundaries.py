@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from router.client import Sandbox
+from grove.client import Sandbox
 from tests.router_fixtures import RouterProcess, error_of, layer_file
 from tests.security.probes import CONNECT
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from router.client import Grove, Sandbox
+from grove.client import Grove, Sandbox
 from router.local import egress_rules
 from tests.router_fixtures import (
     RouterProcess,

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from router.client import Sandbox
+from grove.client import Sandbox
 from sandbox_image.seccomp import DENIED, SYSCALLS
 from tests.router_fixtures import RouterProcess
 from tests.security.probes import SYSCALL, syscall_results

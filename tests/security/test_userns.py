@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from router.client import Grove, Sandbox
+from grove.client import Grove, Sandbox
 from router.local.uids import FLOOR
 from tests.router_fixtures import RouterProcess, cgroup_procs, layer_owner, to_plain_layer, wait_for
 

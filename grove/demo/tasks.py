@@ -1,7 +1,7 @@
 """The demo's tasks: tiny Python projects, each with one bug, visible tests and hidden tests.
 
 Each task is a module with a bug, the right patch, and a plausible wrong patch; the scripted agent of
-:mod:`router.demo` applies one or the other, so a run shows both solved and unsolved tasks.
+:mod:`grove.demo` applies one or the other, so a run shows both solved and unsolved tasks.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from router.client.aio import AsyncGrove, AsyncSandbox
-from router.client.results import ExecResult
+from grove.client.aio import AsyncGrove, AsyncSandbox
+from grove.client.results import ExecResult
 
 T = TypeVar("T")
 

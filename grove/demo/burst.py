@@ -19,10 +19,10 @@ from pathlib import Path
 
 from aiohttp import web
 
+from grove.client import AsyncGrove
+from grove.demo.tasks import Task, make_tasks
 from router.app import create_app
 from router.auth import load_or_create
-from router.client import AsyncGrove
-from router.demo_tasks import Task, make_tasks
 from router.settings import RouterSettings
 
 PROJECT = "/workspace/project"
@@ -177,7 +177,7 @@ async def run_demo(count: int, state_dir: Path) -> int:
 
 
 def main() -> None:
-    """Entry point of ``python -m router.demo``."""
+    """Entry point of ``python -m grove.demo``."""
     parser = argparse.ArgumentParser(prog="grove-demo", description=__doc__)
     parser.add_argument("--sandboxes", type=int, default=20)
     parser.add_argument("--state-dir", default=os.environ.get("GROVE_DEMO_STATE_DIR"))
@@ -189,11 +189,9 @@ def main() -> None:
         sys.exit("grove demo: the local backend needs root (namespaces, cgroups, overlay mounts); run it as root")
     state = Path(args.state_dir or Path(tempfile.gettempdir()) / "grove-demo").resolve()
     if args.harness == "mini-swe-agent":
-        from router import demo_mini
+        from grove.demo import mini
 
-        demo_mini.main(args.sandboxes, state)
+        mini.main(args.sandboxes, state)
     sys.exit(asyncio.run(run_demo(args.sandboxes, state)))
 
 
-if __name__ == "__main__":
-    main()

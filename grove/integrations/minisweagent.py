@@ -2,7 +2,7 @@
 
 In Python::
 
-    from router.integrations.minisweagent import GroveEnvironment
+    from grove.integrations.minisweagent import GroveEnvironment
     with GroveEnvironment(image="default", memory_mb=1024, timeout=60, task_id="t1", model="my-model") as env:
         agent = DefaultAgent(model, env, **agent_config)
         agent.run(task)
@@ -11,7 +11,7 @@ In Python::
 In a mini-swe-agent config file (or ``-c environment.environment_class=...`` on its CLI)::
 
     environment:
-      environment_class: router.integrations.minisweagent.GroveEnvironment
+      environment_class: grove.integrations.minisweagent.GroveEnvironment
       image: default
       cwd: /workspace
       timeout: 60
@@ -42,8 +42,8 @@ import minisweagent
 from minisweagent.exceptions import Submitted
 from minisweagent.utils.serialize import recursive_merge
 
+from grove.client import DEFAULT_URL, ExecResult, Grove, Sandbox
 from grove.errors import GroveError, Invalid
-from router.client import DEFAULT_URL, ExecResult, Grove, Sandbox
 
 SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 

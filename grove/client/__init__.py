@@ -1,6 +1,6 @@
 """The Python SDK: ``AsyncGrove`` (aiohttp) and ``Grove`` (the same, driven from a background loop).
 
-    from router.client import Grove
+    from grove.client import Grove
     with Grove() as grove:                       # GROVE_URL and GROVE_API_KEY from the environment
         with grove.create(image="default", metadata={"task_id": "t1"}) as sb:
             print(sb.exec("python3 -c 'print(1+1)'").stdout)
@@ -10,8 +10,8 @@ Errors come back as the router's own :mod:`grove.errors` classes. Create and exe
 command twice; nothing else is retried.
 """
 
-from router.client.aio import DEFAULT_URL, AsyncGrove, AsyncSandbox
-from router.client.results import ExecResult
-from router.client.sync import Grove, Sandbox
+from grove.client.aio import DEFAULT_URL, AsyncGrove, AsyncSandbox
+from grove.client.results import ExecResult
+from grove.client.sync import Grove, Sandbox
 
 __all__ = ["DEFAULT_URL", "AsyncGrove", "AsyncSandbox", "ExecResult", "Grove", "Sandbox"]

@@ -15,8 +15,8 @@ import aiohttp
 import msgpack
 
 from grove import wire
+from grove.client.results import ExecResult
 from grove.errors import Conflict, GroveError, Invalid, NotFound, Unauthorized, Unavailable, error_from_body
-from router.client.results import ExecResult
 
 T = TypeVar("T")
 DEFAULT_URL = "http://127.0.0.1:8470"

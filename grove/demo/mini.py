@@ -1,8 +1,8 @@
-"""``make demo-mini`` (``python -m router.demo --harness mini-swe-agent``): the demo's tasks through a real harness.
+"""``make demo-mini`` (``python -m grove.demo --harness mini-swe-agent``): the demo's tasks through a real harness.
 
 Each task runs mini-swe-agent's own agent loop (``DefaultAgent`` with its builtin ``default.yaml`` prompts)
 driven by its deterministic test model — a scripted policy, no model server — with every command executed
-by :class:`router.integrations.minisweagent.GroveEnvironment` in a sandbox of a router started here. The
+by :class:`grove.integrations.minisweagent.GroveEnvironment` in a sandbox of a router started here. The
 agent reads the code, runs the visible test (it fails), patches (some patches right, some wrong), runs the
 test again and submits; hidden tests grade each sandbox and the result goes into its trajectory.
 """
@@ -22,10 +22,10 @@ from typing import Any
 
 from aiohttp import web
 
+from grove.client import AsyncGrove
+from grove.demo.tasks import Task, make_tasks
 from router.app import create_app
 from router.auth import load_or_create
-from router.client import AsyncGrove
-from router.demo_tasks import Task, make_tasks
 from router.settings import RouterSettings
 
 PROJECT = "/workspace/project"
@@ -71,7 +71,7 @@ def run_one(url: str, key: str, task: Task, *, right: bool) -> MiniOutcome:
     from minisweagent.config import get_config_from_spec
     from minisweagent.models.test_models import DeterministicModel
 
-    from router.integrations.minisweagent import GroveEnvironment
+    from grove.integrations.minisweagent import GroveEnvironment
 
     outcome = MiniOutcome(task.task_id)
     started = time.monotonic()

@@ -1,0 +1,5 @@
+"""``python -m grove``: the ``grove`` command."""
+
+from grove.cli import main
+
+main()

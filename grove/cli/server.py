@@ -1,0 +1,195 @@
+"""``grove up``, ``grove down`` and ``grove key``: run the router on a state dir, stop it, manage its keys."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from grove.cli.common import client, state_dir
+from grove.errors import Invalid, Unavailable
+from grove.runfile import RunningRouter, running_router
+
+STOP_WAIT_S = 60.0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """Start the router in the foreground."""
+    from router.auth import load_or_create
+    from router.server import serve
+    from router.settings import RouterSettings
+
+    state = state_dir(args)
+    if (running := running_router(state)) is not None:
+        raise Invalid(f"a router (pid {running.pid}) already serves {state} at {running.url}; "
+                      f"stop it first (`grove --state-dir {state} down`) or pick another --state-dir")
+    keys, new_key = load_or_create(state, os.environ.get("GROVE_API_KEY"))
+    settings = RouterSettings(
+        state_dir=state,
+        api_keys=tuple(keys),
+        host=args.host,
+        port=args.port,
+        backend=args.backend,
+        s3=_s3_config(args),
+        knative=_knative_options(args),
+    )
+    asyncio.run(serve(settings, new_key=new_key, ready_file=args.ready_file))
+    return 0
+
+
+def _knative_options(args: argparse.Namespace) -> Any:
+    """The Knative backend's options, when that is the backend."""
+    if args.backend != "knative":
+        return None
+    from router.knative.cli import options_from_args
+
+    return options_from_args(args)
+
+
+def _s3_config(args: argparse.Namespace) -> Any:
+    """``--s3 URL`` with credentials from GROVE_S3_ACCESS_KEY/GROVE_S3_SECRET_KEY or ``--s3-credentials``."""
+    if not args.s3:
+        return None
+    from artifacts.s3config import S3Config
+
+    access, secret = os.environ.get("GROVE_S3_ACCESS_KEY"), os.environ.get("GROVE_S3_SECRET_KEY")
+    if args.s3_credentials:
+        data = json.loads(Path(args.s3_credentials).read_text())
+        access, secret = data.get("access_key", access), data.get("secret_key", secret)
+    if not access or not secret:
+        raise Invalid(
+            "--s3 needs credentials: set GROVE_S3_ACCESS_KEY and GROVE_S3_SECRET_KEY, or pass "
+            '--s3-credentials FILE with {"access_key": ..., "secret_key": ...}'
+        )
+    return S3Config(endpoint=args.s3, access_key=access, secret_key=secret, bucket=args.s3_bucket)
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    """Delete every sandbox of a state dir (storing its trajectory), then stop its router and S3 server.
+
+    With no router running, one is started on a free loopback port just for this (local backend), so
+    sandboxes left by a stopped or killed router are still deleted and recorded, and an embedded S3
+    server a killed router left behind is stopped with it.
+    """
+    state = state_dir(args)
+    running = running_router(state)
+    started = None
+    if running is None:
+        if not _has_records(state) and not (state / "s3" / "grove-s3.pid").exists():
+            print(f"grove down: nothing runs on {state}")
+            return 0
+        started, running = _start_router(state)
+    args.url = running.url
+    deleted = 0
+    with client(args) as grove:
+        for row in grove.list():
+            grove.request("DELETE", f"/v1/sandboxes/{row['id']}")
+            deleted += 1
+    _stop(running)
+    if started is not None:
+        started.wait(timeout=STOP_WAIT_S)
+    print(f"grove down: deleted {deleted} sandbox(es) (trajectories stored), stopped the router (pid {running.pid})")
+    return 0
+
+
+def _has_records(state: Path) -> bool:
+    records = state / "records"
+    return records.is_dir() and any(records.iterdir())
+
+
+def _start_router(state: Path) -> tuple[subprocess.Popen[bytes], RunningRouter]:
+    """A router on ``state`` and a free loopback port, started to be stopped."""
+    with tempfile.TemporaryDirectory(prefix="grove-down-") as tmp:
+        ready = Path(tmp) / "ready"
+        log = open(Path(tmp) / "log", "w+b")  # noqa: SIM115 - read back on failure
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "grove", "--state-dir", str(state), "up", "--port", "0",
+             "--ready-file", str(ready)],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        deadline = time.monotonic() + STOP_WAIT_S
+        while time.monotonic() < deadline and proc.poll() is None:
+            if ready.exists() and ready.read_text():
+                log.close()
+                return proc, RunningRouter(pid=proc.pid, url=ready.read_text())
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait()
+        log.seek(0)
+        output = log.read().decode(errors="replace")[-2000:]
+        log.close()
+    raise Unavailable(f"could not start a router on {state} to stop its sandboxes:\n{output}")
+
+
+def _stop(running: RunningRouter) -> None:
+    """SIGTERM the router and wait until it is gone (it stops its embedded S3 server on the way)."""
+    try:
+        os.kill(running.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + STOP_WAIT_S
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{running.pid}").exists() or _zombie(running.pid):
+            return
+        time.sleep(0.05)
+    raise Unavailable(f"the router (pid {running.pid}) did not stop within {STOP_WAIT_S:.0f}s")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def cmd_key(args: argparse.Namespace) -> int:
+    """API keys in the state dir's key file; a running router picks changes up within a second."""
+    from router import auth
+
+    state = state_dir(args)
+    if args.key_cmd == "add":
+        print(auth.add_key(state, " ".join(args.label)))
+    elif args.key_cmd == "ls":
+        for fp, label in auth.list_keys(state):
+            print(f"{fp}  {label}".rstrip())
+    else:
+        print(f"revoked {auth.revoke_key(state, args.fingerprint)}")
+    return 0
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``up``, ``down`` and ``key``."""
+    from router.knative.cli import add_cluster_options
+
+    up = sub.add_parser("up", parents=[common], help="start the router")
+    up.add_argument("--host", default="127.0.0.1")
+    up.add_argument("--port", type=int, default=8470)
+    up.add_argument("--backend", default="local", choices=["local", "knative"])
+    up.add_argument("--s3", help="S3 endpoint URL (default: start an embedded S3 server on loopback)")
+    up.add_argument("--s3-bucket", default="grove")
+    up.add_argument("--s3-credentials", help='JSON file {"access_key": ..., "secret_key": ...}')
+    up.add_argument("--ready-file", help=argparse.SUPPRESS)
+    add_cluster_options(up)
+    up.set_defaults(func=cmd_up)
+
+    down = sub.add_parser("down", parents=[common],
+                          help="delete every sandbox (storing its trajectory) and stop the router")
+    down.set_defaults(func=cmd_down)
+
+    key = sub.add_parser("key", parents=[common],
+                         help="API keys: add, ls, revoke (a running router follows within a second)")
+    ksub = key.add_subparsers(dest="key_cmd", required=True)
+    kadd = ksub.add_parser("add", help="create a key and print it (the only time it is shown)")
+    kadd.add_argument("label", nargs="*", help="a note kept next to the key (who has it)")
+    ksub.add_parser("ls", help="fingerprints and labels of the keys")
+    krev = ksub.add_parser("revoke", help="remove a key by its fingerprint (or a unique prefix)")
+    krev.add_argument("fingerprint")
+    key.set_defaults(func=cmd_key)

@@ -1,0 +1,5 @@
+"""``python -m grove.demo``: run the demo."""
+
+from grove.demo.burst import main
+
+main()
