@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.grove-installed
 DEB_PACKAGES := busybox-static iproute2 nftables zstd e2fsprogs
 
-.PHONY: install demo demo-mini test lint typecheck bench clean
+.PHONY: install demo demo-mini test test-fast lint typecheck bench clean
 
 install: $(STAMP)
 
@@ -27,6 +27,10 @@ demo-mini: install
 
 test: install lint typecheck
 	$(BIN)/pytest -q --durations=25 tests
+
+# The fast tier for quick edits: pure logic only (schemas, egress parsing, layouts, export), well under a minute.
+test-fast: install
+	$(BIN)/pytest -q -m fast tests
 
 lint: install
 	$(BIN)/ruff check grove executor router artifacts sandbox_image tests perf

@@ -160,11 +160,14 @@ class Command:
         b = _obj(body, "execute")
         command = b.get("command")
         if isinstance(command, list):
-            if not command or not all(isinstance(a, str) and "\x00" not in a for a in command):
+            if not all(isinstance(a, str) and "\x00" not in a for a in command):
                 raise BadRequest("'command' as a list must hold strings without NUL bytes")
         else:
             command = _str(b, "command")
-        if not command:
+        shell = _bool(b, "shell", False)
+        # Under a shell an empty (or blank) command is a no-op that exits 0, as on SWE-ReX's own server;
+        # without one there is nothing to run.
+        if not command and not (shell and isinstance(command, str)):
             raise Invalid("'command' is empty")
         env = b.get("env")
         if env is not None and (
@@ -174,7 +177,7 @@ class Command:
         return cls(
             command=command,
             timeout=_seconds(b, "timeout", None),
-            shell=_bool(b, "shell", False),
+            shell=shell,
             check=_bool(b, "check", False),
             error_msg=_str(b, "error_msg", ""),
             env=dict(env) if env is not None else None,

@@ -34,7 +34,7 @@ from perf.plots import latency_cdf
 NAME = "router"
 SECTION = "## Router: exec, create, memory"
 PLOT = RESULTS_DIR / "router_exec_cdf.png"
-# Issue 3 (router) and issue 6 (performance) targets.
+# The first router targets and the tighter performance targets.
 EXEC_RATIO_3, EXEC_RATIO_6 = 5.0, 4.0
 CREATE_MS_3, CREATE_MS_6 = 100.0, 50.0
 COLD_MS_6 = 100.0
@@ -74,7 +74,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         {PLOTTED[k]: samples[k] for k in PLOTTED},
         PLOT,
         title=f'exec of ["true"], {args.calls} calls each, interleaved in one run — {machine()["nproc"]} CPUs',
-        marks={"4x floor p50 (issue 6)": 4 * floor_p50, "5x floor p50 (issue 3)": 5 * floor_p50},
+        marks={"4x floor p50 (performance target)": 4 * floor_p50, "5x floor p50 (first router target)": 5 * floor_p50},
     )
     return {
         "exec": exec_report,
@@ -90,7 +90,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def targets(report: dict[str, Any]) -> list[Target]:
-    """Each figure against issue 3's and issue 6's targets."""
+    """Each figure against the first router targets and the performance targets."""
     ex, seq, conc, zero = report["exec"], report["sequential"], report["concurrent"], report["scale_to_zero"]
     floor = ex["stats"]["floor"]["p50_ms"]
     router_p50, ratio = ex["stats"]["router_json"]["p50_ms"], ex["ratio_p50"]["router_json"]
@@ -104,19 +104,19 @@ def targets(report: dict[str, Any]) -> list[Target]:
         Target(
             "exec p50 via the router (raw keep-alive, JSON)",
             exec_measured,
-            f"≤ {EXEC_RATIO_3:g}x floor (issue 3)",
+            f"≤ {EXEC_RATIO_3:g}x floor (first router target)",
             ratio <= EXEC_RATIO_3,
         ),
         Target(
             "exec p50 via the router (raw keep-alive, JSON)",
             exec_measured,
-            f"≤ {EXEC_RATIO_6:g}x floor (issue 6)",
+            f"≤ {EXEC_RATIO_6:g}x floor (performance target)",
             ratio <= EXEC_RATIO_6,
         ),
         Target(
             "exec p50 via the SDK (`Grove.exec`)",
             f"{sdk_p50:.2f} ms = {sdk_ratio:.2f}x floor",
-            f"≤ {EXEC_RATIO_3:g}x floor (issue 3)",
+            f"≤ {EXEC_RATIO_3:g}x floor (first router target)",
             sdk_ratio <= EXEC_RATIO_3,
         ),
         Target(
@@ -128,13 +128,13 @@ def targets(report: dict[str, Any]) -> list[Target]:
         Target(
             "create → ready p50 (sequential)",
             f"{create:.1f} ms",
-            f"≤ {CREATE_MS_3:g} ms (issue 3)",
+            f"≤ {CREATE_MS_3:g} ms (first router target)",
             create <= CREATE_MS_3,
         ),
         Target(
             "create → ready p50 (sequential)",
             f"{create:.1f} ms",
-            f"≤ {CREATE_MS_6:g} ms (issue 6)",
+            f"≤ {CREATE_MS_6:g} ms (performance target)",
             create <= CREATE_MS_6,
         ),
         Target(
@@ -147,20 +147,20 @@ def targets(report: dict[str, Any]) -> list[Target]:
         Target(
             "cold start: first exec to a sandbox scaled to zero, p50",
             f"{cold:.1f} ms",
-            f"≤ {COLD_MS_6:g} ms (issue 6)",
+            f"≤ {COLD_MS_6:g} ms (performance target)",
             cold <= COLD_MS_6,
         ),
         Target(
             "idle sandbox memory, USS per sandbox (mean)",
             f"{mem['uss_mib']:.2f} MiB (PSS {mem['pss_mib']:.2f}, RSS {mem['rss_mib']:.2f})",
-            f"≤ {IDLE_USS_MIB_6:g} MiB (issue 6)",
+            f"≤ {IDLE_USS_MIB_6:g} MiB (performance target)",
             mem["uss_mib"] <= IDLE_USS_MIB_6,
         ),
         Target(
             "scaled-to-zero sandbox",
             f"{gone['processes_total']} processes, {gone['uss_mib_total']:g} MiB "
             f"over {zero['n']}; {gone['disk_kib_mean']:.0f} KiB disk each",
-            "0 processes, 0 memory (DESIGN)",
+            "0 processes, 0 memory (design goal)",
             gone["processes_total"] == 0 and gone["uss_mib_total"] == 0,
         ),
     ]

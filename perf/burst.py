@@ -1,6 +1,6 @@
 """One Orchard-shaped burst through the SDK: N sandboxes at once, each created, sent four commands, deleted.
 
-Orchard's benchmark (and issue 6): every sandbox is created and waited for, runs
+Orchard's benchmark: every sandbox is created and waited for, runs
 ``python3 -c "print('ok')"``, ``ls /``, ``cat /etc/os-release | head -1`` and the same ``cat`` in a
 login shell, and is deleted. Every step's latency and every failure is kept — an error is counted
 under its kind (the phase and the error class), never dropped — and each sandbox that was created is

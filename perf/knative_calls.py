@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m perf.knative_calls", description=__doc__)
     parser.add_argument("--sandboxes", type=int, default=20, help="lifecycles to count (default 20)")
     args = parser.parse_args(argv)
-    fixtures = importlib.import_module("tests.knative_fixtures")
+    fixtures = importlib.import_module("tests.support.knative_fixtures")
     with tempfile.TemporaryDirectory(prefix="gkb-") as scratch:
         bundle = build_bundle(Path(scratch) / "runtime")
         with fixtures.stand_in_cluster(bundle) as cluster:

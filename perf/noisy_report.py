@@ -9,7 +9,7 @@ from perf.noisy import BEHAVIOURS, COMMANDS
 
 SECTION = "## Noisy neighbours"
 RATIO_7 = 2.0
-"""Issue 7: a neighbour does not move another sandbox's exec p50 by more than 2x."""
+"""The noisy-neighbour target: a neighbour does not move another sandbox's exec p50 by more than 2x."""
 
 LABELS = {
     "quiet": "quiet (neighbour idle)",
@@ -64,7 +64,7 @@ def targets(report: dict[str, Any]) -> list[Target]:
             Target(
                 f"victim exec p50, neighbour: {b}",
                 "no calls" if ratio is None else f"{p50:.2f} ms = {ratio:.2f}x quiet ({quiet:.2f} ms)",
-                f"≤ {RATIO_7:g}x quiet (issue 7)",
+                f"≤ {RATIO_7:g}x quiet (noisy-neighbour target)",
                 ratio is not None and ratio <= RATIO_7,
             )
         )

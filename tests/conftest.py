@@ -10,8 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 
-# Component fixtures live beside the tests that use them; list each module here once.
-pytest_plugins = ["tests.executor_fixtures", "tests.router_fixtures", "tests.s3_fixtures", "tests.knative_fixtures"]
+# Component fixtures live in tests/support/; list each module here once.
+pytest_plugins = [
+    "tests.support.executor_fixtures",
+    "tests.support.router_fixtures",
+    "tests.support.s3_fixtures",
+    "tests.support.knative_fixtures",
+]
 
 
 def free_tcp_port() -> int:
@@ -34,6 +39,7 @@ def short_tempdir(prefix: str = "grove-t-") -> Iterator[str]:
 def pytest_configure(config: pytest.Config) -> None:
     """Register grove's markers."""
     config.addinivalue_line("markers", "local_only: about the local backend's host; not run against Knative")
+    config.addinivalue_line("markers", "fast: pure logic, no router, sandbox or server (`make test-fast`)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -83,7 +83,9 @@ def cmd_down(args: argparse.Namespace) -> int:
     running = running_router(state)
     started = None
     if running is None:
-        if not _has_records(state) and not (state / "s3" / "grove-s3.pid").exists():
+        from artifacts.s3proc import live_weed_pid
+
+        if not _has_records(state) and live_weed_pid(state / "s3") is None:
             print(f"grove down: nothing runs on {state}")
             return 0
         started, running = _start_router(state)

@@ -169,9 +169,9 @@ async def run_demo(count: int, state_dir: Path) -> int:
     print(
         f"\n  {len(keys)} of {count} trajectories stored in the embedded S3 server (bucket 'grove', data in "
         f"{state_dir / 's3'}), e.g. {keys[0] if keys else '-'}\n"
-        f"  browse them: .venv/bin/grove --state-dir {state_dir} up --port 8471 &  then\n"
-        f"  GROVE_API_KEY=$(head -1 {state_dir}/api_keys) .venv/bin/grove --url http://127.0.0.1:8471 "
-        "trajectories ls --harness grove-demo"
+        f"  browse them: .venv/bin/grove --state-dir {state_dir} up --port 8471 &\n"
+        f"         then: .venv/bin/grove --state-dir {state_dir} trajectories ls --harness grove-demo\n"
+        f"  and stop it: .venv/bin/grove --state-dir {state_dir} down"
     )
     return 1 if errors or left or len(keys) < count else 0
 

@@ -94,6 +94,9 @@ class GroveEnvironmentConfig:
     """Recorded in the trajectory: the harness version (the installed mini-swe-agent's by default)."""
     labels: dict[str, str] = field(default_factory=dict)
     """Free labels, filterable with ``GET /v1/sandboxes?label=k=v``."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The create call's ``metadata``, as the SDK's ``create`` takes it; its keys win over the fields above
+    (``labels`` are merged)."""
     url: str | None = None
     """The router; ``GROVE_URL`` (then ``http://127.0.0.1:8470``) when None."""
     api_key: str | None = field(default=None, repr=False)
@@ -102,6 +105,14 @@ class GroveEnvironmentConfig:
     def public(self) -> dict[str, Any]:
         """The settings without the API key (what trajectories and template variables may show)."""
         return {k: v for k, v in dataclasses.asdict(self).items() if k != "api_key"}
+
+    def merged_metadata(self) -> dict[str, Any]:
+        """The trajectory's metadata: the fields, overridden by ``metadata`` (labels merged)."""
+        given = dict(self.metadata)
+        labels = {**self.labels, **(given.pop("labels", None) or {})}
+        base = {"task_id": self.task_id, "model": self.model, "harness": self.harness,
+                "harness_version": self.harness_version}
+        return {**base, **given, "labels": labels}
 
     def create_options(self) -> dict[str, Any]:
         """The body of grove's create call."""
@@ -112,8 +123,7 @@ class GroveEnvironmentConfig:
             "pids_max": self.pids_max,
             "env": {**env, **self.env},
             "workdir": self.workdir,
-            "metadata": {"task_id": self.task_id, "model": self.model, "harness": self.harness,
-                         "harness_version": self.harness_version, "labels": dict(self.labels)},
+            "metadata": self.merged_metadata(),
         }
         for name in ("network", "ttl_s", "idle_timeout_s", "heartbeat_timeout_s", "disk_mb"):
             if (value := getattr(self, name)) is not None:

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from grove.client import Grove
-from tests.router_fixtures import RouterProcess, cgroup_procs, error_of, wait_for
+from tests.support.router_fixtures import RouterProcess, cgroup_procs, error_of, wait_for
 
 
 def test_executor_sigkilled_mid_command(router: RouterProcess, grove: Grove) -> None:

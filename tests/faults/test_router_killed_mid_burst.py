@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 
-from tests.router_fixtures import RouterProcess, cgroup_procs, sandbox_cgroups, wait_for
+from tests.support.router_fixtures import RouterProcess, cgroup_procs, sandbox_cgroups, wait_for
 
 
 def test_sigkill_mid_burst_then_restart(fresh_router: RouterProcess) -> None:

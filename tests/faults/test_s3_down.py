@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
-from tests.router_fixtures import RouterProcess, process_alive, wait_for
+from tests.support.router_fixtures import RouterProcess, process_alive, wait_for
 
 
 def test_s3_killed_then_back_loses_nothing(fresh_router: RouterProcess) -> None:

@@ -26,8 +26,8 @@ from router.journal import Journal
 from router.models import CreateRequest
 from router.registry import Registry, SandboxRecord
 from tests.conftest import short_tempdir
-from tests.executor_fixtures import Reply
-from tests.router_fixtures import (
+from tests.support.executor_fixtures import Reply
+from tests.support.router_fixtures import (
     RouterProcess,
     cgroup_procs,
     error_of,
@@ -38,7 +38,7 @@ from tests.router_fixtures import (
     unmount_state_disk,
     wait_for,
 )
-from tests.s3_fixtures import new_bucket
+from tests.support.s3_fixtures import new_bucket
 
 # The runtime bundle (~61 MiB) and the default image are built into the state dir when the router starts.
 DISK_MB = 96

@@ -9,7 +9,7 @@ import tarfile
 import pytest
 
 from grove.client import Sandbox
-from tests.router_fixtures import RouterProcess, error_of
+from tests.support.router_fixtures import RouterProcess, error_of
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from grove.client import Sandbox
-from tests.router_fixtures import RouterProcess, error_of, layer_file
 from tests.security.probes import CONNECT
+from tests.support.router_fixtures import RouterProcess, error_of, layer_file
 
 ECONNREFUSED, ENETUNREACH = 111, 101
 SCAN = (

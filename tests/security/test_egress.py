@@ -27,7 +27,7 @@ import pytest
 
 from grove.client import Grove, Sandbox
 from router.local import egress_rules
-from tests.router_fixtures import (
+from tests.support.router_fixtures import (
     RouterProcess,
     cgroup_procs,
     egress_table_exists,

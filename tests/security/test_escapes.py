@@ -12,8 +12,8 @@ import pytest
 
 from grove.client import Sandbox
 from sandbox_image.seccomp import DENIED, SYSCALLS
-from tests.router_fixtures import RouterProcess
 from tests.security.probes import SYSCALL, syscall_results
+from tests.support.router_fixtures import RouterProcess
 
 EPERM, EACCES, ENOSYS = 1, 13, 38
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.router_fixtures import RouterProcess
+from tests.support.router_fixtures import RouterProcess
 
 SCHEMATHESIS = str(Path(sys.executable).with_name("schemathesis"))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from router.auth import fingerprint
-from tests.router_fixtures import RouterProcess, error_of, wait_for
+from tests.support.router_fixtures import RouterProcess, error_of, wait_for
 
 
 def _status(router: RouterProcess, key: str) -> int:

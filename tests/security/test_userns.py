@@ -9,7 +9,7 @@ import pytest
 
 from grove.client import Grove, Sandbox
 from router.local.uids import FLOOR
-from tests.router_fixtures import RouterProcess, cgroup_procs, layer_owner, to_plain_layer, wait_for
+from tests.support.router_fixtures import RouterProcess, cgroup_procs, layer_owner, to_plain_layer, wait_for
 
 RANGE = 65536
 

@@ -1,0 +1,105 @@
+"""Reward bookkeeping a trainer can trust: an environment fault is recorded as ``infra_error``, never as the
+policy's failure. The fault here is real: the sandbox's processes are SIGKILLed from the host, through its
+cgroup, while a command runs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from typing import Any
+
+import pytest
+
+from artifacts.export import to_chat
+from grove.client import Grove, Sandbox
+from grove.errors import BadGateway, GroveError, Invalid
+from tests.support.router_fixtures import RouterProcess, cgroup_procs, wait_for
+
+
+def kill_mid_command(router: RouterProcess, sandbox: Sandbox) -> GroveError:
+    """Start a long command, SIGKILL everything in the sandbox's cgroup meanwhile; the error the call got."""
+    caught: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            sandbox.exec("sleep 30", timeout_s=60)
+        except BaseException as exc:
+            caught.append(exc)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    wait_for(lambda: any(b"sleep\x0030" in _cmdline(p) for p in cgroup_procs(router.state_dir, sandbox.id)), 10,
+             what="the command to start")
+    for pid in sorted(cgroup_procs(router.state_dir, sandbox.id)):  # oldest (the sandbox's PID 1) first
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    thread.join(30)
+    assert not thread.is_alive() and len(caught) == 1, caught
+    assert isinstance(caught[0], GroveError)
+    return caught[0]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
+def after(sandbox: Sandbox) -> str | None:
+    """``echo after`` in the sandbox; None while its executor is still being found gone."""
+    try:
+        return sandbox.exec("echo after").text
+    except BadGateway:
+        return None
+
+
+def stored(grove: Grove, sandbox: Sandbox) -> dict[str, Any]:
+    """Delete the sandbox and read its trajectory back from S3."""
+    sandbox.close()
+    record: dict[str, Any] = grove.request("GET", f"/v1/trajectories/{sandbox.id}")
+    return record
+
+
+def test_executor_lost_mid_command_is_an_infra_error_not_a_failure(router: RouterProcess) -> None:
+    metadata = {"task_id": "infra-1", "model": "m", "harness": "grove-tests", "harness_version": "1"}
+    with router.client() as grove:
+        lost = grove.create("default", memory_mb=128, metadata=metadata)
+        assert lost.exec("echo before").ok
+        assert isinstance(kill_mid_command(router, lost), BadGateway)
+        # A later call starts the sandbox again, files kept (one may still find the remains: another 502);
+        # the fault stays on the record.
+        assert wait_for(lambda: after(lost), 10, what="the sandbox to come back") == "after\n"
+        record = stored(grove, lost)
+        summaries = grove.request("GET", "/v1/trajectories", params={"task_id": "infra-1"})["trajectories"]
+
+    outcome = record["outcome"]
+    assert outcome["result"] == "infra_error" and outcome["reward"] is None
+    assert "executor went away" in outcome["reason"] and outcome["infra_errors"]
+    assert [s["stdout"] for s in record["steps"] if s["type"] == "exec"] == [b"before\n", b"after\n"]
+    metadata_out = to_chat(record)["metadata"]
+    assert metadata_out["result"] == "infra_error" and metadata_out["resolved"] is None
+    assert metadata_out["reward"] is None and metadata_out["infra_errors"]
+    assert summaries[0]["result"] == "infra_error" and summaries[0]["infra_errors"] >= 1
+
+
+def test_a_posted_result_keeps_the_faults_beside_it(router: RouterProcess) -> None:
+    with router.client() as grove:
+        sandbox = grove.create("default", memory_mb=128)
+        kill_mid_command(router, sandbox)
+        grove.request("POST", f"/v1/sandboxes/{sandbox.id}/events",
+                      json_body={"kind": "result", "data": {"result": "fail", "reward": 0.0}})
+        record = stored(grove, sandbox)
+        clean = grove.create("default", memory_mb=128)
+        clean.exec("true")
+        events = f"/v1/sandboxes/{clean.id}/events"
+        with pytest.raises(Invalid):  # only pass, fail and infra_error are results
+            grove.request("POST", events, json_body={"kind": "result", "data": {"result": "maybe"}})
+        grove.request("POST", events, json_body={"kind": "result", "data": {"result": "pass", "reward": 1.0}})
+        clean_record = stored(grove, clean)
+    assert record["outcome"]["result"] == "fail" and len(record["outcome"]["infra_errors"]) >= 1
+    assert to_chat(record)["metadata"]["infra_errors"]
+    assert clean_record["outcome"] == {"result": "pass", "reward": 1.0, "reason": None}

@@ -1,0 +1,107 @@
+"""The ``knative/`` manifests: every object validates against the Kubernetes schemas, and they fit together.
+
+``kubernetes-validate`` (strict: unknown fields are errors) checks each resource file the kustomization
+lists, and the Secrets its generators make. Cross-checks: every YAML file is listed, the router's
+Role grants exactly what the Knative backend calls (the backend test runs under that Role), names and
+selectors refer to objects that exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.support.crd_schema import REPO
+from tests.support.knative_fixtures import role_rules
+
+KNATIVE = REPO / "knative"
+K8S_VERSION = "1.31.0"
+
+
+def kustomization() -> dict[str, Any]:
+    data = yaml.safe_load((KNATIVE / "kustomization.yaml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def resources() -> list[dict[str, Any]]:
+    docs = []
+    for name in kustomization()["resources"]:
+        docs += [d for d in yaml.safe_load_all((KNATIVE / name).read_text()) if d]
+    return docs
+
+
+def generated_secrets() -> list[dict[str, Any]]:
+    """The Secrets kustomize would make, with placeholder values for the env files README step 2 writes."""
+    keys = {"secrets/minio.env": ["MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD"], "secrets/api.env": ["GROVE_API_KEY"]}
+    made = []
+    for gen in kustomization()["secretGenerator"]:
+        data = {k: "cGxhY2Vob2xkZXI=" for env in gen["envs"] for k in keys[env]}
+        made.append({"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "data": data,
+                     "metadata": {"name": gen["name"], "namespace": gen["namespace"]}})
+    return made
+
+
+@pytest.mark.parametrize("obj", resources() + generated_secrets(),
+                         ids=lambda o: f"{o['kind']}/{o['metadata']['name']}")
+def test_object_validates(obj: dict[str, Any]) -> None:
+    kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_every_manifest_is_in_the_kustomization() -> None:
+    listed = set(kustomization()["resources"])
+    on_disk = {p.name for p in KNATIVE.glob("*.yaml")} - {"kustomization.yaml"}
+    assert on_disk == listed
+    assert (KNATIVE / "secrets" / "README.md").is_file()
+    assert "/knative/secrets/*.env" in (REPO / ".gitignore").read_text()
+
+
+def test_rbac_is_namespaced_and_least_privilege() -> None:
+    docs = resources()
+    assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    role = next(d for d in docs if d["kind"] == "Role")
+    assert role["metadata"]["namespace"] == "grove-sandboxes"
+    granted = role_rules()
+    assert ("get", "secrets") not in granted and ("create", "pods") not in granted
+    assert not any(verb in ("*", "update", "patch", "deletecollection") for verb, _ in granted)
+    binding = next(d for d in docs if d["kind"] == "RoleBinding")
+    account = next(d for d in docs if d["kind"] == "ServiceAccount")
+    assert binding["subjects"][0]["name"] == account["metadata"]["name"]
+    assert binding["subjects"][0]["namespace"] == account["metadata"]["namespace"]
+    router = next(d for d in docs if d["kind"] == "Deployment")
+    assert router["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+
+
+def test_sandbox_namespace_denies_by_default() -> None:
+    policies = {d["metadata"]["name"]: d for d in resources() if d["kind"] == "NetworkPolicy"}
+    deny = policies["default-deny"]["spec"]
+    assert deny["podSelector"] == {} and set(deny["policyTypes"]) == {"Ingress", "Egress"}
+    assert "ingress" not in deny and "egress" not in deny
+    storage = policies["sandbox-egress-storage"]["spec"]["egress"]
+    assert storage[0]["ports"] == [{"protocol": "TCP", "port": 9000}]
+    minio = next(d for d in resources() if d["kind"] == "StatefulSet")
+    assert storage[0]["to"][0]["podSelector"]["matchLabels"].items() <= minio["spec"]["template"]["metadata"][
+        "labels"].items()
+
+
+def test_router_is_configured_for_the_cluster() -> None:
+    router = next(d for d in resources() if d["kind"] == "Deployment")
+    args = router["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--backend=knative" in args and "--namespace=grove-sandboxes" in args
+    container = router["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"]}
+    generated = {g["name"] for g in kustomization()["secretGenerator"]}
+    assert set(env.values()) <= generated
+    assert any(a.startswith("--s3=http://minio.grove-system.svc") for a in args)
+
+
+def test_readme_walks_from_empty_cluster_to_first_sandbox() -> None:
+    text = (KNATIVE / "README.md").read_text()
+    for step in ("kubectl apply --server-side -k knative/", "sandbox_image/Dockerfile", "knative/router.Dockerfile",
+                 "secrets/minio.env", " create --image", " exec $ID", "port-forward", "grove knative manifest"):
+        assert step in text, step
+
+

@@ -1,0 +1,106 @@
+"""``grove up --backend knative`` end to end: router subprocess → stand-in Kubernetes API → executor pods.
+
+The router is the real CLI with a kubeconfig for the stand-in; S3 is the real embedded server.
+Scale-to-zero is the stand-in autoscaler's (SIGTERM: the executor snapshots to S3); the next call goes
+through the stand-in's activator, which starts a new pod with an empty filesystem that restores the
+snapshot — so files that come back came back through S3.
+"""
+
+from __future__ import annotations
+
+import time
+
+from artifacts.s3server import EmbeddedS3
+from artifacts.store import ObjectStore
+from router.knative.manifest import policy_name, secret_name, snapshot_key
+from tests.support.knative_fixtures import NAMESPACE, Cluster
+from tests.support.router_fixtures import RouterProcess, error_of, wait_for
+from tests.support.s3_fixtures import config_for
+
+
+def bucket_store(router: RouterProcess, s3: EmbeddedS3) -> ObjectStore:
+    """The router's bucket on the shared S3 server."""
+    return ObjectStore(config_for(s3, router.up_args[router.up_args.index("--s3-bucket") + 1]))
+
+
+def writes(cluster: Cluster, sandbox_id: str) -> dict[str, int]:
+    return {f"{verb} {plural}": n for (owner, verb, plural), n in cluster.api.calls.items()
+            if owner == sandbox_id and verb in ("create", "delete")}
+
+
+def test_files_survive_scale_to_zero_through_s3(knative_router: RouterProcess, cluster: Cluster,
+                                                s3_server: EmbeddedS3) -> None:
+    store = bucket_store(knative_router, s3_server)
+    with knative_router.client() as grove:
+        sb = grove.create("python:3.11-slim", heartbeat=False, metadata={"task_id": "swe/1", "model": "m"},
+                          network={"egress": "allow", "allow": ["10.0.0.0/8:443"]})
+        info = sb.info
+        assert info["status"] == "ready" and info["image_digest"].startswith("sha256:")
+        assert sb.exec("echo hello").stdout == b"hello\n"
+        sb.write_file("notes/plan.txt", b"step 1\n")
+        sb.exec("mkdir -p src && echo 'print(1)' > src/main.py && chmod 700 src")
+        first_pod = cluster.knative.services[sb.id].pod
+        assert first_pod is not None
+
+        cluster.knative.scale_to_zero(sb.id)  # the autoscaler's decision: SIGTERM, snapshot, pod gone
+        assert cluster.knative.services[sb.id].pod is None and store.exists(snapshot_key(sb.id))
+
+        # The next call wakes a new pod through the activator; its empty filesystem restores from S3.
+        assert sb.read_file("notes/plan.txt") == b"step 1\n"
+        second_pod = cluster.knative.services[sb.id].pod
+        assert second_pod is not None and second_pod.proc.pid != first_pod.proc.pid
+        assert sb.exec("cat src/main.py && stat -c %a src").stdout == b"print(1)\n700\n"
+        assert cluster.knative.services[sb.id].starts == 2
+
+        steps = knative_router.http("GET", f"/v1/sandboxes/{sb.id}/trajectory").json()
+        assert sum(1 for s in steps["steps"] if s.get("type") == "exec") >= 3
+
+        gone = knative_router.http("DELETE", f"/v1/sandboxes/{sb.id}")
+        assert gone.status == 200 and gone.json()["status"] == "deleted"
+        assert secret_name(sb.id) not in cluster.api.objects[("secrets", NAMESPACE)]
+        assert policy_name(sb.id) not in cluster.api.objects[("networkpolicies", NAMESPACE)]
+        wait_for(lambda: sb.id not in cluster.api.objects[("services", NAMESPACE)], 15, 0.05, "the Service to go")
+        # Removed only after the pod (which wrote a last snapshot while terminating) was gone.
+        wait_for(lambda: not store.exists(snapshot_key(sb.id)), 10, 0.05, "the snapshot to be removed")
+    assert writes(cluster, sb.id) == {"create secrets": 1, "create services": 1, "create networkpolicies": 1,
+                                      "delete services": 1, "delete secrets": 1, "delete networkpolicies": 1}
+    store.close()
+
+
+def test_router_idle_and_resume_make_no_api_writes(knative_router: RouterProcess, cluster: Cluster) -> None:
+    with knative_router.client() as grove:
+        sb = grove.create(heartbeat=False, idle_timeout_s=1)
+        assert sb.exec("echo a > a.txt").exit_code == 0
+        wait_for(lambda: knative_router.http("GET", f"/v1/sandboxes/{sb.id}").json()["status"] == "idle", 10, 0.1,
+                 "the router to mark the sandbox idle")
+        assert sb.exec("cat a.txt").stdout == b"a\n"
+        assert knative_router.http("GET", f"/v1/sandboxes/{sb.id}").json()["status"] == "ready"
+        assert writes(cluster, sb.id) == {"create secrets": 1, "create services": 1}
+        service = cluster.api.objects[("services", NAMESPACE)][sb.id]
+        image = service["spec"]["template"]["spec"]["containers"][0]["image"]
+        assert image == "docker.io/library/debian:bookworm-slim"  # what "default" means on a cluster
+
+
+def test_a_restarted_router_readopts_its_sandboxes(knative_router: RouterProcess, cluster: Cluster) -> None:
+    with knative_router.client() as grove:
+        sb = grove.create(heartbeat=False)
+        sb.write_file("/tmp/x", b"x")
+    knative_router.stop()
+    knative_router.start()
+    with knative_router.client() as grove:
+        again = grove.attach(sb.id)
+        assert again.info["status"] == "ready"
+        assert again.read_file("/tmp/x") == b"x"
+    assert writes(cluster, sb.id) == {"create secrets": 1, "create services": 1}  # adopted, not made again
+
+
+def test_a_failed_revision_is_reported_by_the_api(knative_router: RouterProcess, cluster: Cluster) -> None:
+    cluster.knative.bad_images["ghcr.io/nobody/missing:1"] = "denied: requested access to the resource is denied"
+    reply = knative_router.http("POST", "/v1/sandboxes", json_body={"image": "ghcr.io/nobody/missing:1"})
+    assert reply.status == 503
+    message = error_of(reply)["message"]
+    assert "failed" in message and 'Unable to fetch image "ghcr.io/nobody/missing:1": denied' in message
+    deadline = time.monotonic() + 5
+    while cluster.leftovers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not cluster.leftovers()

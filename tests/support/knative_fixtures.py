@@ -1,0 +1,144 @@
+"""A cluster for the Knative tests without a cluster: the stand-in API server with Knative on top.
+
+``cluster`` is a :class:`Cluster`: the real-protocol API server (:mod:`tests.support.k8s_standin`), Knative's
+part (:mod:`tests.support.knative_standin`) running executors from a real runtime bundle, and a kubeconfig file
+pointing at it. ``knative_router`` is ``grove up --backend knative --kubeconfig FILE --endpoint-mode
+address`` as a subprocess on it, using the session's real S3 server with a bucket of its own. At the
+end every sandbox is deleted through the API, and the test fails if any Knative Service, Secret,
+NetworkPolicy or pod is left; whatever is left is killed regardless.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from artifacts.s3server import EmbeddedS3
+from router.knative.options import KnativeOptions
+from sandbox_image.bundle import Bundle, build_bundle
+from tests.support.crd_schema import REPO
+from tests.support.k8s_standin import KubeStandin
+from tests.support.knative_standin import KnativeStandin
+from tests.support.router_fixtures import RouterProcess, router_state
+from tests.support.s3_fixtures import new_bucket
+
+NAMESPACE = "grove-sandboxes"
+
+
+@dataclass
+class Cluster:
+    """The stand-in cluster of one test."""
+
+    api: KubeStandin
+    knative: KnativeStandin
+    kubeconfig: Path
+    scratch: Path
+
+    def options(self, **overrides: object) -> KnativeOptions:
+        """Backend options for this cluster (address endpoints: the stand-in's revision URLs do not resolve)."""
+        values: dict[str, object] = {"namespace": NAMESPACE, "kubeconfig": str(self.kubeconfig),
+                                     "endpoint_mode": "address", "backoff_s": 0.01, "ready_timeout_s": 30.0,
+                                     "idle_snapshot_s": 0.0}
+        values.update(overrides)
+        return KnativeOptions(**values)  # type: ignore[arg-type]
+
+    def leftovers(self) -> list[str]:
+        """Grove's objects whose deletion nobody asked for (a Service being deleted waits for its pod)."""
+        return [f"{plural}/{name}" for (plural, _), objs in self.api.objects.items()
+                if plural in ("services", "secrets", "networkpolicies")
+                for name, obj in objs.items() if not obj["metadata"].get("deletionTimestamp")]
+
+
+def role_rules() -> set[tuple[str, str]]:
+    """(verb, resource) pairs the router's Role in ``knative/rbac.yaml`` grants."""
+    docs = yaml.safe_load_all((REPO / "knative" / "rbac.yaml").read_text())
+    role = next(d for d in docs if d and d["kind"] == "Role")
+    return {(verb, res) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
+
+
+@pytest.fixture(scope="session")
+def runtime_bundle(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
+    """The runtime bundle the stand-in's init container 'copies' (built once per session)."""
+    return build_bundle(tmp_path_factory.mktemp("knative-bundle") / "runtime")
+
+
+@contextlib.contextmanager
+def stand_in_cluster(bundle: Bundle) -> Iterator[Cluster]:
+    """A fresh stand-in cluster for the block; fails if grove left anything in it."""
+    scratch = Path(tempfile.mkdtemp(prefix="gk-"))
+    api = KubeStandin(token="t-" + secrets.token_hex(8)).start()
+    api.allowed = role_rules()  # everything grove does must be allowed by knative/rbac.yaml's Role
+    knative = KnativeStandin(api, bundle, scratch, time_scale=0.05).install()
+    kubeconfig = scratch / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(api.kubeconfig(NAMESPACE)))
+    found = Cluster(api, knative, kubeconfig, scratch)
+    try:
+        yield found
+        left = found.leftovers()
+    finally:
+        knative.close()
+        api.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+    assert not left, f"grove left objects in the cluster: {left}"
+
+
+@contextlib.contextmanager
+def knative_router_on(cluster: Cluster, s3: EmbeddedS3) -> Iterator[RouterProcess]:
+    """``grove up --backend knative`` against the stand-in for the block, with the real S3 server."""
+    state = Path(os.path.realpath(tempfile.mkdtemp(prefix="gkr-")))
+    router = RouterProcess(
+        state, key="gk-" + secrets.token_hex(16),
+        up_args=("--backend", "knative", "--namespace", NAMESPACE, "--kubeconfig", str(cluster.kubeconfig),
+                 "--endpoint-mode", "address", "--s3", s3.endpoint, "--s3-bucket", new_bucket()),
+        extra_env={"GROVE_S3_ACCESS_KEY": s3.access_key, "GROVE_S3_SECRET_KEY": s3.secret_key},
+        backend="knative",
+    )
+    try:
+        router.start()
+        yield router
+        router.delete_all()
+    finally:
+        code = router.stop()
+        log = router.log()
+        shutil.rmtree(state, ignore_errors=True)
+    assert code in (None, 0), f"the router exited with {code}:\n{log}"
+
+
+@pytest.fixture
+def cluster(runtime_bundle: Bundle) -> Iterator[Cluster]:
+    """A fresh stand-in cluster; fails the test if grove left anything in it."""
+    with stand_in_cluster(runtime_bundle) as found:
+        yield found
+
+
+@pytest.fixture
+def knative_router(cluster: Cluster, s3_server: EmbeddedS3) -> Iterator[RouterProcess]:
+    """``grove up --backend knative`` against the stand-in, with the real S3 server."""
+    with knative_router_on(cluster, s3_server) as router:
+        yield router
+
+
+@pytest.fixture(scope="module", params=["local", "knative"])
+def any_router(
+    request: pytest.FixtureRequest, runtime_bundle: Bundle, s3_server: EmbeddedS3
+) -> Iterator[RouterProcess]:
+    """The module's router, once per backend: modules that use it as ``router`` run against both.
+
+    A test about the host (cgroups, namespaces, the router's own memory) is marked ``local_only`` and
+    is not collected for Knative, where a cluster provides its own.
+    """
+    if request.param == "local":
+        with router_state() as router:
+            yield router
+    else:
+        with stand_in_cluster(runtime_bundle) as found, knative_router_on(found, s3_server) as router:
+            yield router

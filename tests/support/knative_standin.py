@@ -1,0 +1,354 @@
+"""Knative Serving's part in the stand-in cluster: webhook, controller, pods, activator and autoscaler.
+
+* **webhook**: a Service must pass the CRD's structural schema (``fieldValidation=Strict``: unknown
+  fields are a 400) and Knative's own checks — features used must be enabled in the repository's
+  ``knative/knative-serving-config.yaml`` (so the test proves that patch covers the template),
+  ``timeoutSeconds`` within ``max-revision-timeout-seconds``, autoscaling windows in bounds (422).
+* **controller**: a Revision ``<name>-00001``, then a pod; the Service reports ``Ready=True`` with
+  ``observedGeneration``, ``latestReadyRevisionName`` and an address, or ``Ready=False`` with the
+  Revision's message (an image it cannot fetch, a container that exits).
+* **pod**: the task container's real command — the runtime bundle's loader and Python running the
+  executor — with ``/.grove`` pointing at a built bundle (the init container's copy), a fresh root
+  directory per start (a new container's filesystem: files survive only through the snapshot), and
+  the env resolved from the Secret, snapshot URLs included.
+* **activator + autoscaler**: ``status.address.url`` is a loopback proxy per Service that wakes a
+  scaled-to-zero pod on the next request and counts traffic; after the annotations' window and
+  retention (times ``time_scale``) without any, the pod gets SIGTERM (it snapshots) and is gone. A real
+  cluster answers on ``http://<revision>.<ns>.svc.cluster.local`` instead; tests use ``address`` mode.
+* An EndpointSlice ``<revision>-private-…`` lists the pod while it runs (its port is the executor's;
+  on a cluster it is the queue-proxy's 8012).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import yaml
+from aiohttp import web
+
+from sandbox_image.bundle import DEFAULT_MOUNT_POINT, Bundle
+from tests.conftest import free_tcp_port
+from tests.support.crd_schema import load_schema, validate
+from tests.support.k8s_standin import KubeStandin, Obj
+
+REPO = Path(__file__).resolve().parent.parent.parent
+_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host", "content-length"}
+
+
+def serving_config() -> dict[str, dict[str, str]]:
+    """ConfigMap name → data, from the repository's Knative Serving patch."""
+    docs = yaml.safe_load_all((REPO / "knative" / "knative-serving-config.yaml").read_text())
+    return {d["metadata"]["name"]: dict(d.get("data") or {}) for d in docs if d}
+
+
+@dataclass
+class Pod:
+    """One running task container."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    root: str
+
+
+@dataclass
+class KService:
+    """What the controller keeps per Knative Service."""
+
+    obj: Obj
+    revision: str
+    proxy: web.AppRunner | None = None
+    address: str = ""
+    pod: Pod | None = None
+    inflight: int = 0
+    last: float = field(default_factory=time.monotonic)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    starts: int = 0
+    deleted: bool = False
+
+
+class KnativeStandin:
+    """Knative on top of a :class:`KubeStandin` (install with :meth:`install`)."""
+
+    def __init__(self, api: KubeStandin, bundle: Bundle, scratch: Path, *, time_scale: float = 1.0) -> None:
+        self.api = api
+        self.bundle = bundle
+        self.scratch = scratch
+        self.time_scale = time_scale
+        self.config = serving_config()
+        self.schema = load_schema()
+        self.bad_images: dict[str, str] = {}
+        """image → the registry's error: such a revision fails."""
+        self.services: dict[str, KService] = {}
+        self.procs: set[subprocess.Popen[bytes]] = set()
+        """Every pod process not yet reaped (killed at close, whatever state its pod is in)."""
+        self._session: aiohttp.ClientSession | None = None
+
+    def install(self) -> KnativeStandin:
+        """Hook into the API server's services."""
+        self.api.validators["services"] = self.webhook
+        self.api.on_create["services"] = self.created
+        self.api.on_delete["services"] = self.deleted
+        return self
+
+    # -- the webhook -----------------------------------------------------------------------------------
+
+    def webhook(self, body: Obj, field_validation: str) -> tuple[int, str] | None:
+        """None, or (status, message) as the API server would answer the create."""
+        name = body.get("metadata", {}).get("name", "")
+        problems = validate(body, self.schema)
+        unknown = [p for p in problems if "unknown field" in p]
+        if unknown and field_validation == "Strict":
+            return 400, 'Service in version "v1" cannot be handled as a Service: strict decoding error: ' + \
+                ", ".join(p.split(": ", 1)[1] for p in unknown)
+        if rest := [p for p in problems if "unknown field" not in p]:
+            return 422, f'Service.serving.knative.dev "{name}" is invalid: ' + "; ".join(rest)
+        denied = self._knative_checks(body)
+        if denied:
+            return 422, ('admission webhook "validation.webhook.serving.knative.dev" denied the request: '
+                         "validation failed: " + "; ".join(denied))
+        return None
+
+    def _knative_checks(self, body: Obj) -> list[str]:
+        template = body["spec"]["template"]
+        spec, notes = template["spec"], template.get("metadata", {}).get("annotations", {})
+        features = self.config.get("config-features", {})
+        flags = {"initContainers": "kubernetes.podspec-init-containers"}
+        denied = [f"must not set the field(s): spec.template.spec.{k}" for k, flag in flags.items()
+                  if k in spec and features.get(flag) != "enabled"]
+        if any("emptyDir" in v for v in spec.get("volumes", [])) and \
+                features.get("kubernetes.podspec-volumes-emptydir", "enabled") != "enabled":
+            denied.append("must not set the field(s): spec.template.spec.volumes[0].emptyDir")
+        limit = int(self.config.get("config-defaults", {}).get("max-revision-timeout-seconds", "600"))
+        if not 0 <= spec.get("timeoutSeconds", 300) <= limit:
+            denied.append(f"expected 0 <= {spec['timeoutSeconds']} <= {limit}: spec.template.spec.timeoutSeconds")
+        window = _seconds(notes.get("autoscaling.knative.dev/window", "60s"))
+        if not 6 <= window <= 3600:
+            denied.append(f"expected 6s <= {window}s <= 1h: autoscaling.knative.dev/window")
+        return denied
+
+    # -- the controller --------------------------------------------------------------------------------
+
+    async def created(self, obj: Obj) -> None:
+        """Make the revision and the pod; report Ready or the revision's failure."""
+        name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
+        ks = self.services[name] = KService(obj=obj, revision=f"{name}-00001")
+        self._status(ks, "Unknown", "Deploying", None)
+        image = obj["spec"]["template"]["spec"]["containers"][0]["image"]
+        resolved = "sha256:" + hashlib.sha256(image.encode()).hexdigest()  # what a registry would answer
+        digest = image if "@" in image else f"{image.rsplit(':', 1)[0]}@{resolved}"
+        revision = {"apiVersion": "serving.knative.dev/v1", "kind": "Revision",
+                    "metadata": {"name": ks.revision, "namespace": ns, "generation": 1,
+                                 "labels": {"serving.knative.dev/service": name}},
+                    "status": {"observedGeneration": 1,
+                               "containerStatuses": [{"name": "sandbox", "imageDigest": digest}]}}
+        self.api.put("revisions", ns, revision, "ADDED")
+        if image in self.bad_images:
+            return self._fail(ks, "ContainerMissing", f'Unable to fetch image "{image}": {self.bad_images[image]}')
+        try:
+            await self._start_pod(ks)
+        except RuntimeError as exc:
+            return self._fail(ks, "ExitCode1", str(exc))
+        await self._start_proxy(ks)
+        self._status(ks, "True", None, None)
+        asyncio.get_running_loop().create_task(self._autoscale(ks))
+
+    def _fail(self, ks: KService, reason: str, message: str) -> None:
+        ns = ks.obj["metadata"]["namespace"]
+        revision = dict(self.api.objects[("revisions", ns)][ks.revision])
+        revision["status"] = {**revision["status"], "conditions": [
+            {"type": "ContainerHealthy", "status": "False", "reason": reason, "message": message},
+            {"type": "Ready", "status": "False", "reason": reason, "message": message}]}
+        self.api.put("revisions", ns, revision)
+        self._status(ks, "False", "RevisionFailed", f'Revision "{ks.revision}" failed with message: {message}.')
+
+    def _status(self, ks: KService, ready: str, reason: str | None, message: str | None) -> None:
+        name, ns = ks.obj["metadata"]["name"], ks.obj["metadata"]["namespace"]
+        current = self.api.objects[("services", ns)].get(name)
+        if current is None or ks.deleted:
+            return
+        cond = {"type": "Ready", "status": ready, **({"reason": reason} if reason else {}),
+                **({"message": message} if message else {})}
+        status: Obj = {"observedGeneration": 1, "conditions": [cond], "latestCreatedRevisionName": ks.revision,
+                       "url": f"http://{name}.{ns}.svc.cluster.local"}
+        if ready == "True":
+            status.update(latestReadyRevisionName=ks.revision, address={"url": ks.address},
+                          traffic=[{"revisionName": ks.revision, "latestRevision": True, "percent": 100}])
+        self.api.put("services", ns, {**current, "status": status})
+
+    async def deleted(self, obj: Obj) -> None:
+        """Terminate the pod (it snapshots), stop the activator, drop the revision and its endpoints."""
+        ks = self.services.get(obj["metadata"]["name"])
+        if ks is None:
+            return
+        ks.deleted = True
+        await self._stop_pod(ks)
+        if ks.proxy is not None:
+            await ks.proxy.cleanup()
+        self.services.pop(obj["metadata"]["name"], None)
+        ns = obj["metadata"]["namespace"]
+        self.api.remove("revisions", ns, ks.revision)
+        self.api.remove("endpointslices", ns, f"{ks.revision}-private-x7k2p")
+
+    # -- pods ------------------------------------------------------------------------------------------
+
+    async def _start_pod(self, ks: KService) -> None:
+        container = ks.obj["spec"]["template"]["spec"]["containers"][0]
+        ns = ks.obj["metadata"]["namespace"]
+        port = free_tcp_port()
+        root = tempfile.mkdtemp(prefix="pod-", dir=self.scratch)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GROVE_EXECUTOR_ROOT": root, "PORT": "8080",
+               "K_SERVICE": ks.obj["metadata"]["name"], "K_REVISION": ks.revision}
+        for item in container.get("env", []):
+            if "value" in item:
+                env[item["name"]] = item["value"]
+                continue
+            ref = item["valueFrom"]["secretKeyRef"]
+            secret = self.api.objects[("secrets", ns)].get(ref["name"])
+            value = (secret or {}).get("data", {}).get(ref["key"])
+            if value is None and not ref.get("optional"):
+                raise RuntimeError(f'CreateContainerConfigError: secret "{ref["name"]}" not found')
+            if value is not None:
+                env[item["name"]] = base64.b64decode(value).decode()
+        argv = [a.replace(DEFAULT_MOUNT_POINT, str(self.bundle.path), 1) if a.startswith(DEFAULT_MOUNT_POINT)
+                else a.replace("0.0.0.0:8080", f"127.0.0.1:{port}") for a in container["command"]]
+        log = open(os.path.join(root, ".pod.log"), "wb")  # noqa: SIM115 - the child owns it
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True)
+        log.close()
+        self.procs.add(proc)
+        ks.pod, ks.starts, ks.last = Pod(proc, port, root), ks.starts + 1, time.monotonic()
+        if not await self._ready(ks.pod):
+            tail = Path(root, ".pod.log").read_bytes()[-600:].decode(errors="replace")
+            await self._stop_pod(ks)
+            raise RuntimeError(f"Container failed with: {tail.strip()}")
+        self._endpoints(ks)
+
+    async def _ready(self, pod: Pod, timeout: float = 30.0) -> bool:
+        """The readiness probe: GET /healthz until it answers (or the container exits)."""
+        session = self._client()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and pod.proc.poll() is None:
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                async with session.get(f"http://127.0.0.1:{pod.port}/healthz") as resp:
+                    if resp.status == 200:
+                        return True
+            await asyncio.sleep(0.05)
+        return False
+
+    async def _stop_pod(self, ks: KService, grace: float = 30.0) -> None:
+        pod, ks.pod = ks.pod, None
+        if pod is None:
+            return
+        self._endpoints(ks)
+        with contextlib.suppress(ProcessLookupError):
+            pod.proc.send_signal(signal.SIGTERM if grace else signal.SIGKILL)  # SIGTERM: it snapshots
+        try:
+            await asyncio.to_thread(pod.proc.wait, grace or None)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pod.proc.pid, signal.SIGKILL)
+            await asyncio.to_thread(pod.proc.wait)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pod.proc.pid, signal.SIGKILL)  # whatever commands it left
+        self.procs.discard(pod.proc)
+        shutil.rmtree(pod.root, ignore_errors=True)  # the container's filesystem goes with it
+
+    def _endpoints(self, ks: KService) -> None:
+        ns = ks.obj["metadata"]["namespace"]
+        ready = [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}] if ks.pod else []
+        self.api.put("endpointslices", ns, {
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+            "metadata": {"name": f"{ks.revision}-private-x7k2p", "namespace": ns, "labels": {
+                "kubernetes.io/service-name": f"{ks.revision}-private", "serving.knative.dev/revision": ks.revision,
+                "networking.internal.knative.dev/serviceType": "Private"}},
+            "endpoints": ready, "ports": [{"name": "http", "port": ks.pod.port if ks.pod else 8012, "protocol": "TCP"}],
+        })
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        return self._session
+
+    def scale_to_zero(self, name: str) -> None:
+        """What the autoscaler does after the idle window, now (from the test's thread)."""
+        self.api.run(self._stop_pod(self.services[name]))
+
+    def pods(self) -> list[Pod]:
+        """Running pods."""
+        return [ks.pod for ks in self.services.values() if ks.pod is not None]
+
+    def close(self) -> None:
+        """Kill every pod and activator (cleanup at the end of a test)."""
+        async def down() -> None:
+            for ks in list(self.services.values()):
+                ks.deleted = True
+                await self._stop_pod(ks, grace=0)
+                if ks.proxy is not None:
+                    await ks.proxy.cleanup()
+            if self._session is not None:
+                await self._session.close()
+        self.api.run(down())
+        for proc in list(self.procs):  # pods whose termination was still under way
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        self.procs.clear()
+
+    # -- activator and autoscaler ----------------------------------------------------------------------
+
+    async def _start_proxy(self, ks: KService) -> None:
+        async def forward(request: web.Request) -> web.StreamResponse:
+            ks.inflight += 1
+            try:
+                async with ks.lock:
+                    if ks.pod is None and not ks.deleted:
+                        await self._start_pod(ks)  # cold start: the request waits, like at the activator
+                assert ks.pod is not None
+                headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+                session = self._client()
+                data = request.content if request.can_read_body else None
+                async with session.request(request.method, f"http://127.0.0.1:{ks.pod.port}{request.path_qs}",
+                                           headers=headers, data=data, auto_decompress=False) as upstream:
+                    out = web.StreamResponse(status=upstream.status, headers={
+                        k: v for k, v in upstream.headers.items() if k.lower() not in _HOP})
+                    await out.prepare(request)
+                    async for chunk in upstream.content.iter_any():
+                        await out.write(chunk)
+                    await out.write_eof()
+                    return out
+            finally:
+                ks.inflight -= 1
+                ks.last = time.monotonic()
+
+        app = web.Application(client_max_size=1 << 34)
+        app.router.add_route("*", "/{tail:.*}", forward)
+        ks.proxy = web.AppRunner(app, access_log=None)
+        await ks.proxy.setup()
+        await web.TCPSite(ks.proxy, "127.0.0.1", 0).start()
+        ks.address = f"http://127.0.0.1:{ks.proxy.addresses[0][1]}"
+
+    async def _autoscale(self, ks: KService) -> None:
+        notes = ks.obj["spec"]["template"]["metadata"]["annotations"]
+        idle = (_seconds(notes.get("autoscaling.knative.dev/window", "60s"))
+                + _seconds(notes.get("autoscaling.knative.dev/scale-to-zero-pod-retention-period", "0s")))
+        while not ks.deleted:
+            await asyncio.sleep(0.1)
+            if ks.pod and not ks.inflight and time.monotonic() - ks.last > idle * self.time_scale:
+                async with ks.lock:
+                    await self._stop_pod(ks)
+
+
+def _seconds(duration: str) -> float:
+    return float(duration.rstrip("s")) if duration.endswith("s") and not duration.endswith("ms") else 0.0

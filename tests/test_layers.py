@@ -1,0 +1,108 @@
+"""The layers stay visible: who may import whom, checked on the source (kopf-style import layers).
+
+- ``executor`` and ``sandbox_image`` never import ``router`` (the daemon knows nothing of routers);
+- ``artifacts`` imports neither ``executor`` nor ``router``, and its snapshot side runs without ``minio``;
+- ``router`` (the server) never imports grove's front ends (``grove.cli``, ``grove.demo``, ``grove.integrations``,
+  ``grove.client``): the server owns no SDK code;
+- importing the user-side package (``grove``, its SDK and CLI) loads no server module;
+- ``router`` has no import cycle among its modules' top-level imports.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.fast  # pure logic: `make test-fast`
+
+REPO = Path(__file__).resolve().parent.parent
+FRONT_ENDS = ("grove.cli", "grove.demo", "grove.integrations", "grove.client")
+
+
+def sources(package: str) -> Iterator[Path]:
+    """Every Python file of a top-level package."""
+    yield from sorted((REPO / package).rglob("*.py"))
+
+
+def imports(path: Path, *, top_level_only: bool = False) -> set[str]:
+    """Full dotted names of every module a file imports (function-level imports too, unless asked not to)."""
+    tree = ast.parse(path.read_text(), str(path))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    names: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def tops(names: set[str]) -> set[str]:
+    return {name.split(".")[0] for name in names}
+
+
+@pytest.mark.parametrize("package", ["executor", "sandbox_image"])
+def test_the_sandbox_side_never_imports_the_router(package: str) -> None:
+    for path in sources(package):
+        assert "router" not in tops(imports(path)), path
+
+
+def test_artifacts_imports_neither_executor_nor_router() -> None:
+    for path in sources("artifacts"):
+        assert not tops(imports(path)) & {"executor", "router"}, path
+
+
+def test_the_server_owns_no_front_end_code() -> None:
+    for path in sources("router"):
+        used = {name for name in imports(path) if name.startswith(FRONT_ENDS)}
+        assert not used, f"{path} imports {used}"
+
+
+def test_importing_the_user_side_loads_no_server_module() -> None:
+    code = (
+        "import sys\n"
+        "import grove, grove.client, grove.cli, grove.errors, grove.wire\n"
+        "from grove import Grove, AsyncGrove, Sandbox, NotFound\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('router', 'executor', 'flask', 'gunicorn'))\n"
+        "print(','.join(loaded))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.strip() == "", f"server modules loaded by importing grove: {done.stdout}"
+
+
+def test_router_has_no_import_cycle() -> None:
+    graph: dict[str, set[str]] = {}
+    for path in sources("router"):
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        graph[module] = {name for name in imports(path, top_level_only=True) if name.startswith("router")}
+    modules = set(graph)
+    graph = {m: {d for d in deps if d in modules and d != m} for m, deps in graph.items()}
+    state: dict[str, int] = {}
+
+    def visit(module: str, trail: list[str]) -> None:
+        state[module] = 1
+        for dep in graph[module]:
+            if state.get(dep) == 1:
+                raise AssertionError("import cycle: " + " -> ".join([*trail[trail.index(dep):], dep]))
+            if dep not in state:
+                visit(dep, [*trail, dep])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+
+
+def test_snapshot_modules_load_without_minio() -> None:
+    # What the executor uses inside a sandbox, whose runtime bundle has no minio (nor urllib3).
+    code = (
+        "import sys; sys.modules['minio'] = None; sys.modules['urllib3'] = None\n"
+        "import artifacts.snapshot, artifacts.presigned, artifacts.unpack\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
