@@ -9,9 +9,12 @@ from typing import Any
 
 from executor.settings import ExecutorSettings
 from executor.users import parse_spec
+from grove.api import EXEC_FIELDS
 from grove.errors import BadRequest, Invalid
 
-_FIELDS = frozenset({"command", "cwd", "env", "stdin", "timeout_s", "max_output_bytes", "request_id", "user"})
+# The fields are the published model's (grove.api.ExecBody, in /v1/openapi.json); the checks below are
+# the executor's own, with limits from its settings.
+_FIELDS = EXEC_FIELDS
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-RUN_FILE = "router.json"
+from grove.statedir import StateDir
 
 
 @dataclass(frozen=True)
@@ -24,8 +24,8 @@ class RunningRouter:
 
 def write_run_file(state_dir: Path, url: str) -> Path:
     """Say that this process serves ``state_dir`` at ``url`` (atomically)."""
-    path = state_dir / RUN_FILE
-    tmp = path.with_name(f".{RUN_FILE}.{os.getpid()}.tmp")
+    path = StateDir(state_dir).run_file
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps({"pid": os.getpid(), "url": url}))
     tmp.replace(path)
     return path
@@ -33,14 +33,15 @@ def write_run_file(state_dir: Path, url: str) -> Path:
 
 def remove_run_file(state_dir: Path) -> None:
     """Forget the run file, if it is still this process's."""
-    running = _read(state_dir / RUN_FILE)
+    path = StateDir(state_dir).run_file
+    running = _read(path)
     if running is not None and running.pid == os.getpid():
-        (state_dir / RUN_FILE).unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
 
 
 def running_router(state_dir: Path) -> RunningRouter | None:
     """The live router serving ``state_dir``, or None (none started, or it died without cleaning up)."""
-    running = _read(state_dir / RUN_FILE)
+    running = _read(StateDir(state_dir).run_file)
     if running is None or not _is_grove(running.pid):
         return None
     return running

@@ -14,12 +14,10 @@ import http.client
 import json
 import os
 import platform
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +25,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
+
+from grove.statedir import StateDir
 
 HERE = Path(__file__).resolve().parent
 RESULTS_DIR = HERE / "results"
@@ -231,6 +231,11 @@ class Router:
     cleanup: dict[str, Any] = field(default_factory=dict)
     """Filled when the context exits: sandboxes the API still listed, leftovers removed by force."""
 
+    @property
+    def layout(self) -> StateDir:
+        """Paths inside the router's state dir."""
+        return StateDir(self.state_dir)
+
     def api(self, timeout_s: float = 60.0) -> Api:
         """A fresh raw client."""
         return Api(self.url, self.key, timeout_s=timeout_s)
@@ -241,99 +246,66 @@ class Router:
 
     def sandbox_dir(self, sandbox_id: str) -> Path:
         """A sandbox's files (writable layer, executor socket) in the state dir."""
-        return self.state_dir / "sandboxes" / sandbox_id
+        return self.layout.sandbox(sandbox_id)
 
     def record(self, sandbox_id: str) -> dict[str, Any]:
         """The router's on-disk record of a sandbox (holds its executor endpoint and token)."""
-        data: dict[str, Any] = json.loads((self.state_dir / "records" / f"{sandbox_id}.json").read_text())
+        data: dict[str, Any] = json.loads((self.layout.record(sandbox_id)).read_text())
         return data
-
-
-def instance_of(state_dir: Path) -> str:
-    """The local backend's instance id for a state dir (how the router names its cgroup parents)."""
-    from router.backends.local import LocalBackend
-
-    return LocalBackend(state_dir).instance
 
 
 @contextlib.contextmanager
 def running_router(*, key: str = "bench-key", ready_timeout_s: float = 120.0) -> Iterator[Router]:
     """``grove up`` on a free port and a fresh short state dir; everything of it removed on exit, even on failure.
 
-    The router gets SIGTERM if this process dies without cleaning up (SIGKILL): it stops, and the next run's
-    :func:`sweep_stale` removes what it left.
+    The router is the tests' own harness (:class:`tests.support.router_fixtures.RouterProcess`, cleaned up
+    by the same leak sweep), started so that it gets SIGTERM if this process dies without cleaning up
+    (SIGKILL): it stops, and the next run's :func:`sweep_stale` removes what it left.
     """
+    from tests.support.router_fixtures import RouterProcess, force_cleanup, instance_of, leaks
+
     swept = sweep_stale()
     if swept:
         print(f"removed what earlier, killed benchmark runs left: {', '.join(swept)}", file=sys.stderr)
     state = Path(tempfile.mkdtemp(prefix=STATE_PREFIX))  # short: sandbox Unix socket paths must stay < 108 bytes
     instance = instance_of(state)
-    log = state / "bench-router.log"
-    ready = state / "ready"
-    grove = Path(sys.executable).with_name("grove")
-    argv = [str(grove), "--state-dir", str(state), "up", "--port", "0", "--ready-file", str(ready)]
-    env = {**os.environ, "GROVE_API_KEY": key}
-    proc: subprocess.Popen[bytes] | None = None
+    process = RouterProcess(state, key=key, die_with_parent=True)
     router: Router | None = None
     failed = True
     try:
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                argv,
-                env=env,
-                cwd=REPO,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                start_new_session=True,
-                preexec_fn=_stop_with_parent,
-            )
-        deadline = time.monotonic() + ready_timeout_s
-        while not (ready.exists() and ready.read_text().startswith("http")):
-            if proc.poll() is not None:
-                raise RuntimeError(f"the router exited with {proc.returncode}: {_tail(log)}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the router was not ready after {ready_timeout_s:.0f}s: {_tail(log)}")
-            time.sleep(0.05)
-        router = Router(ready.read_text().strip(), key, proc.pid, state, instance, log)
+        process.start(timeout=ready_timeout_s)
+        router = Router(process.url, key, process.pid, state, instance, process.log_path)
         yield router
         failed = False
     finally:
         report: dict[str, Any] = {}
-        if failed and router is not None:  # (a router that never came up has its log in the exception)
-            print(f"router log (tail):\n{_tail(log)}", file=sys.stderr)
-        if router is not None and proc is not None and proc.poll() is None:
-            report["deleted_via_api"] = _delete_all(router)
-        if proc is not None:
-            terminate(proc)
-            report["router_exit_code"] = proc.returncode
-        report["removed_by_force"] = _remove_cgroups(instance)
-        # A router killed after its grace time leaves its own children (the S3 server, the zygote) behind.
-        report["processes_killed"] = _kill_started_from(state)
-        shutil.rmtree(state, ignore_errors=True)
+        if failed:
+            print(f"router log (tail):\n{_tail(process.log_path)}", file=sys.stderr)
+        if process.alive():
+            try:
+                report["deleted_via_api"] = sorted(process.delete_all())
+            except Exception as exc:  # a hung or dead router: the sweep below still runs
+                print(f"cleanup: could not delete sandboxes through the API: {exc}", file=sys.stderr)
+        report["router_exit_code"] = process.stop()
+        report["removed_by_force"] = leaks(state)
+        force_cleanup(state)
         if router is not None:
             router.cleanup = report
-        if report.get("deleted_via_api") or report["removed_by_force"] or report["processes_killed"]:
+        if report.get("deleted_via_api") or report["removed_by_force"]:
             print(f"cleanup: {report}", file=sys.stderr)
 
 
 STATE_PREFIX = "gb-"
-_PR_SET_PDEATHSIG = 1
-
-
-def _stop_with_parent() -> None:
-    """In the router's child process before exec: SIGTERM when the benchmark process dies."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def sweep_stale(tmp: Path | None = None) -> list[str]:
     """Remove benchmark routers' state dirs whose router no longer runs, with everything of them still running
     (sandboxes by their cgroups, then any process started from the dir: its zygote, its S3 server): what a
     benchmark killed outright (SIGKILL) leaves. A dir some live ``grove --state-dir DIR`` uses is left alone."""
+    from tests.support.router_fixtures import force_cleanup
+
     root = tmp or Path(tempfile.gettempdir())
-    stale = [d for d in root.glob(STATE_PREFIX + "*") if d.is_dir() and (d / "ready").exists()]
+    stale = [d for d in root.glob(STATE_PREFIX + "*") if d.is_dir() and any(d.glob("ready-*"))]
     if not stale:
         return []
     routers = {args[i + 1] for args in _command_lines().values() for i, a in enumerate(args[:-1]) if a == "--state-dir"}
@@ -341,9 +313,7 @@ def sweep_stale(tmp: Path | None = None) -> list[str]:
     for state in stale:
         if str(state) in routers:
             continue
-        _remove_cgroups(instance_of(state))
-        _kill_started_from(state)
-        shutil.rmtree(state, ignore_errors=True)
+        force_cleanup(state)
         removed.append(state.name)
     return removed
 
@@ -355,66 +325,6 @@ def _command_lines() -> dict[int, list[str]]:
             with contextlib.suppress(OSError):
                 raw = Path(entry.path, "cmdline").read_bytes()
                 found[int(entry.name)] = [a.decode(errors="replace") for a in raw.split(b"\0")]
-    return found
-
-
-def _kill_started_from(state: Path) -> list[int]:
-    """SIGKILL every process whose command line names something in ``state``; returns their pids."""
-    killed = []
-    here = str(state)
-    for pid, args in _command_lines().items():
-        # The dir itself or a path inside it — never a sibling whose name merely starts the same.
-        if pid != os.getpid() and any(arg == here or f"{here}/" in arg for arg in args):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-    return killed
-
-
-def _delete_all(router: Router) -> list[str]:
-    """Delete every sandbox the router still lists (idle ones too); returns their ids."""
-    api = router.api(timeout_s=30)
-    deleted: list[str] = []
-    try:
-        listed = api.call("GET", "/v1/sandboxes")["sandboxes"]
-        for sandbox in listed:
-            with contextlib.suppress(Exception):
-                api.call("DELETE", f"/v1/sandboxes/{sandbox['id']}", expect=(200, 404, 409))
-                deleted.append(sandbox["id"])
-    except Exception as exc:  # a hung or dead router: the cgroup sweep below still runs
-        print(f"cleanup: could not list sandboxes through the API: {exc}", file=sys.stderr)
-    finally:
-        api.close()
-    return deleted
-
-
-def _remove_cgroups(instance: str) -> list[str]:
-    """Kill what is left in the instance's cgroups and remove them, children first; returns what was there."""
-    found: list[str] = []
-    for controller in CGROUP_CONTROLLERS:
-        parent = CGROUP_ROOT / controller / f"grove-{instance}"
-        if not parent.is_dir():
-            continue
-        for child in sorted(p for p in parent.iterdir() if p.is_dir()):
-            found.append(f"{controller}/{child.name}")
-            deadline = time.monotonic() + 5
-            while True:
-                with contextlib.suppress(OSError):
-                    for pid in (child / "cgroup.procs").read_text().split():
-                        with contextlib.suppress(OSError):
-                            os.kill(int(pid), signal.SIGKILL)
-                try:
-                    child.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        print(f"cleanup: cannot remove {child}", file=sys.stderr)
-                        break
-                    time.sleep(0.02)
-        with contextlib.suppress(OSError):
-            parent.rmdir()
     return found
 
 

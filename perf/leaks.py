@@ -57,9 +57,9 @@ def snapshot(router: Router) -> dict[str, Any]:
         "host_mounts": mounts,
         "sandbox_cgroups": cgroups,
         "kernel_memory_cgroups": _kernel_memcgs(),
-        "sandbox_dirs": _count(router.state_dir / "sandboxes", "sb-*"),
-        "records": _count(router.state_dir / "records", "sb-*"),
-        "journals": _count(router.state_dir / "journals", "sb-*"),
+        "sandbox_dirs": _count(router.layout.sandboxes, "sb-*"),
+        "records": _count(router.layout.records, "sb-*"),
+        "journals": _count(router.layout.journals, "sb-*"),
     }
 
 

@@ -10,8 +10,10 @@ from typing import Any
 from aiohttp import web
 
 from grove import wire
+from grove.api import ExecBody
 from grove.errors import BadRequest, GroveError, InternalError, MethodNotAllowed, NotFound, TooLarge
-from router.auth import KEY_FILE, KeyRing
+from grove.schema import parse
+from router.auth import KeyRing
 from router.backends.base import Backend
 from router.datapath import exec_handler, transfer
 from router.journal import Journal
@@ -21,7 +23,6 @@ from router.proxy import StreamAborted, Upstreams
 from router.records_api import get_live_trajectory, get_trajectory, list_trajectories, post_artifacts, post_events
 from router.registry import Registry, SandboxRecord
 from router.replies import reply
-from router.schema import parse
 from router.service import SandboxService
 from router.settings import RouterSettings
 from router.statedisk import storage_error
@@ -131,8 +132,7 @@ ROUTES: list[Route] = [
     Route("GET", "/v1/sandboxes/{id}", get_sandbox, "A sandbox's status"),
     Route("DELETE", "/v1/sandboxes/{id}", delete_sandbox, "Delete a sandbox and everything in it"),
     Route("POST", "/v1/sandboxes/{id}/heartbeat", heartbeat, "Keep a sandbox alive", body=Empty),
-    Route("POST", "/v1/sandboxes/{id}/exec", exec_handler, "Run a command (?stream=1 streams)",
-          raw_body="application/json"),
+    Route("POST", "/v1/sandboxes/{id}/exec", exec_handler, "Run a command (?stream=1 streams)", body=ExecBody),
     Route("GET", "/v1/sandboxes/{id}/files", transfer("/v1/files", "file"), "Read a file (?path=)"),
     Route("PUT", "/v1/sandboxes/{id}/files", transfer("/v1/files", "file"), "Write a file atomically (?path=&mode=)",
           raw_body="application/octet-stream"),
@@ -243,7 +243,7 @@ def create_app(settings: RouterSettings, backend: Backend | None = None) -> web.
         Journal(settings.state_dir),
     )
     app[SERVICE] = service
-    app[KEYS] = KeyRing(list(settings.api_keys), settings.state_dir / KEY_FILE)
+    app[KEYS] = KeyRing(list(settings.api_keys), settings.layout.api_keys)
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
 

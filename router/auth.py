@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from grove.errors import Conflict, NotFound, Unauthorized
+from grove.statedir import StateDir
 
-KEY_FILE = "api_keys"
 RELOAD_INTERVAL_S = 1.0
 
 
@@ -116,19 +116,19 @@ def new_key() -> str:
 def add_key(state_dir: Path, label: str = "") -> str:
     """Append a new key to the state dir's key file; returns it (the only time it is shown)."""
     key = new_key()
-    path = state_dir / KEY_FILE
+    path = StateDir(state_dir).api_keys
     _write(path, [*_read(path), (key, " ".join(label.split()))])
     return key
 
 
 def list_keys(state_dir: Path) -> list[tuple[str, str]]:
     """(fingerprint, label) of every key in the state dir's key file."""
-    return [(fingerprint(k), label) for k, label in _read(state_dir / KEY_FILE)]
+    return [(fingerprint(k), label) for k, label in _read(StateDir(state_dir).api_keys)]
 
 
 def revoke_key(state_dir: Path, which: str) -> str:
     """Remove the key with this fingerprint (or prefix of one, or the key itself); returns its fingerprint."""
-    path = state_dir / KEY_FILE
+    path = StateDir(state_dir).api_keys
     entries = _read(path)
     hits = [e for e in entries if e[0] == which or (which and fingerprint(e[0]).startswith(which))]
     if not hits:
@@ -141,7 +141,7 @@ def revoke_key(state_dir: Path, which: str) -> str:
 
 def load_or_create(state_dir: Path, override: str | None) -> tuple[list[str], str | None]:
     """The keys to accept, and the new key if one was just created (to print once)."""
-    path = state_dir / KEY_FILE
+    path = StateDir(state_dir).api_keys
     if override:
         return [override, *(k for k, _ in _read(path))], None
     keys = [k for k, _ in _read(path)]
@@ -154,5 +154,5 @@ def load_or_create(state_dir: Path, override: str | None) -> tuple[list[str], st
 
 def read_key(state_dir: Path) -> str | None:
     """The first key in a state dir (the CLI's fallback when ``GROVE_API_KEY`` is unset)."""
-    entries = _read(state_dir / KEY_FILE)
+    entries = _read(StateDir(state_dir).api_keys)
     return entries[0][0] if entries else None

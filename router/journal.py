@@ -24,6 +24,7 @@ from typing import Any
 import msgpack
 
 from grove.errors import NotFound
+from grove.statedir import StateDir
 from router.statedisk import is_no_space
 
 RECORD_VERSION = 1
@@ -34,7 +35,7 @@ class Journal:
     """The journals of one router."""
 
     def __init__(self, state_dir: Path) -> None:
-        self.dir = state_dir / "journals"
+        self.dir = StateDir(state_dir).journals
         self.dir.mkdir(parents=True, exist_ok=True)
         self._held: dict[str, list[bytes]] = {}
         """Packed entries of a journal that did not fit on the disk yet, in order."""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from router.schema import spec
+from grove.schema import spec
 
 DAY = 86400.0
 
@@ -56,6 +57,19 @@ class CreateRequest:
     wait: bool = spec("answer once the sandbox is ready (else at once, status `pending`)", default=True)
     request_id: str | None = spec("idempotency key: a retried create returns the same sandbox", default=None,
                                   max_len=200)
+
+    def summary(self) -> dict[str, Any]:
+        """The sandbox's configuration in the one shape the API, the trajectory and the viewer all show."""
+        return {
+            "image": self.image,
+            "resources": {"cpu": self.cpu, "memory_mb": self.memory_mb, "pids_max": self.pids_max,
+                          "disk_mb": self.disk_mb},
+            "network": {"egress": self.network.egress, "allow": list(self.network.allow)},
+            "workdir": self.workdir,
+            "timeouts": {"ttl_s": self.ttl_s, "idle_timeout_s": self.idle_timeout_s,
+                         "heartbeat_timeout_s": self.heartbeat_timeout_s},
+            "metadata": dataclasses.asdict(self.metadata),
+        }
 
 
 @dataclass(frozen=True)

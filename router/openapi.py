@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
-from router.schema import json_schema
+from grove.schema import json_schema
 
 _ERROR = {
     "description": "error",

@@ -10,11 +10,11 @@ from aiohttp import web
 
 from grove import wire
 from grove.errors import BadRequest, Unavailable
+from grove.schema import parse
 from router.datapath import service_of
 from router.models import EventsRequest
 from router.pushing import push_artifacts
 from router.replies import reply
-from router.schema import parse
 
 
 class ObjectPresigner(Protocol):

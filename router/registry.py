@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from grove.errors import Conflict, NotFound
-from router.backends.base import Endpoint, Network, SandboxSpec
+from grove.statedir import StateDir
+from router.backends.base import Endpoint, SandboxSpec
 from router.models import CreateRequest, Metadata, NetworkModel
 
 ID_RE = re.compile(r"^sb-[0-9a-f]{16}$")
@@ -61,7 +62,7 @@ class SandboxRecord:
             pids_max=req.pids_max,
             env=dict(req.env),
             workdir=req.workdir,
-            network=Network(req.network.egress, tuple(req.network.allow)),
+            network=req.network,
             token=self.token,
             labels={k: v for k, v in dataclasses.asdict(req.metadata).items() if isinstance(v, str)},
             idle_timeout_s=req.idle_timeout_s,
@@ -75,27 +76,16 @@ class SandboxRecord:
 
     def public(self) -> dict[str, Any]:
         """The sandbox as the API shows it (never its token)."""
-        req = self.request
         return {
             "id": self.id,
             "status": self.status,
-            "image": req.image,
             "image_digest": self.image_digest,
             "created_at": self.created_at,
             "ready_at": self.ready_at,
             "ended_at": self.ended_at,
             "end_reason": self.end_reason,
             "error": self.error,
-            "resources": {"cpu": req.cpu, "memory_mb": req.memory_mb, "pids_max": req.pids_max,
-                          "disk_mb": req.disk_mb},
-            "workdir": req.workdir,
-            "network": {"egress": req.network.egress, "allow": list(req.network.allow)},
-            "timeouts": {
-                "ttl_s": req.ttl_s,
-                "idle_timeout_s": req.idle_timeout_s,
-                "heartbeat_timeout_s": req.heartbeat_timeout_s,
-            },
-            "metadata": dataclasses.asdict(req.metadata),
+            **self.request.summary(),
             "last_activity": self.last_activity,
         }
 
@@ -130,7 +120,7 @@ class Registry:
     """id → record, persisted one JSON file per sandbox under ``<state>/records``."""
 
     def __init__(self, state_dir: Path) -> None:
-        self._dir = state_dir / "records"
+        self._dir = StateDir(state_dir).records
         self._dir.mkdir(parents=True, exist_ok=True)
         self._records: dict[str, SandboxRecord] = {}
         self._ended: OrderedDict[str, SandboxRecord] = OrderedDict()

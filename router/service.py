@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import secrets
 import time
@@ -245,21 +244,16 @@ class SandboxService:
 
     def _trajectory_meta(self, record: SandboxRecord) -> dict[str, Any]:
         req = record.request
-        meta = dataclasses.asdict(req.metadata)
+        summary = req.summary()
+        meta = summary.pop("metadata")
         return {
             "id": record.id,
             **{k: meta[k] for k in ("task_id", "model", "harness", "harness_version")},
             "labels": meta["labels"],
-            "image": req.image,
+            **summary,
             "image_digest": record.image_digest,
             "backend": self.backend.name,
-            "resources": {"cpu": req.cpu, "memory_mb": req.memory_mb, "pids_max": req.pids_max,
-                          "disk_mb": req.disk_mb},
-            "network": {"egress": req.network.egress, "allow": list(req.network.allow)},
-            "workdir": req.workdir,
             "env_keys": sorted(req.env),
-            "timeouts": {"ttl_s": req.ttl_s, "idle_timeout_s": req.idle_timeout_s,
-                         "heartbeat_timeout_s": req.heartbeat_timeout_s},
             "created_at": record.created_at,
         }
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from artifacts.s3config import S3Config
+from grove.statedir import StateDir
 from router.knative.options import KnativeOptions
 
 
@@ -38,3 +39,8 @@ class RouterSettings:
     """Object storage for trajectories and artifacts; None starts an embedded S3 server on loopback."""
     knative: KnativeOptions | None = None
     """The ``knative`` backend's options (namespace, cluster credentials, runtime image, ...)."""
+
+    @property
+    def layout(self) -> StateDir:
+        """Paths inside the state dir."""
+        return StateDir(self.state_dir)

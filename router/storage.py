@@ -30,7 +30,7 @@ async def open_storage(settings: RouterSettings) -> AsyncIterator[tuple[ObjectSt
     config = settings.s3
     owner: int | None = None
     if config is None:
-        embedded = EmbeddedS3(settings.state_dir / "s3")
+        embedded = EmbeddedS3(settings.layout.s3)
         owner = _own(embedded.data_dir)
         try:
             await asyncio.to_thread(_stop_leftover, embedded.data_dir)
@@ -41,7 +41,7 @@ async def open_storage(settings: RouterSettings) -> AsyncIterator[tuple[ObjectSt
         config = S3Config(endpoint=embedded.endpoint, access_key=embedded.access_key, secret_key=embedded.secret_key)
         log.info("embedded S3 server on %s (data in %s)", config.endpoint, embedded.data_dir)
     store = ObjectStore(config)
-    archive = TrajectoryArchive(store, settings.state_dir / "spool")
+    archive = TrajectoryArchive(store, settings.layout.spool)
     try:
         yield store, archive
     finally:

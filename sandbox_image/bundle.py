@@ -54,7 +54,7 @@ DISTRIBUTIONS = (
 GROVE_PACKAGES = ("grove", "executor", "artifacts", "sandbox_image")
 #: Of the ``grove`` package only its shared core goes in: the executor needs the error tree and the wire
 #: codec, never the SDK, CLI or workload layer (which would only grow the bundle and change its stamp).
-PACKAGE_SUBSETS = {"grove": frozenset({"__init__.py", "errors.py", "wire.py", "py.typed"})}
+PACKAGE_SUBSETS = {"grove": frozenset({"__init__.py", "api.py", "errors.py", "py.typed", "schema.py", "wire.py"})}
 #: Where the bundle is visible inside a sandbox.
 DEFAULT_MOUNT_POINT = "/.grove"
 #: The file in the bundle root that records what was built.

@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from grove.cli.common import state_dir
+from grove.statedir import StateDir
 
 
 def cmd_image(args: argparse.Namespace) -> int:
     """Import, list and remove local images."""
     from router.local.images import ImageStore
 
-    store = ImageStore(state_dir(args) / "images")
+    store = ImageStore(StateDir(state_dir(args)).images)
     if args.image_cmd == "import":
         image = store.import_image(args.name, Path(args.source), force=args.force)
         print(f"imported {image.name} {image.digest}")

@@ -17,6 +17,7 @@ from typing import Any
 from grove.cli.common import client, state_dir
 from grove.errors import Invalid, Unavailable
 from grove.runfile import RunningRouter, running_router
+from grove.statedir import StateDir
 
 STOP_WAIT_S = 60.0
 
@@ -85,7 +86,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     if running is None:
         from artifacts.s3proc import live_weed_pid
 
-        if not _has_records(state) and live_weed_pid(state / "s3") is None:
+        if not _has_records(state) and live_weed_pid(StateDir(state).s3) is None:
             print(f"grove down: nothing runs on {state}")
             return 0
         started, running = _start_router(state)
@@ -103,7 +104,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def _has_records(state: Path) -> bool:
-    records = state / "records"
+    records = StateDir(state).records
     return records.is_dir() and any(records.iterdir())
 
 

@@ -5,15 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from router.models import CreateRequest
+from router.models import NetworkModel as Network
 
-@dataclass(frozen=True)
-class Network:
-    """Egress policy of a sandbox."""
-
-    egress: str = "deny"
-    """``deny`` (no address reachable at all) or ``allow``."""
-    allow: tuple[str, ...] = ()
-    """With ``allow``: the destinations (``CIDR[:port]``) that may be reached."""
+__all__ = ["Backend", "Endpoint", "Network", "SandboxSpec", "Started"]
 
 
 @dataclass(frozen=True)
@@ -40,11 +35,12 @@ class SandboxSpec:
     """The per-sandbox executor token (the router's API key never enters a sandbox)."""
     labels: dict[str, str] = field(default_factory=dict)
     """Metadata labels, for backends that can attach them (Kubernetes)."""
-    idle_timeout_s: float = 600.0
+    # The defaults are the API's own (CreateRequest), never declared a second time.
+    idle_timeout_s: float = CreateRequest.idle_timeout_s
     """Idle time before scale-to-zero, for backends whose platform scales on its own (Knative)."""
-    ttl_s: float = 6 * 3600.0
+    ttl_s: float = CreateRequest.ttl_s
     """The sandbox's lifetime, for credentials that must outlive it (presigned snapshot URLs)."""
-    disk_mb: int = 10240
+    disk_mb: int = CreateRequest.disk_mb
     """Disk quota in MiB: the most its writable layer (what it changed of the image) may hold."""
 
 

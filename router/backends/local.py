@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from grove.errors import BadGateway, GroveError, Invalid, NotFound, Unavailable
+from grove.statedir import StateDir
 from router.backends.base import Endpoint, SandboxSpec, Started
 from router.local import disk, procs
 from router.local.cgroups import CgroupSet, Limits, instance_ids, remove_instance
@@ -56,9 +57,11 @@ class LocalBackend:
 
     def __init__(self, state_dir: Path, *, concurrent_starts: int | None = None) -> None:
         self._state = state_dir
-        self._sandboxes = state_dir / "sandboxes"
-        self.images = ImageStore(state_dir / "images")
-        self._disks = disk.DiskTemplates(state_dir / "disk-templates")
+        layout = StateDir(state_dir)
+        self._sandboxes = layout.sandboxes
+        self.images = ImageStore(layout.images)
+        self._disks = disk.DiskTemplates(layout.disk_templates)
+        self._runtime = layout.runtime
         # Derived from the state dir, so a restarted router finds its own cgroups and no one else's.
         self.instance = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]
         self._bundle: Bundle | None = None
@@ -76,7 +79,7 @@ class LocalBackend:
         self._sandboxes.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(disk.check_host)
         self._uids = await asyncio.to_thread(UidRanges, self._sandboxes)
-        self._bundle = await asyncio.to_thread(build_bundle, self._state / "runtime")
+        self._bundle = await asyncio.to_thread(build_bundle, self._runtime)
         await asyncio.to_thread(self.images.ensure_default)
         await asyncio.to_thread(self._collect_retired)
         # Sandboxes that use up their CPU quota yield to the others (noisy neighbours; router/local/hogs.py).
@@ -279,7 +282,7 @@ class LocalBackend:
     def _collect_retired(self) -> None:
         """Delete replaced runtime bundles no running sandbox has mounted and replaced or removed images
         no sandbox was made from. Nothing to do (one directory listing each) unless something was replaced."""
-        runtime = self._state / "runtime"
+        runtime = self._runtime
         bundles = any(runtime.parent.glob(f".{runtime.name}.retired-*"))
         if not bundles and not self.images.has_retired():
             return

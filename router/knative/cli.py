@@ -86,9 +86,9 @@ def add_knative_parser(sub: Any) -> None:
 
 def cmd_manifest(args: argparse.Namespace) -> int:
     """Print the Secret, Service and (with egress allow) NetworkPolicy of one sandbox."""
+    from grove.schema import parse
     from router.models import CreateRequest
     from router.registry import SandboxRecord, new_id
-    from router.schema import parse
 
     body: dict[str, Any] = {
         "image": args.image, "cpu": args.cpu, "memory_mb": args.memory_mb, "pids_max": args.pids_max,

@@ -37,7 +37,7 @@ def test_sigkill_mid_burst_then_restart(fresh_router: RouterProcess) -> None:
              60, 0.1, "interrupted creations to finish")
 
     live = router.live_ids()
-    on_host = {p.name for p in (router.state_dir / "sandboxes").iterdir()}
+    on_host = {p.name for p in (router.layout.sandboxes).iterdir()}
     cgroups = {p.name for p in sandbox_cgroups(router.state_dir)}
     assert on_host == live, (on_host - live, live - on_host)
     assert cgroups == live, (cgroups, live)
@@ -47,4 +47,4 @@ def test_sigkill_mid_burst_then_restart(fresh_router: RouterProcess) -> None:
         assert cgroup_procs(router.state_dir, sandbox_id)
     # Deleting them all through the API leaves the host clean (the fixture checks for leaks too).
     router.delete_all()
-    assert not list((router.state_dir / "sandboxes").iterdir())
+    assert not list((router.layout.sandboxes).iterdir())

@@ -10,7 +10,7 @@ from tests.support.router_fixtures import RouterProcess, process_alive, wait_for
 
 def test_s3_killed_then_back_loses_nothing(fresh_router: RouterProcess) -> None:
     router = fresh_router
-    s3_dir = router.state_dir / "s3"
+    s3_dir = router.layout.s3
     weed = int((s3_dir / "grove-s3.pid").read_text())
     assert process_alive(weed)
     os.kill(weed, signal.SIGKILL)
@@ -23,7 +23,7 @@ def test_s3_killed_then_back_loses_nothing(fresh_router: RouterProcess) -> None:
             assert sb.exec(f"echo run-{i}").stdout == f"run-{i}\n".encode()
             sb.close()  # delete: the trajectory is stored now, with S3 down
             ids.append(sb.id)
-    spool = router.state_dir / "spool"
+    spool = router.layout.spool
     assert sorted(p.stem for p in spool.glob("sb-*")) == sorted(ids)
     for i, sandbox_id in enumerate(ids):  # readable from the spool meanwhile
         reply = router.http("GET", f"/v1/trajectories/{sandbox_id}")

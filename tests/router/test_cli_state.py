@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from artifacts.s3proc import live_weed_pid
-from grove.runfile import RUN_FILE, running_router
+from grove.runfile import running_router
 from tests.support.router_fixtures import GROVE_BIN, RouterProcess, process_alive, wait_for
 
 pytestmark = pytest.mark.local_only
@@ -49,8 +49,8 @@ def test_down_deletes_every_sandbox_stores_its_trajectory_and_stops_the_router(f
     assert "deleted 2 sandbox(es)" in done.stdout
     assert fresh_router.proc is not None and fresh_router.proc.wait(timeout=30) == 0
     assert "no sandbox running" in fresh_router.log()
-    assert not (fresh_router.state_dir / RUN_FILE).exists()
-    assert live_weed_pid(fresh_router.state_dir / "s3") is None
+    assert not fresh_router.layout.run_file.exists()
+    assert live_weed_pid(fresh_router.layout.s3) is None
     fresh_router.start()
     assert fresh_router.live_ids() == set()
     assert all(stored(fresh_router, sandbox_id) for sandbox_id in ids)
@@ -59,7 +59,7 @@ def test_down_deletes_every_sandbox_stores_its_trajectory_and_stops_the_router(f
 def test_down_after_a_killed_router_stops_its_sandboxes_and_its_s3_server(fresh_router: RouterProcess) -> None:
     with fresh_router.client() as grove:
         sandbox_id = grove.create(heartbeat=False).id
-    weed = live_weed_pid(fresh_router.state_dir / "s3")
+    weed = live_weed_pid(fresh_router.layout.s3)
     assert weed is not None
     fresh_router.stop(signal.SIGKILL)
     assert process_alive(weed)  # what a killed router leaves behind

@@ -35,7 +35,7 @@ FILL = "dd if=/dev/zero of=/workspace/fill bs=1M count=200 2>&1; sync"
 
 
 def _base(router: RouterProcess, sb: Sandbox) -> Path:
-    return router.state_dir / "sandboxes" / sb.id
+    return router.layout.sandbox(sb.id)
 
 
 def _df_root_kib(sb: Sandbox) -> int:

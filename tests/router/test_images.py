@@ -46,7 +46,7 @@ def test_busybox_image_runs_without_python(router: RouterProcess, grove: Grove, 
     sb.exec("echo back > /root/y")
     assert sb.read_file("/root/y") == b"back\n"
     # Nothing written reaches the image.
-    image_root = router.state_dir / "images" / "busybox" / "rootfs"
+    image_root = router.layout.images / "busybox" / "rootfs"
     assert not (image_root / "workspace" / "x.txt").exists() and not (image_root / "root" / "y").exists()
 
 
@@ -102,7 +102,7 @@ def _versioned_rootfs(base: Path, version: str) -> Path:
 
 
 def _retired(router: RouterProcess) -> set[str]:
-    root = router.state_dir / "images" / ".retired"
+    root = router.layout.images / ".retired"
     return {f"sha256:{p.name}" for p in root.iterdir()} if root.is_dir() else set()
 
 

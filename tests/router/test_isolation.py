@@ -72,7 +72,7 @@ def test_other_sandboxes_files_are_invisible(router: RouterProcess, pair: tuple[
         assert a.exec(["test", "-e", path]).exit_code == 0, path
     assert b.exec(f"grep -rs secret-of-{a.id} /tmp /etc /workspace /root || echo none").stdout == b"none\n"
     # The writes landed in a's own layer, never in the image.
-    image = router.state_dir / "images" / "default" / "rootfs"
+    image = router.layout.images / "default" / "rootfs"
     a.exec("sync")
     for rel in ("tmp/marker", "etc/marker", "workspace/marker"):
         assert not (image / rel).exists()
@@ -81,7 +81,7 @@ def test_other_sandboxes_files_are_invisible(router: RouterProcess, pair: tuple[
 
 
 def test_writes_never_reach_the_image(router: RouterProcess, grove: Grove) -> None:
-    image = router.state_dir / "images" / "default" / "rootfs"
+    image = router.layout.images / "default" / "rootfs"
     before = sorted(p.name for p in (image / "etc").iterdir())
     passwd = (image / "etc" / "passwd").read_bytes()
     sb = grove.create(heartbeat=False)

@@ -53,8 +53,8 @@ def test_create_delete_cycles_leak_nothing(router: RouterProcess) -> None:
     assert router.http("GET", "/v1/sandboxes").json()["sandboxes"] == []
     assert sandbox_cgroups(router.state_dir) == []
     assert mounts_with(str(router.state_dir)) == []
-    assert list((router.state_dir / "sandboxes").iterdir()) == []
-    assert list((router.state_dir / "records").glob("sb-*")) == []
+    assert list((router.layout.sandboxes).iterdir()) == []
+    assert list((router.layout.records).glob("sb-*")) == []
     # Every sandbox's processes are gone, the background sleeps included; the router's helpers stay.
     assert set(processes_with(str(router.state_dir))) == helpers
     assert processes_with(SLEEP) == []

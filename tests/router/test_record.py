@@ -36,7 +36,7 @@ def s3_of(router: RouterProcess) -> tuple[S3Config, str]:
         config = S3Config(endpoint=args[args.index("--s3") + 1], access_key=router.extra_env["GROVE_S3_ACCESS_KEY"],
                           secret_key=secret, bucket=args[args.index("--s3-bucket") + 1])
         return config, secret
-    state = json.loads((router.state_dir / "s3" / "grove-s3.json").read_text())
+    state = json.loads((router.layout.s3 / "grove-s3.json").read_text())
     config = S3Config(endpoint=f"http://127.0.0.1:{state['ports']['s3.port']}", access_key=state["access_key"],
                       secret_key=state["secret_key"])
     return config, state["secret_key"]

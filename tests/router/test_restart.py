@@ -133,11 +133,11 @@ def test_dead_idle_and_orphaned_sandboxes_across_a_restart(fresh_router: RouterP
         for pid in cgroup_procs(router.state_dir, died.id):
             os.kill(pid, signal.SIGKILL)
         wait_for(lambda: not cgroup_procs(router.state_dir, died.id), 5, 0.05, "the sandbox to die")
-        (router.state_dir / "records" / f"{orphan.id}.json").unlink()
+        (router.layout.record(orphan.id)).unlink()
         router.start()
 
         assert "orphan" in router.log()
-        assert not (router.state_dir / "sandboxes" / orphan.id).exists()
+        assert not (router.layout.sandbox(orphan.id)).exists()
         assert all(p.name != orphan.id for p in sandbox_cgroups(router.state_dir))
         wait_for(lambda: not any(process_alive(pid) for pid in orphan_pids), 2, 0.02, "the orphan's processes to go")
         assert router.http("GET", f"/v1/sandboxes/{orphan.id}").status == 404
@@ -155,7 +155,7 @@ def test_a_new_runtime_bundle_leaves_running_sandboxes_theirs(fresh_router: Rout
     """An upgrade rebuilds the runtime bundle at the next start; sandboxes still running keep the one they
     have mounted (retired beside it, not deleted) until they stop."""
     router = fresh_router
-    runtime = router.state_dir / "runtime"
+    runtime = router.layout.runtime
     with router.client() as grove:
         sb = grove.create(heartbeat=False)
         listing = sb.exec("ls /.grove/lib | wc -l").stdout

@@ -82,7 +82,7 @@ def test_ttl_expiry_deletes(router: RouterProcess, grove: Grove) -> None:
     assert "ttl" in str(info["end_reason"])
     reply = router.http("POST", f"/v1/sandboxes/{sb.id}/exec", json_body={"command": "true"})
     assert reply.status == 409 and "ttl" in error_of(reply)["message"]
-    assert not (router.state_dir / "sandboxes" / sb.id).exists()
+    assert not (router.layout.sandbox(sb.id)).exists()
     assert cgroup_procs(router.state_dir, sb.id) == []
     assert grove.list() == []
 

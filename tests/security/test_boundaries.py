@@ -36,7 +36,7 @@ SCAN = (
 
 
 def _record(router: RouterProcess, sandbox_id: str) -> dict[str, object]:
-    data: dict[str, object] = json.loads((router.state_dir / "records" / f"{sandbox_id}.json").read_text())
+    data: dict[str, object] = json.loads((router.layout.record(sandbox_id)).read_text())
     return data
 
 
@@ -67,7 +67,7 @@ def test_each_executor_takes_only_its_own_token(router: RouterProcess, pair: tup
     a, b = pair
     tokens = {sb.id: str(_record(router, sb.id)["token"]) for sb in pair}
     assert tokens[a.id] != tokens[b.id]
-    sock_a = router.state_dir / "sandboxes" / a.id / "executor.sock"
+    sock_a = router.layout.sandbox(a.id) / "executor.sock"
     assert sock_a.stat().st_mode & 0o077 == 0, "the executor socket is open to other host users"
     assert _executor_get(sock_a, tokens[a.id]) == 200
     assert _executor_get(sock_a, tokens[b.id]) == 401  # b's token opens b's executor only
@@ -82,7 +82,7 @@ def test_each_executor_takes_only_its_own_token(router: RouterProcess, pair: tup
 def test_no_executor_socket_or_token_inside(router: RouterProcess, pair: tuple[Sandbox, Sandbox]) -> None:
     a, b = pair
     for sb, other in ((a, b), (b, a)):
-        host_sockets = router.state_dir / "sandboxes"
+        host_sockets = router.layout.sandboxes
         for path in (host_sockets / sb.id / "executor.sock", host_sockets / other.id / "executor.sock"):
             assert sb.exec(["test", "-e", str(path)]).exit_code == 1
         # No socket file anywhere in its tree, and its commands inherit no descriptor of the executor.
@@ -207,7 +207,7 @@ def _host_addresses() -> list[str]:
 
 def test_egress_deny_reaches_no_host_service(router: RouterProcess, pair: tuple[Sandbox, Sandbox]) -> None:
     a, b = pair
-    s3 = json.loads((router.state_dir / "s3" / "grove-s3.json").read_text())["ports"]["s3.port"]
+    s3 = json.loads((router.layout.s3 / "grove-s3.json").read_text())["ports"]["s3.port"]
     targets = [("127.0.0.1", router.port), ("127.0.0.1", s3), ("::1", router.port), ("localhost", router.port)]
     targets += [(address, router.port) for address in _host_addresses()]
     targets += [("169.254.169.254", 80), ("169.254.169.254", 443), ("fd00:ec2::254", 80), ("10.0.0.1", 53),

@@ -171,7 +171,7 @@ def assert_blocked(outcome: list[str], what: object) -> None:
 
 def link_of(router: RouterProcess, sb: Sandbox) -> dict[str, object]:
     """The sandbox's recorded egress link."""
-    data: dict[str, object] = json.loads((router.state_dir / "sandboxes" / sb.id / "network.json").read_text())
+    data: dict[str, object] = json.loads((router.layout.sandbox(sb.id) / "network.json").read_text())
     return data
 
 
@@ -183,7 +183,7 @@ def nft_table(router: RouterProcess) -> str:
 
 def s3_port(router: RouterProcess) -> int:
     """The port of the router's embedded S3 server."""
-    data = json.loads((router.state_dir / "s3" / "grove-s3.json").read_text())
+    data = json.loads((router.layout.s3 / "grove-s3.json").read_text())
     return int(data["ports"]["s3.port"])
 
 
@@ -329,7 +329,7 @@ def test_deny_sandboxes_still_reach_nothing(router: RouterProcess, internet: Int
         allowed = client.create(heartbeat=False, network={"egress": "allow", "allow": ["0.0.0.0/0"]})
         denied = client.create(heartbeat=False)
         try:
-            assert not (router.state_dir / "sandboxes" / denied.id / "network.json").exists()
+            assert not (router.layout.sandbox(denied.id) / "network.json").exists()
             dev = denied.exec("cat /proc/net/dev").stdout.decode()
             assert [line.split(":")[0].strip() for line in dev.splitlines() if ":" in line] == ["lo"], dev
             got = probe(denied, ("tcp", SERVER, PORT), ("udp", SERVER, PORT), ("tcp", METADATA, METADATA_PORT),
@@ -388,7 +388,7 @@ def test_router_restart_keeps_networking_and_collects_orphans(
     assert router.stop() == 0
     # close() left both sandboxes' networking in place.
     assert len(egress_veths(router.state_dir)) == 2 and egress_table_exists(router.state_dir)
-    (router.state_dir / "records" / f"{orphan.id}.json").unlink()  # the router forgets one
+    (router.layout.record(orphan.id)).unlink()  # the router forgets one
     router.start()
     assert _gone(router, str(orphan_link["host_if"]), int(str(orphan_link["slot"]))), nft_table(router)
     with router.client() as client:

@@ -26,7 +26,7 @@ def test_keys_added_and_revoked_on_a_running_router(fresh_router: RouterProcess)
     listed = router.cli("key", "ls").stdout.decode()
     assert f"{fingerprint(alice)}  alice (laptop)" in listed and fingerprint(bob) in listed
     assert alice not in listed and bob not in listed  # fingerprints only
-    assert (router.state_dir / "api_keys").stat().st_mode & 0o077 == 0
+    assert (router.layout.api_keys).stat().st_mode & 0o077 == 0
 
     revoked = router.cli("key", "revoke", fingerprint(alice)[:8])
     assert revoked.returncode == 0 and fingerprint(alice) in revoked.stdout.decode(), revoked.stderr
@@ -58,6 +58,6 @@ def test_file_keys_survive_a_restart_and_follow_the_file(fresh_router: RouterPro
     router.stop()
     router.start()
     assert _status(router, carol) == 200
-    (router.state_dir / "api_keys").unlink()
+    (router.layout.api_keys).unlink()
     wait_for(lambda: _status(router, carol) == 401, 5, what="carol refused after the file went")
     assert _status(router, router.key) == 200  # GROVE_API_KEY is not in the file: it stays

@@ -63,7 +63,7 @@ def test_files_written_inside_belong_to_the_range_and_the_image_is_untouched(
     a.exec("sync")
     assert layer_owner(router.state_dir, a.id, "etc/passwd") == (base, base)
     assert layer_owner(router.state_dir, a.id, "tmp/x") == (base + 1000, base + 1000)
-    image_passwd = router.state_dir / "images" / "default"
+    image_passwd = router.layout.images / "default"
     found = [p for p in image_passwd.rglob("passwd") if p.parent.name == "etc"]
     assert found, "the default image has an /etc/passwd"
     for path in found:
@@ -150,7 +150,7 @@ def test_the_range_and_the_owners_survive_scale_to_zero(router: RouterProcess) -
             assert again.stdout == b"kept\n7 7\n", again.stderr
         finally:
             sb.close()
-    assert not os.path.exists(router.state_dir / "sandboxes" / sb.id)
+    assert not os.path.exists(router.layout.sandbox(sb.id))
 
 
 def test_a_layer_from_before_user_namespaces_is_shifted_into_the_range(fresh_router: RouterProcess) -> None:
@@ -162,7 +162,7 @@ def test_a_layer_from_before_user_namespaces_is_shifted_into_the_range(fresh_rou
                  "the sandbox to scale to zero")
     router.stop()
     # What an older grove left: no range file, a layer owned by plain host ids.
-    sandbox_dir = router.state_dir / "sandboxes" / sb.id
+    sandbox_dir = router.layout.sandbox(sb.id)
     (sandbox_dir / "userns").unlink()
     to_plain_layer(sandbox_dir)
     layer = sandbox_dir / "upper"

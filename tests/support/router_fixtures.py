@@ -33,6 +33,7 @@ import msgpack
 import pytest
 
 from grove.client import Grove, Sandbox
+from grove.statedir import StateDir
 from router.backends.local import LocalBackend
 from router.local import egress_rules
 from tests.conftest import free_tcp_port
@@ -105,7 +106,7 @@ def layer_file(state_dir: Path, sandbox_id: str, rel: str) -> bytes | None:
     (read-only, without mounting). A running sandbox's latest writes may still sit in its page cache:
     ``sync`` in the sandbox first. Sandboxes made before disk quotas keep it in a plain ``upper`` dir.
     """
-    base = state_dir / "sandboxes" / sandbox_id
+    base = StateDir(state_dir).sandbox(sandbox_id)
     if not (base / "disk.img").exists():
         path = base / "upper" / rel
         return path.read_bytes() if path.is_file() else None
@@ -121,7 +122,7 @@ def layer_file(state_dir: Path, sandbox_id: str, rel: str) -> bytes | None:
 def layer_owner(state_dir: Path, sandbox_id: str, rel: str) -> tuple[int, int] | None:
     """The host uid and gid of a file (or directory) in a sandbox's writable layer; None if it has none
     there. As :func:`layer_file`: ``sync`` in a running sandbox first."""
-    base = state_dir / "sandboxes" / sandbox_id
+    base = StateDir(state_dir).sandbox(sandbox_id)
     if not (base / "disk.img").exists():
         path = base / "upper" / rel
         if not os.path.lexists(path):
@@ -196,7 +197,7 @@ def leaks(state_dir: Path) -> list[str]:
     found += [f"process {pid}: {_cmdline(pid)[:200]}" for pid in processes_with(root)]
     found += [f"mount {line}" for line in mounts_with(root) if not _is_state_disk(line, state_dir)]
     found += [f"loop device {name} on {backing}" for name, backing in loops_with(root + "/").items()]
-    sandboxes = state_dir / "sandboxes"
+    sandboxes = StateDir(state_dir).sandboxes
     if sandboxes.is_dir():
         found += [f"sandbox dir {p}" for p in sandboxes.iterdir()]
     found += [f"egress veth {name}" for name in egress_veths(state_dir)]
@@ -276,11 +277,18 @@ class RouterProcess:
     """Which backend the router runs (tests that check it read this)."""
     log_file: Path | None = None
     """Where the router's output goes, if not ``<state>/router.log`` (a test that fills the state disk)."""
+    die_with_parent: bool = False
+    """SIGTERM the router when the process that started it dies (a benchmark killed outright)."""
 
     @property
     def url(self) -> str:
         """Base URL of the router."""
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def layout(self) -> StateDir:
+        """Paths inside the router's state dir."""
+        return StateDir(self.state_dir)
 
     @property
     def pid(self) -> int:
@@ -291,7 +299,7 @@ class RouterProcess:
     @property
     def log_path(self) -> Path:
         """Where the router's stdout and stderr go (appended across restarts)."""
-        return self.log_file or self.state_dir / "router.log"
+        return self.log_file or self.layout.log
 
     def log(self) -> str:
         """What the router printed so far."""
@@ -318,6 +326,7 @@ class RouterProcess:
                 [GROVE_BIN, "--state-dir", str(self.state_dir), "up", "--port", str(self.port),
                  "--ready-file", str(ready), *self.up_args],
                 env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                preexec_fn=_stop_with_parent if self.die_with_parent else None,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -421,6 +430,16 @@ class RouterProcess:
         for sandbox_id in ids:
             self.http("DELETE", f"/v1/sandboxes/{sandbox_id}")
         return ids
+
+
+def _stop_with_parent() -> None:
+    """In the router's child process before exec: SIGTERM when the process that started it dies."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def new_state_dir() -> Path:

@@ -1,5 +1,8 @@
 """Typed request models with unknown fields rejected, and their JSON Schema for the OpenAPI document.
 
+Shared by every layer: the router validates its own calls' bodies with it and publishes every model in
+``/v1/openapi.json``; the executor takes the exec call's fields from the same model (:mod:`grove.api`).
+
 A model is a frozen dataclass whose fields carry :func:`spec` metadata (doc and bounds). :func:`parse`
 turns a decoded body into the model or raises ``BadRequest``/``Invalid`` naming the field;
 :func:`json_schema` describes the same model, so the spec cannot drift from what is enforced.
@@ -108,6 +111,10 @@ def _check(tp: Any, value: Any, name: str, meta: Any) -> Any:
         if meta.get("max_len") and len(value) > meta["max_len"]:
             raise Invalid(f"{name!r} is longer than {meta['max_len']} characters")
         return value
+    if tp is bytes:
+        if not isinstance(value, bytes):
+            raise BadRequest(f"{name!r} must be bytes (msgpack bin) or a string")
+        return value
     if tp is typing.Any:
         return value
     raise TypeError(f"unsupported model type {tp!r}")  # a bug in a model, not bad input
@@ -143,6 +150,8 @@ def json_schema(tp: Any, meta: Any = None) -> dict[str, Any]:
         return {"type": "array", "items": json_schema(args[0])}
     if origin in (list, tuple):
         return {"type": "array", "items": {"type": "string"}}
+    if tp is bytes:
+        return {"type": "string", "format": "binary"}
     simple = {bool: "boolean", int: "integer", float: "number", str: "string"}
     if tp in simple:
         out = {"type": simple[tp]}

@@ -1,0 +1,96 @@
+"""The one description of a router's state dir: where each of its files and folders lives.
+
+The router, the CLI, the tests and the benchmarks all name paths through :class:`StateDir`, so the
+layout is spelled once::
+
+    <state>/api_keys                    API keys (0600), one per line: KEY [label]
+    <state>/router.json                 the running router's PID and URL (grove.runfile)
+    <state>/router.log                  the router's output when a harness starts it
+    <state>/records/<id>.json           one record per sandbox (re-adoption after a restart)
+    <state>/journals/<id>.msgpack       each sandbox's trajectory steps, appended as they happen
+    <state>/spool/                      trajectories waiting for S3
+    <state>/s3/                         the embedded S3 server's data (grove-s3.pid, grove-s3.json)
+    <state>/images/                     the local backend's images
+    <state>/runtime/                    the runtime bundle injected into every sandbox
+    <state>/disk-templates/             per-size templates of sandbox disk images
+    <state>/sandboxes/<id>/             a local sandbox's own files (writable layer, executor socket)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class StateDir:
+    """Paths inside one state dir."""
+
+    root: Path
+
+    @property
+    def api_keys(self) -> Path:
+        """The API key file."""
+        return self.root / "api_keys"
+
+    @property
+    def run_file(self) -> Path:
+        """Which router serves this state dir (written while it runs)."""
+        return self.root / "router.json"
+
+    @property
+    def log(self) -> Path:
+        """The router's output, where a harness (tests, benchmarks, ``grove down``) sends it."""
+        return self.root / "router.log"
+
+    @property
+    def records(self) -> Path:
+        """One JSON record per sandbox."""
+        return self.root / "records"
+
+    def record(self, sandbox_id: str) -> Path:
+        """A sandbox's record."""
+        return self.records / f"{sandbox_id}.json"
+
+    @property
+    def journals(self) -> Path:
+        """Trajectory journals."""
+        return self.root / "journals"
+
+    def journal(self, sandbox_id: str) -> Path:
+        """A sandbox's journal."""
+        return self.journals / f"{sandbox_id}.msgpack"
+
+    @property
+    def spool(self) -> Path:
+        """Trajectories waiting for S3."""
+        return self.root / "spool"
+
+    @property
+    def s3(self) -> Path:
+        """The embedded S3 server's data dir."""
+        return self.root / "s3"
+
+    @property
+    def images(self) -> Path:
+        """The local image store."""
+        return self.root / "images"
+
+    @property
+    def runtime(self) -> Path:
+        """The runtime bundle."""
+        return self.root / "runtime"
+
+    @property
+    def disk_templates(self) -> Path:
+        """Templates of sandbox disk images, one per size."""
+        return self.root / "disk-templates"
+
+    @property
+    def sandboxes(self) -> Path:
+        """Local sandboxes' own directories."""
+        return self.root / "sandboxes"
+
+    def sandbox(self, sandbox_id: str) -> Path:
+        """A local sandbox's directory."""
+        return self.sandboxes / sandbox_id
