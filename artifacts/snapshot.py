@@ -67,13 +67,20 @@ def _pack(root: Path, level: int, chunk_size: int) -> Iterator[bytes]:
 
 def _file_data(source: Path, size: int, chunk_size: int, emit: Callable[[bytes], Iterator[bytes]]) -> Iterator[bytes]:
     left = size
-    with open(source, "rb") as fh:
+    # The tree is the sandbox's: what was a file when measured may be a FIFO, a device or a link by now.
+    # Never block on it or follow it; whatever it is, the header already promised ``size`` bytes.
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
         while left > 0:
-            data = fh.read(min(chunk_size, left))
+            data = fh.read(min(chunk_size, left)) if regular else b""
             if not data:
-                # The file shrank after it was measured: pad, so the archive stays well-formed (the
-                # header already promised ``size`` bytes).
-                data = b"\0" * left
+                # The file shrank after it was measured (or is no file now): pad, so the archive stays
+                # well-formed (the header already promised ``size`` bytes).
+                data = b"\0" * min(chunk_size, left)
             left -= len(data)
             yield from emit(data)
     if size % BLOCK:

@@ -102,13 +102,12 @@ def create_app(settings: ExecutorSettings | None = None) -> Flask:
     @app.route("/v1/files", methods=["GET", "PUT", "DELETE"])
     def files() -> Response:
         api = paths.api_path(request.args.get("path", ""))
-        full = paths.resolve(api)
         if request.method == "GET":
-            size, chunks = open_for_read(full, api)
+            size, chunks = open_for_read(paths, api)
             return Response(chunks, mimetype="application/octet-stream", headers={"Content-Length": str(size)})
         if request.method == "PUT":
             written = write_atomic(
-                full,
+                paths,
                 api,
                 request.stream,
                 mode=parse_mode(request.args.get("mode")),
@@ -116,23 +115,23 @@ def create_app(settings: ExecutorSettings | None = None) -> Flask:
                 length=request.content_length,
             )
             return _reply({"path": api, "size": written}, status=201)
-        delete(full, api, recursive=request.args.get("recursive") in ("1", "true"))
+        delete(paths, api, recursive=request.args.get("recursive") in ("1", "true"))
         return _reply({"path": api, "deleted": True})
 
     @app.get("/v1/files/list")
     def files_list() -> Response:
         api = paths.api_path(request.args.get("path", "") or ".")
-        return _reply({"path": api, "entries": listing(paths.resolve(api), api)})
+        return _reply({"path": api, "entries": listing(paths, api)})
 
     @app.post("/v1/artifacts/push")
     def artifacts_push() -> Response:
         items = check_items(wire.decode(request.get_data(cache=False), request.content_type))
         resolved = [(paths.api_path(api), url) for api, url in items]
-        require_files([(api, paths.resolve(api)) for api, _ in resolved])
+        require_files(paths, [api for api, _ in resolved])
         results = []
         for api, url in resolved:
             try:
-                results.append({"path": api, **put_file(paths.resolve(api), url)})
+                results.append({"path": api, **put_file(paths, api, url)})
             except OSError as exc:
                 # No route to storage (egress denied) is an answer, not a failure: the caller can relay.
                 results.append({"path": api, "uploaded": False, "error": f"{type(exc).__name__}: {exc}"})
@@ -141,12 +140,11 @@ def create_app(settings: ExecutorSettings | None = None) -> Flask:
     @app.route("/v1/archive", methods=["GET", "PUT"])
     def archive() -> Response:
         api = paths.api_path(request.args.get("path", ""))
-        full = paths.resolve(api)
         if request.method == "GET":
-            return Response(stream_tar(full, api), mimetype="application/x-tar")
+            return Response(stream_tar(paths, api), mimetype="application/x-tar")
         members = extract_tar(
             request.stream,
-            full,
+            paths,
             api,
             max_bytes=settings.max_archive_bytes,
             max_members=settings.max_archive_members,

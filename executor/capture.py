@@ -69,7 +69,9 @@ class OutputCapture:
     def _open_spill(self) -> None:
         try:
             os.makedirs(os.path.dirname(self._spill_path), exist_ok=True)
-            self._spill = os.open(self._spill_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            # A fresh name (the exec id is random): never through a link or into a FIFO the sandbox put there.
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            self._spill = os.open(self._spill_path, flags, 0o600)
         except OSError as exc:
             self._spill_error = f"could not keep the full output: {exc.strerror}"
 

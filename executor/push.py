@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import http.client
 import os
-import stat
 from typing import Any
 from urllib.parse import urlsplit
 
+from executor.files import open_regular
+from executor.paths import PathResolver
 from grove.errors import BadRequest, NotFound
 
 _CHUNK = 1024 * 1024
@@ -29,31 +31,40 @@ def check_items(body: Any) -> list[tuple[str, str]]:
     return out
 
 
-def require_files(paths: list[tuple[str, str]]) -> None:
-    """Every path must be a regular file (404 naming the first that is not)."""
-    for api, full in paths:
+def require_files(paths: PathResolver, apis: list[str]) -> None:
+    """Every path must be a regular file (404 naming the first missing, 400 the first that is not a file)."""
+    for api in apis:
         try:
-            st = os.stat(full)
-        except OSError as exc:
+            fd, _ = open_regular(paths, api, what=api)
+        except (NotFound, OSError) as exc:
             raise NotFound(f"no such file in the sandbox: {api}") from exc
-        if not stat.S_ISREG(st.st_mode):
-            raise BadRequest(f"{api} is not a regular file")
+        os.close(fd)
 
 
-def put_file(full: str, url: str, timeout_s: float = 300.0) -> dict[str, Any]:
-    """Stream one file to a presigned PUT URL; returns size, sha256 and the server's status."""
+def put_file(paths: PathResolver, api: str, url: str, timeout_s: float = 300.0) -> dict[str, Any]:
+    """Stream one file to a presigned PUT URL; returns size, sha256 and the server's status.
+
+    The file is opened once (no FIFO or device, no link out of the root) and exactly the size it had then
+    is sent: one that grows meanwhile does not overrun the Content-Length, one that shrinks fails the upload.
+    """
     parts = urlsplit(url)
     conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    size = os.path.getsize(full)
+    fd, st = open_regular(paths, api, what=api)
+    size = st.st_size
     digest = hashlib.sha256()
     target = parts.path + (f"?{parts.query}" if parts.query else "")
     conn = conn_cls(parts.netloc, timeout=timeout_s)
     try:
-        conn.putrequest("PUT", target, skip_accept_encoding=True)
-        conn.putheader("Content-Length", str(size))
-        conn.endheaders()
-        with open(full, "rb") as fh:
-            while block := fh.read(_CHUNK):
+        with os.fdopen(fd, "rb") as fh:
+            conn.putrequest("PUT", target, skip_accept_encoding=True)
+            conn.putheader("Content-Length", str(size))
+            conn.endheaders()
+            left = size
+            while left > 0:
+                block = fh.read(min(_CHUNK, left))
+                if not block:
+                    raise OSError(errno.EIO, f"{api} shrank from {size} to {size - left} bytes while it was uploaded")
+                left -= len(block)
                 digest.update(block)
                 conn.send(block)
         resp = conn.getresponse()

@@ -17,7 +17,7 @@ from executor.models import ExecRequest
 from executor.paths import PathResolver
 from executor.proctree import kill_tree
 from executor.settings import ExecutorSettings
-from executor.users import RunAs, resolve
+from executor.users import RunAs, account_file, parse_spec, resolve
 from grove.errors import Invalid, NotFound, Unavailable
 
 _READ = 65536
@@ -64,6 +64,7 @@ class Runner:
         cwd = self._paths.resolve(cwd_api)
         if not os.path.isdir(cwd):
             raise NotFound(f"cwd {cwd_api!r} is not a directory in the sandbox")
+        started = time.monotonic()  # the command's timeout covers looking up its user too
         run_as = self._run_as(req.user) if req.user is not None else None
         env = {**settings.env, **(_user_env(run_as) if run_as else {}), **req.env}
         exec_id = uuid.uuid4().hex[:16]
@@ -77,7 +78,6 @@ class Runner:
             for name in ("stdout", "stderr")
         }
         oom_before = _oom_kills(settings.oom_control_path)
-        started = time.monotonic()
         try:
             proc = reaper.spawn(
                 req.argv,
@@ -107,14 +107,9 @@ class Runner:
         return self._events(proc, req, captures, started, oom_before)
 
     def _run_as(self, user: str) -> RunAs:
-        texts = []
-        for name in ("/etc/passwd", "/etc/group"):
-            try:
-                with open(self._paths.resolve(name), encoding="utf-8", errors="replace") as fh:
-                    texts.append(fh.read())
-            except OSError:
-                texts.append("")  # an image without the file: numeric ids still work
-        return resolve(user, texts[0], texts[1])
+        parse_spec(user)  # a malformed value is named before the sandbox's files are read
+        passwd = account_file(self._paths, "/etc/passwd", user)
+        return resolve(user, passwd, account_file(self._paths, "/etc/group", user))
 
     def _events(
         self,

@@ -13,14 +13,17 @@ times out has its process group killed and the session lives on, like an exec.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import zipfile
+from collections.abc import Iterator
 from typing import Any
 
 from flask import Blueprint, Response, request
 
-from executor.files import write_atomic
+from executor.archive import NEW_FILE, make_dir, member_parent, replace_entry
+from executor.files import open_regular, write_atomic
 from executor.models import ExecRequest
 from executor.paths import PathResolver
 from executor.runner import Runner
@@ -36,7 +39,7 @@ from executor.swerex_models import (
 )
 from executor.swerex_sessions import Sessions, clamp
 from grove import wire
-from grove.errors import Conflict, Invalid, NotFound, TooLarge
+from grove.errors import BadRequest, Conflict, Invalid, NotFound, TooLarge
 
 
 def _execute(cmd: Command, runner: Runner, settings: ExecutorSettings) -> dict[str, Any]:
@@ -71,21 +74,45 @@ def _os_error(exc: OSError, path: str) -> SwerexError:
     return SwerexError(f"builtins.{type(exc).__name__}", f"[Errno {exc.errno}] {exc.strerror}: {path!r}")
 
 
-def _read(req: ReadFile, paths: PathResolver, settings: ExecutorSettings) -> dict[str, Any]:
-    full = paths.resolve(req.path)
+@contextlib.contextmanager
+def _as_builtins(path: str) -> Iterator[None]:
+    """File errors as the builtin exceptions SWE-ReX's own server raises (its client re-raises them)."""
     try:
-        if os.path.getsize(full) > settings.max_request_bytes:
-            raise TooLarge(f"{req.path} is larger than {settings.max_request_bytes} bytes; use the files API")
-        with open(full, encoding=req.encoding, errors=req.errors) as fh:
-            return {"content": fh.read()}
+        yield
+    except NotFound as exc:
+        raise SwerexError("builtins.FileNotFoundError", f"[Errno 2] {exc.message}: {path!r}") from None
+    except Conflict as exc:  # a directory where a file goes, or the other way round
+        kind = "IsADirectoryError" if " is a directory" in exc.message else "FileExistsError"
+        raise SwerexError(f"builtins.{kind}", f"{exc.message}: {path!r}") from None
     except OSError as exc:
-        raise _os_error(exc, req.path) from None
+        raise _os_error(exc, path) from None
+
+
+def _read(req: ReadFile, paths: PathResolver, settings: ExecutorSettings) -> dict[str, Any]:
+    with _as_builtins(req.path):
+        try:
+            fd, st = open_regular(paths, paths.api_path(req.path), what=req.path)
+        except BadRequest as exc:  # a directory, a FIFO, a device: what open() and read() would raise
+            kind = "IsADirectoryError" if " is a directory" in exc.message else "OSError"
+            raise SwerexError(f"builtins.{kind}", exc.message) from None
+    with os.fdopen(fd, "rb") as fh:
+        if st.st_size > settings.max_request_bytes:
+            raise TooLarge(f"{req.path} is larger than {settings.max_request_bytes} bytes; use the files API")
+        data = fh.read(settings.max_request_bytes + 1)  # it may have grown since fstat
+    if len(data) > settings.max_request_bytes:
+        raise TooLarge(f"{req.path} is larger than {settings.max_request_bytes} bytes; use the files API")
+    try:
+        # Decoded exactly as open(path, encoding=..., errors=...) would (universal newlines included).
+        return {"content": io.TextIOWrapper(io.BytesIO(data), encoding=req.encoding, errors=req.errors).read()}
     except (UnicodeDecodeError, LookupError) as exc:
         raise SwerexError(f"builtins.{type(exc).__name__}", str(exc)) from None
 
 
-def _unzip(archive: Any, target: str, api: str, paths: PathResolver, settings: ExecutorSettings) -> None:
-    """Extract like ``ZipFile.extractall`` (names made safe the same way), bounded, permissions kept."""
+def _unzip(archive: Any, target: int, settings: ExecutorSettings) -> None:
+    """Extract like ``ZipFile.extractall`` (names made safe the same way), bounded, permissions kept.
+
+    Members resolve on the target's descriptor without following links, like a tar's (:mod:`executor.archive`).
+    """
     try:
         zf = zipfile.ZipFile(archive)
     except zipfile.BadZipFile as exc:
@@ -99,21 +126,22 @@ def _unzip(archive: Any, target: str, api: str, paths: PathResolver, settings: E
             parts = [p for p in info.filename.replace("\\", "/").split("/") if p not in ("", ".", "..")]
             if not parts:
                 continue
-            dest = paths.resolve(api.rstrip("/") + "/" + "/".join(parts))  # Forbidden if it leaves the root
-            if info.is_dir():
-                os.makedirs(dest, exist_ok=True)
-                continue
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            with zf.open(info) as src, open(dest, "wb") as out:
-                while chunk := src.read(1 << 20):
-                    budget -= len(chunk)
-                    if budget < 0:
-                        raise TooLarge(f"zip expands past {settings.max_archive_bytes} bytes")
-                    out.write(chunk)
-            if mode := (info.external_attr >> 16) & 0o7777:
-                os.chmod(dest, mode)
-    if not os.path.isdir(target):
-        os.makedirs(target, exist_ok=True)
+            parent = member_parent(target, parts, info.filename)
+            try:
+                if info.is_dir():
+                    make_dir(parent, parts[-1], 0o755)
+                    continue
+                replace_entry(parent, parts[-1])
+                with zf.open(info) as src, os.fdopen(os.open(parts[-1], NEW_FILE, 0o644, dir_fd=parent), "wb") as out:
+                    while chunk := src.read(1 << 20):
+                        budget -= len(chunk)
+                        if budget < 0:
+                            raise TooLarge(f"zip expands past {settings.max_archive_bytes} bytes")
+                        out.write(chunk)
+                    if mode := (info.external_attr >> 16) & 0o7777:
+                        os.fchmod(out.fileno(), mode)
+            finally:
+                os.close(parent)
 
 
 def swerex_blueprint(settings: ExecutorSettings, paths: PathResolver, runner: Runner) -> Blueprint:
@@ -170,10 +198,9 @@ def swerex_blueprint(settings: ExecutorSettings, paths: PathResolver, runner: Ru
     def write_file() -> Response:
         req = WriteFile.parse(body())
         data = req.content.encode(errors="surrogateescape")
-        full = paths.resolve(req.path)
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        write_atomic(full, paths.api_path(req.path), io.BytesIO(data), mode=None, limit=settings.max_file_bytes,
-                     length=len(data))
+        with _as_builtins(req.path):
+            write_atomic(paths, paths.api_path(req.path), io.BytesIO(data), mode=None,
+                         limit=settings.max_file_bytes, length=len(data))
         return _json({})
 
     @bp.post("/upload")
@@ -186,14 +213,16 @@ def swerex_blueprint(settings: ExecutorSettings, paths: PathResolver, runner: Ru
         if not target_api or upload is None:
             raise Invalid("upload needs multipart fields 'file' and 'target_path'")
         api = paths.api_path(target_api)
-        target = paths.resolve(api)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
         if request.form.get("unzip", "false").lower() in ("true", "1", "yes", "on"):
-            _unzip(upload.stream, target, api, paths, settings)
+            with _as_builtins(target_api):
+                target = paths.open_dir(api, create=True)
+            try:
+                _unzip(upload.stream, target, settings)
+            finally:
+                os.close(target)
         else:
-            if os.path.isdir(target):
-                raise Conflict(f"{api} is a directory")
-            write_atomic(target, api, upload.stream, mode=None, limit=settings.max_file_bytes, length=None)
+            with _as_builtins(target_api):
+                write_atomic(paths, api, upload.stream, mode=None, limit=settings.max_file_bytes, length=None)
         return _json({})
 
     @bp.post("/close")

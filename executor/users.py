@@ -8,13 +8,18 @@ image's own libc may differ from the bundle's.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 
-from grove.errors import Invalid
+from executor.paths import PathResolver
+from grove.errors import GroveError, Invalid, NotFound
 
 MAX_ID = 65535
 """Ids a sandbox has: its user namespace maps 65,536 of them (``nobody`` is 65534)."""
+MAX_ACCOUNT_FILE = 4 * 1024 * 1024
+"""Largest ``/etc/passwd`` or ``/etc/group`` read (real ones are a few KiB)."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,31 @@ class RunAs:
     groups: tuple[int, ...]
     home: str
     name: str | None
+
+
+def account_file(paths: PathResolver, api: str, user: str) -> str:
+    """The text of the sandbox's ``api`` (``/etc/passwd``, ``/etc/group``); "" if it has none.
+
+    The sandbox controls these files: one that is a FIFO, a device, a link out of the root or huge is
+    refused with a 422 naming it, and opening never blocks, so a lookup cannot outlast the command's timeout.
+    """
+    why = f"cannot look up user {user!r}: the sandbox's {api}"
+    try:
+        fd = paths.open(api, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except NotFound:
+        return ""  # an image without the file: numeric ids still work
+    except (GroveError, OSError) as exc:
+        reason = exc.message if isinstance(exc, GroveError) else exc.strerror
+        raise Invalid(f"{why} cannot be opened ({reason})") from None
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+            raise Invalid(f"{why} is not a regular file but {kind}; make it an ordinary file or give a numeric id")
+        data = fh.read(MAX_ACCOUNT_FILE + 1)
+    if len(data) > MAX_ACCOUNT_FILE:
+        raise Invalid(f"{why} is larger than {MAX_ACCOUNT_FILE} bytes")
+    return data.decode("utf-8", errors="replace")
 
 
 def parse_spec(value: str) -> tuple[str, str | None]:
