@@ -1,0 +1,161 @@
+"""Paths the sandbox controls, raced and booby-trapped, against the executor (issue 18, findings 8 and 11).
+
+A loop swaps a directory with a symlink (``renameat2(RENAME_EXCHANGE)``) while archives and files are
+written through it; FIFOs, devices and huge sparse files sit where the executor reads. Nothing may land
+outside the target (or the root), and nothing may hang.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from router.client import Sandbox
+from tests.executor_fixtures import Client, RunningExecutor
+from tests.router_fixtures import RouterProcess, error_of
+
+# Swaps two names as fast as it can until a deadline or a stop file: the directory and the link trade
+# places atomically, so at any instant the name holds one of them.
+SWAPPER = (
+    "import ctypes, os, sys, time\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "a, b, stop = (p.encode() for p in sys.argv[1:4])\n"
+    "end = time.monotonic() + float(sys.argv[4])\n"
+    "while time.monotonic() < end and not os.path.exists(stop):\n"
+    "    for _ in range(500):\n"
+    "        libc.renameat2(-100, a, -100, b, 2)\n"  # AT_FDCWD, RENAME_EXCHANGE
+)
+ATTEMPTS = 150
+
+
+def _tar(name: str, data: bytes) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+# -- inside a real sandbox -----------------------------------------------------------------------------------
+
+
+def test_archive_put_raced_by_a_link_swap_never_writes_outside(router: RouterProcess, sandbox: Sandbox) -> None:
+    """Finding 8: before the fix, 54 of 150 PUTs wrote /outside/pwned."""
+    sandbox.exec("rm -rf /workspace/t /outside /workspace/stop && mkdir -p /workspace/t/d /outside "
+                 "&& ln -s /outside /workspace/t/l")
+    sandbox.exec(["sh", "-c", 'python3 -c "$0" /workspace/t/d /workspace/t/l /workspace/stop 120 '
+                  "</dev/null >/dev/null 2>&1 &", SWAPPER])
+    statuses: dict[int, int] = {}
+    refusals: set[str] = set()
+    try:
+        body = _tar("d/pwned", b"x")
+        for _ in range(ATTEMPTS):
+            reply = router.http("PUT", f"/v1/sandboxes/{sandbox.id}/archive?path=/workspace/t", body,
+                                headers={"Content-Type": "application/x-tar"})
+            statuses[reply.status] = statuses.get(reply.status, 0) + 1
+            if reply.status == 400:
+                refusals.add(error_of(reply)["message"])
+    finally:
+        sandbox.exec("touch /workspace/stop; sleep 0.2")
+    assert sandbox.exec(["test", "-e", "/outside/pwned"]).exit_code == 1, statuses
+    assert set(statuses) <= {201, 400}, statuses
+    assert all("'d/pwned'" in m and "symbolic link" in m for m in refusals), refusals
+    assert statuses.get(400) and statuses.get(201), f"the swap never raced the extraction: {statuses}"
+    sandbox.exec("rm -rf /workspace/t /outside /workspace/stop")
+
+
+@pytest.fixture
+def booby_trapped(sandbox: Sandbox) -> Iterator[Sandbox]:
+    """The sandbox with its /etc/passwd and /etc/group kept aside, put back afterwards."""
+    sandbox.exec("cp -a /etc/passwd /tmp/passwd.keep && cp -a /etc/group /tmp/group.keep")
+    try:
+        yield sandbox
+    finally:
+        sandbox.exec("rm -f /etc/passwd /etc/group /tmp/pw; mv /tmp/passwd.keep /etc/passwd; "
+                     "mv /tmp/group.keep /etc/group")
+
+
+@pytest.mark.parametrize(("trap", "needle"), [
+    ("mkfifo /tmp/pw && ln -sf /tmp/pw /etc/passwd", "/etc/passwd is not a regular file but a FIFO"),
+    ("ln -sf /dev/zero /etc/passwd", "/etc/passwd is not a regular file but a device"),
+    ("truncate -s 2G /tmp/pw && ln -sf /tmp/pw /etc/group", "/etc/group is larger than"),
+], ids=["fifo", "device", "sparse"])
+def test_a_booby_trapped_passwd_is_a_prompt_422(
+        router: RouterProcess, booby_trapped: Sandbox, trap: str, needle: str) -> None:
+    """Finding 11: ``user: nobody`` with /etc/passwd a link to a FIFO never returned."""
+    booby_trapped.exec(["sh", "-c", trap])
+    started = time.monotonic()
+    reply = router.http("POST", f"/v1/sandboxes/{booby_trapped.id}/exec", timeout=20,
+                        json_body={"command": ["true"], "user": "nobody", "timeout_s": 5})
+    assert reply.status == 422, reply.body
+    assert needle in error_of(reply)["message"], reply.body
+    assert time.monotonic() - started < 5
+    # Root needs no lookup and is unaffected; so is a numeric id.
+    assert booby_trapped.exec("true").exit_code == 0
+
+
+# -- an executor serving a directory (the root is not "/") ---------------------------------------------------
+
+
+@pytest.fixture
+def swapping(executor: RunningExecutor, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """``/work/race-*/d`` swapping with a link to a host directory outside the executor's root."""
+    api = f"/work/race-{os.urandom(4).hex()}"
+    outside = Path(os.path.dirname(executor.root)) / f"outside-{os.urandom(4).hex()}"
+    outside.mkdir()
+    (outside / "secret").write_text("host secret")
+    here = Path(executor.host_path(api))
+    (here / "d").mkdir(parents=True)
+    (here / "d" / "secret").write_text("inside")
+    (here / "l").symlink_to(outside)
+    stop = tmp_path / "stop"
+    racer = subprocess.Popen([sys.executable, "-c", SWAPPER, str(here / "d"), str(here / "l"), str(stop), "120"])
+    try:
+        yield api, outside
+    finally:
+        stop.touch()
+        racer.wait(timeout=10)
+
+
+def test_file_api_raced_by_a_link_swap_stays_in_the_root(client: Client, swapping: tuple[str, Path]) -> None:
+    """Files and archives by path, while the path's directory swaps with a link out of the executor's root."""
+    api, outside = swapping
+    seen: dict[str, set[int]] = {}
+    for i in range(ATTEMPTS):
+        calls = [
+            ("PUT", f"/v1/files?path={api}/d/pwned-{i}", b"x"),
+            ("GET", f"/v1/files?path={api}/d/secret", None),
+            ("GET", f"/v1/files/list?path={api}/d", None),
+            ("PUT", f"/v1/archive?path={api}/d", _tar(f"a-{i}", b"x")),
+            ("GET", f"/v1/archive?path={api}/d", None),
+            ("DELETE", f"/v1/files?path={api}/d/pwned-{i}", None),
+        ]
+        for method, path, body in calls:
+            reply = client.request(method, path, body)
+            seen.setdefault(f"{method} {path.split('?')[0]}", set()).add(reply.status)
+            assert b"host secret" not in reply.body, (method, path)
+            assert reply.status < 500, (method, path, reply.body)
+    assert sorted(p.name for p in outside.iterdir()) == ["secret"], "something was written outside the root"
+    assert (outside / "secret").read_text() == "host secret"
+    assert 403 in seen["PUT /v1/files"] and 201 in seen["PUT /v1/files"], f"the swap never raced: {seen}"
+
+
+def test_swerex_read_of_a_fifo_answers_at_once(executor: RunningExecutor, client: Client) -> None:
+    """SWE-ReX's read_file opened a FIFO (size 0, under the cap) and blocked the worker for good."""
+    os.mkfifo(executor.host_path("/work/fifo-read"))
+    reply = client.request("POST", "/swerex/read_file", json.dumps({"path": "/work/fifo-read"}).encode(),
+                           {"Content-Type": "application/json"})
+    assert reply.status == 511, reply.body
+    assert "not a regular file" in reply.json()["swerexception"]["message"]
+    for path in ("/v1/files?path=/work/fifo-read",):
+        assert client.request("GET", path).status == 400
