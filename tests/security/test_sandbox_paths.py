@@ -7,21 +7,25 @@ outside the target (or the root), and nothing may hang.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from artifacts.snapshot import pack_directory
 from router.client import Sandbox
 from tests.executor_fixtures import Client, RunningExecutor
-from tests.router_fixtures import RouterProcess, error_of
+from tests.router_fixtures import RouterProcess, error_of, wait_for
 
 # Swaps two names as fast as it can until a deadline or a stop file: the directory and the link trade
 # places atomically, so at any instant the name holds one of them.
@@ -35,6 +39,21 @@ SWAPPER = (
     "        libc.renameat2(-100, a, -100, b, 2)\n"  # AT_FDCWD, RENAME_EXCHANGE
 )
 ATTEMPTS = 150
+
+
+@contextlib.contextmanager
+def _swapping(a: Path, b: Path) -> Iterator[None]:
+    """Run the swapper on the host for the block (stopped by its stop file, then waited for)."""
+    stop = a.parent / f".stop-{os.urandom(4).hex()}"
+    before = a.lstat().st_ino
+    racer = subprocess.Popen([sys.executable, "-c", SWAPPER, str(a), str(b), str(stop), "120"])
+    try:
+        wait_for(lambda: a.lstat().st_ino != before, timeout=10, interval=0.001, what="the swapper to start")
+        yield
+    finally:
+        stop.touch()
+        racer.wait(timeout=10)
+        stop.unlink()
 
 
 def _tar(name: str, data: bytes) -> bytes:
@@ -108,7 +127,7 @@ def test_a_booby_trapped_passwd_is_a_prompt_422(
 
 
 @pytest.fixture
-def swapping(executor: RunningExecutor, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+def swapping(executor: RunningExecutor) -> Iterator[tuple[str, Path]]:
     """``/work/race-*/d`` swapping with a link to a host directory outside the executor's root."""
     api = f"/work/race-{os.urandom(4).hex()}"
     outside = Path(os.path.dirname(executor.root)) / f"outside-{os.urandom(4).hex()}"
@@ -118,13 +137,8 @@ def swapping(executor: RunningExecutor, tmp_path: Path) -> Iterator[tuple[str, P
     (here / "d").mkdir(parents=True)
     (here / "d" / "secret").write_text("inside")
     (here / "l").symlink_to(outside)
-    stop = tmp_path / "stop"
-    racer = subprocess.Popen([sys.executable, "-c", SWAPPER, str(here / "d"), str(here / "l"), str(stop), "120"])
-    try:
+    with _swapping(here / "d", here / "l"):
         yield api, outside
-    finally:
-        stop.touch()
-        racer.wait(timeout=10)
 
 
 def test_file_api_raced_by_a_link_swap_stays_in_the_root(client: Client, swapping: tuple[str, Path]) -> None:
@@ -159,3 +173,74 @@ def test_swerex_read_of_a_fifo_answers_at_once(executor: RunningExecutor, client
     assert "not a regular file" in reply.json()["swerexception"]["message"]
     for path in ("/v1/files?path=/work/fifo-read",):
         assert client.request("GET", path).status == 400
+
+
+class _Sink(BaseHTTPRequestHandler):
+    """A presigned-PUT stand-in: takes the body it was promised and answers 200."""
+
+    def do_PUT(self) -> None:
+        """Read the promised body, answer 200."""
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *_: object) -> None:
+        """Quiet."""
+
+
+@pytest.fixture
+def sink() -> Iterator[str]:
+    """The URL of a loopback HTTP server that accepts PUTs."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/bucket/key?X-Amz-Signature=x"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def file_or_fifo(executor: RunningExecutor) -> Iterator[str]:
+    """The API path of a file that swaps with a FIFO (and back) as fast as it can."""
+    api = f"/work/fifo-{os.urandom(4).hex()}"
+    here = Path(executor.host_path(api))
+    here.mkdir()
+    (here / "f").write_bytes(b"z" * 100_000)
+    os.mkfifo(here / "p")
+    with _swapping(here / "f", here / "p"):
+        yield api
+
+
+def test_artifact_push_of_a_file_raced_with_a_fifo_never_hangs(client: Client, sink: str, file_or_fifo: str) -> None:
+    """The push checked the path was a regular file, then opened it by name: a FIFO swapped in blocked."""
+    client.timeout = 10
+    statuses: set[int] = set()
+    for _ in range(ATTEMPTS):
+        reply = client.request("POST", "/v1/artifacts/push",
+                               json.dumps({"items": [{"path": f"{file_or_fifo}/f", "url": sink}]}).encode(),
+                               {"Content-Type": "application/json"})
+        statuses.add(reply.status)
+        if reply.status == 200:
+            item = reply.json()["items"][0]
+            assert item["uploaded"] and item["size"] == 100_000, item
+        else:
+            assert "not a regular file" in reply.json()["error"]["message"], reply.body
+    assert statuses <= {200, 400}, statuses
+
+
+def test_snapshot_of_a_file_raced_with_a_fifo_never_hangs(executor: RunningExecutor, file_or_fifo: str) -> None:
+    """A snapshot measured a file, then opened it by name: a FIFO swapped in blocked the SIGTERM snapshot."""
+    tree = executor.host_path(file_or_fifo)
+    packed: list[int] = []
+
+    def pack() -> None:
+        packed.append(sum(map(len, pack_directory(tree))))
+
+    for attempt in range(ATTEMPTS // 3):
+        worker = threading.Thread(target=pack, daemon=True)
+        worker.start()
+        worker.join(timeout=10)
+        assert len(packed) == attempt + 1, "packing blocked on a FIFO"
