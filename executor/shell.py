@@ -190,7 +190,12 @@ class ShellSession:
         seq = self._seq
         stale = self._drain()
         script = os.path.join(self._script_dir, f"{seq}.sh")
-        with open(script, "w", encoding="utf-8", errors="surrogateescape") as fh:
+        # The name is predictable and the directory is the sandbox's to change: never write through a link
+        # or into a FIFO put there (that would block this call for good); one planted meanwhile fails it.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(script)
+        fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
             fh.write(command + "\n")
         try:
             self._write(self._line(seq, f". {_quote(script)}"))

@@ -244,3 +244,26 @@ def test_snapshot_of_a_file_raced_with_a_fifo_never_hangs(executor: RunningExecu
         worker.start()
         worker.join(timeout=10)
         assert len(packed) == attempt + 1, "packing blocked on a FIFO"
+
+
+def test_a_fifo_planted_as_the_next_session_script_does_not_block_it(executor: RunningExecutor,
+                                                                      client: Client) -> None:
+    """A session writes each command to ``<dir>/<seq>.sh``, a name the sandbox can guess and take first."""
+    client.timeout = 15
+    name = f"s-{os.urandom(4).hex()}"
+    swerex = {"Content-Type": "application/json"}
+    created = client.request("POST", "/swerex/create_session",
+                             json.dumps({"session": name, "startup_timeout": 5}).encode(), swerex)
+    assert created.status == 200, created.body
+    try:
+        planted = 0
+        for script_dir in Path(executor.host_path("/tmp/.grove-swerex")).iterdir():
+            if not (script_dir / "1.sh").exists():
+                os.mkfifo(script_dir / "1.sh")
+                planted += 1
+        assert planted
+        reply = client.request("POST", "/swerex/run_in_session", json.dumps(
+            {"session": name, "command": "echo ran", "check": "silent", "timeout": 10}).encode(), swerex)
+        assert reply.status == 200 and reply.json()["output"].strip() == "ran", reply.body
+    finally:
+        client.request("POST", "/swerex/close_session", json.dumps({"session": name}).encode(), swerex)
