@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass
 
 from executor.paths import PathResolver
-from grove.errors import GroveError, Invalid, NotFound
+from grove.errors import Forbidden, Invalid, NotFound
 
 MAX_ID = 65535
 """Ids a sandbox has: its user namespace maps 65,536 of them (``nobody`` is 65534)."""
@@ -44,8 +44,8 @@ def account_file(paths: PathResolver, api: str, user: str) -> str:
         fd = paths.open(api, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except NotFound:
         return ""  # an image without the file: numeric ids still work
-    except (GroveError, OSError) as exc:
-        reason = exc.message if isinstance(exc, GroveError) else exc.strerror
+    except (Forbidden, OSError) as exc:  # a link out of the root, a loop, ...; a kernel without openat2 is a 503
+        reason = exc.message if isinstance(exc, Forbidden) else exc.strerror
         raise Invalid(f"{why} cannot be opened ({reason})") from None
     with os.fdopen(fd, "rb") as fh:
         mode = os.fstat(fd).st_mode
