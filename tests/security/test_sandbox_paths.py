@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from artifacts.snapshot import pack_directory
-from router.client import Sandbox
-from tests.executor_fixtures import Client, RunningExecutor
-from tests.router_fixtures import RouterProcess, error_of, wait_for
+from grove.client import Sandbox
+from tests.support.executor_fixtures import Client, RunningExecutor
+from tests.support.router_fixtures import RouterProcess, error_of, wait_for
 
 # Swaps two names as fast as it can until a deadline or a stop file: the directory and the link trade
 # places atomically, so at any instant the name holds one of them.
