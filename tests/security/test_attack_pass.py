@@ -292,3 +292,19 @@ def test_an_env_no_command_can_take_is_refused_at_create(router: RouterProcess) 
     if reply.status == 201:
         router.http("DELETE", f"/v1/sandboxes/{reply.json()['id']}")
     assert reply.status == 422, f"create answered {reply.status}"
+
+
+@pytest.mark.xfail(strict=True, reason="finding A9: a create request_id reused with a different body silently returns "
+                   "the first sandbox (another task's, with other limits) instead of a 409 naming the clash")
+def test_a_request_id_reused_for_another_create_is_refused(router: RouterProcess) -> None:
+    first = router.http("POST", "/v1/sandboxes", json_body={
+        "request_id": "attack-pass-reused", "memory_mb": 256, "metadata": {"task_id": "A"}, "wait": False})
+    assert first.status == 201, first.body[:300]
+    try:
+        second = router.http("POST", "/v1/sandboxes", json_body={
+            "request_id": "attack-pass-reused", "memory_mb": 2048, "metadata": {"task_id": "B"}, "wait": False})
+        if second.status == 201 and second.json()["id"] != first.json()["id"]:
+            router.http("DELETE", f"/v1/sandboxes/{second.json()['id']}")
+        assert second.status == 409, f"task B got task A's sandbox: {second.body[:300]!r}"
+    finally:
+        router.http("DELETE", f"/v1/sandboxes/{first.json()['id']}")
