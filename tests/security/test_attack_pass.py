@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from grove.client import Grove, Sandbox
 from grove.errors import NotFound
-from router.client import Grove, Sandbox
-from tests.router_fixtures import CGROUP_ROOT, RouterProcess, instance_of
+from tests.support.router_fixtures import CGROUP_ROOT, RouterProcess, instance_of
 
 HOLD = (
     "import ctypes, os, sys, time\n"
