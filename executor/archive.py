@@ -12,6 +12,7 @@ from typing import IO
 from executor.files import NO_SPACE
 from executor.paths import PathResolver
 from executor.safeopen import MEMBER, open_dirs, openat2
+from executor.treewalk import check_depth, walk
 from grove.errors import BadRequest, NotFound, TooLarge
 
 _CHUNK = 256 * 1024
@@ -21,8 +22,9 @@ _BLOCK = tarfile.BLOCKSIZE
 def stream_tar(paths: PathResolver, api: str) -> Iterator[bytes]:
     """Yield a tar (PAX) of the directory at ``api`` chunk by chunk, never holding a whole file in memory.
 
-    The walk is on descriptors (``os.fwalk``) and every entry is opened without following links, so a
-    directory swapped for a link while it runs is archived as the link, never as what it points to.
+    The walk is on descriptors (:func:`executor.treewalk.walk`, no recursion) and every entry is opened
+    without following links, so a directory swapped for a link while it runs is archived as the link, never
+    as what it points to. A tree deeper than :data:`executor.treewalk.MAX_DEPTH` is refused up front (413).
     """
     try:
         found = paths.open(api, os.O_PATH)
@@ -32,12 +34,16 @@ def stream_tar(paths: PathResolver, api: str) -> Iterator[bytes]:
         os.close(found)
         raise NotFound(f"no such directory: {api}")
 
+    try:
+        check_depth(found, api)  # before the first byte: a refusal is a 413, not a stream cut short
+    except BaseException:
+        os.close(found)
+        raise
+
     def members() -> Iterator[bytes]:
         try:
-            for dirpath, dirnames, filenames, dirfd in os.fwalk(".", dir_fd=found):
-                dirnames.sort()
-                rel_dir = os.path.normpath(dirpath)
-                for name in sorted(dirnames) + sorted(filenames):
+            for rel_dir, dirfd, dirnames, others, _ in walk(found):
+                for name in dirnames + others:
                     arcname = name if rel_dir == "." else f"{rel_dir}/{name}"
                     yield from _member(dirfd, name, arcname)
             yield b"\0" * (2 * _BLOCK)

@@ -6,12 +6,12 @@ import contextlib
 import errno
 import os
 import secrets
-import shutil
 import stat
 from collections.abc import Iterator
 from typing import IO, Any
 
 from executor.paths import PathResolver
+from executor.treewalk import remove_tree
 from grove.errors import BadRequest, Conflict, Invalid, NotFound, TooLarge
 
 _CHUNK = 256 * 1024
@@ -148,7 +148,7 @@ def delete(paths: PathResolver, api: str, *, recursive: bool) -> None:
         if stat.S_ISDIR(st.st_mode):
             if not recursive:
                 raise Conflict(f"{api} is a directory: pass recursive=1 to delete it and everything in it")
-            shutil.rmtree(name, dir_fd=dirfd)  # descriptor-based: it never follows a link it meets
+            remove_tree(dirfd, name)  # on descriptors, any depth: it never follows a link it meets
         else:
             os.unlink(name, dir_fd=dirfd)
     finally:

@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from grove.errors import NotFound
 from router.datapath import call_executor, read_capped, service_of
 
 MAX_BODY = 256 * 1024 * 1024
@@ -25,6 +26,13 @@ MAX_BODY = 256 * 1024 * 1024
 _RECORD_LIMIT = 4 * 1024 * 1024
 _UPLOAD_TAIL = 16 * 1024
 _FORM_FIELD = r'name="{}"\r\n(?:[^\r\n]+\r\n)*\r\n(.*?)\r\n--'
+#: The protocol's calls (what the executor serves under /swerex/). Only these are forwarded: anything else
+#: in the tail — `..`, encoded or not — would reach the executor's other routes without being recorded.
+CALLS = {
+    "GET": frozenset({"", "is_alive"}),
+    "POST": frozenset({"create_session", "run_in_session", "close_session", "execute", "read_file", "write_file",
+                       "upload", "close"}),
+}
 
 
 class _Collect:
@@ -60,6 +68,9 @@ class _Upload:
 async def swerex_handler(request: web.Request) -> web.StreamResponse:
     """Any SWE-ReX call: forwarded to the executor's ``/swerex/<call>``, then recorded."""
     call = request.match_info["tail"]
+    if call not in CALLS.get(request.method, frozenset()):
+        raise NotFound(f"no SWE-ReX call {call!r} for {request.method}; the calls are: "
+                       f"{', '.join(sorted(CALLS['POST'] | {'is_alive'}))}")
     upstream = "/swerex/" + call
     if request.method != "POST":
         _, response, _ = await call_executor(request, upstream)

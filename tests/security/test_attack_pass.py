@@ -201,8 +201,6 @@ def test_an_artifact_cannot_outgrow_the_sandbox_disk(grove: Grove) -> None:
         f"the router stored {stored['size'] >> 20} MiB from a sandbox with a 64 MiB disk: {stored}")
 
 
-@pytest.mark.xfail(strict=True, reason="finding A6: /swerex/{tail} forwards ../ (encoded) to any executor route: "
-                   "exec, file read/write and artifacts/push run unrecorded in the trajectory")
 def test_swerex_route_reaches_only_swerex_calls(router: RouterProcess, sandbox: Sandbox) -> None:
     sandbox.exec(["rm", "-f", "/tmp/swerex-escape"])
     body = {"command": "echo escaped > /tmp/swerex-escape"}
@@ -223,9 +221,6 @@ DEEP = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason="finding A7: a directory nested 1100 deep makes archive GET abort mid-stream "
-                   "and DELETE recursive=1 answer 500 (RecursionError): the sandbox turns its own files into "
-                   "infra_error")
 def test_a_deep_directory_is_no_infra_error(router: RouterProcess, grove: Grove) -> None:
     sb = grove.create(heartbeat=False)
     assert sb.exec(["python3", "-c", DEEP]).exit_code == 0
@@ -236,7 +231,7 @@ def test_a_deep_directory_is_no_infra_error(router: RouterProcess, grove: Grove)
     except IncompleteRead:
         archive = -1  # the answer was cut: the router records an infra error
     deleted = router.http("DELETE", f"{base}/files?path=/workspace/deep&recursive=1").status
-    outcome = json.loads(router.http("GET", f"{base}/trajectory").body)["outcome"]
+    outcome = json.loads(router.http("GET", f"{base}/trajectory").body)["outcome"] or {}  # None: nothing to report
     assert archive == 200 or 400 <= archive < 500, f"archive GET: {archive}"
     assert deleted < 500, f"recursive DELETE: {deleted}"
     assert not outcome.get("infra_errors") and outcome.get("result") != "infra_error", outcome
