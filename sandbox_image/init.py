@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 BUNDLE_MOUNT = "/.grove"
 # What every command sees unless the sandbox's env says otherwise (as a container runtime sets them).
 BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
+PTYS_MAX = 128
+"""Terminals one sandbox may hold at once (tmux, shells, expect: an agent uses a handful)."""
 _DEVICES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "urandom": (1, 9), "tty": (5, 0)}
 
 
@@ -200,7 +202,9 @@ def _make_dev(dev: str) -> None:
         os.mknod(f"{dev}/{name}", stat.S_IFCHR | 0o666, os.makedev(major, minor))
         os.chmod(f"{dev}/{name}", 0o666)
     os.makedirs(f"{dev}/pts")
-    pts_opts = "newinstance,ptmxmode=0666,mode=620"
+    # max: the kernel's pty count (kernel.pty.max, 4096, 1024 kept for the host) is one for every devpts
+    # instance: without a cap of its own, one sandbox could take every pty the other sandboxes have.
+    pts_opts = f"newinstance,ptmxmode=0666,mode=620,max={PTYS_MAX}"
     linux.mount("devpts", f"{dev}/pts", "devpts", linux.MS_NOSUID | linux.MS_NOEXEC, pts_opts)
     os.symlink("pts/ptmx", f"{dev}/ptmx")
     os.makedirs(f"{dev}/shm")
