@@ -13,10 +13,10 @@ import signal
 import time
 from pathlib import Path
 
-from router.client import Sandbox
+from grove.client import Sandbox
 from router.local.cgroups import CgroupSet, tcp_memory_bytes
 from sandbox_image.init import PTYS_MAX
-from tests.router_fixtures import RouterProcess, instance_of, router_state, wait_for
+from tests.support.router_fixtures import RouterProcess, instance_of, router_state, wait_for
 
 _ALLOWED_FAMILIES = {1, 2, 10}  # AF_UNIX, AF_INET, AF_INET6
 _AF_NETLINK = 16
