@@ -10,7 +10,9 @@ Ranges are allocated host-wide, not per router: every router on the host claims 
 registry directory (:data:`REGISTRY`), one file per range naming the ``userns`` file of the sandbox
 that holds it, created with ``O_EXCL`` under an ``flock``. Two routers with two state dirs therefore
 never hand out the same range. A claim whose ``userns`` file is gone or names another range (its state
-dir was removed without deleting the sandboxes) is stale and is taken back when ranges run out.
+dir was removed without deleting the sandboxes) is stale: taken back when a router starts and when
+ranges run out. Both the claim and the ``userns`` file are written under the lock, so a claim being
+made is never mistaken for a stale one.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class UidRanges:
         self._registry = registry
         registry.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._used: dict[int, str] = {}
+        with self._locked():  # claims left by routers whose state dir was removed (a crash, a wiped /tmp)
+            self._collect_stale()
         for entry in sandboxes.glob(f"*/{_FILE}") if sandboxes.is_dir() else ():
             slot = _read_slot(entry)
             if slot is not None:

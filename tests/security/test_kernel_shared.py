@@ -15,6 +15,7 @@ from pathlib import Path
 
 from grove.client import Sandbox
 from router.local.cgroups import CgroupSet, tcp_memory_bytes
+from router.local.uids import REGISTRY, SLOTS
 from sandbox_image.init import PTYS_MAX
 from tests.support.router_fixtures import RouterProcess, instance_of, router_state, wait_for
 
@@ -291,7 +292,11 @@ def _host_base(sb: Sandbox) -> int:
 
 def test_two_routers_on_one_host_never_share_an_id_range(router: RouterProcess, pair: tuple[Sandbox, Sandbox]) -> None:
     ours = {_host_base(sb) for sb in pair}
+    # A claim left by a router whose state dir is gone (a crash, a wiped /tmp) is taken back at start.
+    stale = REGISTRY / str(SLOTS - 1)
+    stale.write_text("/nonexistent/gt-gone/sandboxes/x/userns")
     with router_state() as other, other.client() as grove:
+        assert not stale.exists()
         theirs = [grove.create(heartbeat=False) for _ in range(2)]
         try:
             bases = {_host_base(sb) for sb in theirs}
