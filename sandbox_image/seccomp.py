@@ -13,6 +13,9 @@ stacked. The program is classic BPF built here in pure Python (no libseccomp):
   process could otherwise use, and a user namespace hands it every capability again inside it);
   ``clone3`` fails with ENOSYS (its flags sit behind a pointer BPF cannot read), so libc falls back
   to ``clone``;
+* ``io_setup`` fails with ENOSYS, as on a kernel without native AIO: its contexts come from one
+  host-wide pool (``fs.aio-max-nr``) that 16 calls of one sandbox emptied for every other sandbox and
+  the host; libaio's users (InnoDB, fio) fall back to threads on ENOSYS, as they do for ``io_uring``;
 * ``personality`` accepts only what programs really ask for (Linux default, ``PER_LINUX32``,
   ``UNAME26``, ``ADDR_NO_RANDOMIZE`` for gdb, and queries), never ``READ_IMPLIES_EXEC`` and friends;
 * ``socket`` and ``socketpair`` take an allow-list of families (:data:`SOCKET_FAMILIES`): every other
@@ -51,6 +54,7 @@ SYSCALLS: dict[str, int] = {
     "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
     "fspick": 433, "clone3": 435, "mount_setattr": 442, "quotactl_fd": 443,
     "mount": 165, "umount2": 166, "pivot_root": 155, "clone": 56, "socket": 41, "socketpair": 53,
+    "io_setup": 206,
 }
 
 DENIED: tuple[str, ...] = (
@@ -137,6 +141,7 @@ def program() -> list[tuple[int, int, int, int]]:
         (_JEQ_K, "clone", 0, SYSCALLS["clone"]),
         (_JEQ_K, "personality", 0, SYSCALLS["personality"]),
         (_JEQ_K, "enosys", 0, SYSCALLS["clone3"]),
+        (_JEQ_K, "enosys", 0, SYSCALLS["io_setup"]),
         (_JEQ_K, "socket", 0, SYSCALLS["socket"]),
         (_JEQ_K, "socket", 0, SYSCALLS["socketpair"]),
         (_RET_K, 0, 0, _RET_ALLOW),
