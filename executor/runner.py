@@ -235,11 +235,38 @@ def _credentials(run_as: RunAs) -> dict[str, Any]:
 
 
 def _set_oom_score(pid: int, score: int) -> None:
-    try:
-        with open(f"/proc/{pid}/oom_score_adj", "w", encoding="ascii") as fh:
-            fh.write(str(score))
-    except OSError:
-        pass  # the command may already have exited
+    """Give the command and whatever it already started the score; children started later inherit it.
+
+    The executor keeps 0 (root here cannot lower its own score) and the command is written right after
+    its exec, so a child it forked before that would keep the executor's 0: its descendants are found
+    (the sandbox's /proc holds only its own few processes) and written too, until a pass finds none new.
+    """
+    done: set[int] = set()
+    todo = {pid}
+    while todo:
+        for target in todo:
+            try:
+                with open(f"/proc/{target}/oom_score_adj", "w", encoding="ascii") as fh:
+                    fh.write(str(score))
+            except OSError:
+                pass  # it has exited already
+        done |= todo
+        todo = _descendants(pid) - done
+
+
+def _descendants(pid: int) -> set[int]:
+    parents: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    parents[int(entry.name)] = int(fh.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found = {pid}
+    while grown := {child for child, parent in parents.items() if parent in found} - found:
+        found |= grown
+    return found - {pid}
 
 
 def _note(cap: Captured, note: bytes) -> Captured:

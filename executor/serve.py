@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +21,7 @@ from executor.snapshot import IdleSnapshots, Snapshots
 
 log = logging.getLogger("grove.executor")
 _IDLE_TICK_S = 15.0
+_WORKER_SIGNALS = (signal.SIGQUIT, signal.SIGTERM, signal.SIGINT, signal.SIGABRT, signal.SIGUSR1, signal.SIGWINCH)
 
 
 class ExecutorServer(BaseApplication):  # type: ignore[misc]
@@ -108,6 +110,18 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
             dispatch(max(timeout, _IDLE_TICK_S))
 
         worker.wait_for_and_dispatch_events = dispatch_less_often
+        init_signals = worker.init_signals
+
+        def no_signal_handlers() -> None:
+            # This process is its PID namespace's init: the kernel drops any signal sent to it from
+            # inside the namespace unless it has a handler. gunicorn's handlers (QUIT, TERM, INT, ABRT,
+            # USR1, WINCH) would let a command end its own executor with `kill -QUIT 1`; without them
+            # only the host (the router, which stops a sandbox with SIGKILL) can.
+            init_signals()
+            for sig in _WORKER_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+
+        worker.init_signals = no_signal_handlers
         worker.init_process()
 
     def load(self) -> Any:

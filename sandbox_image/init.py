@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 BUNDLE_MOUNT = "/.grove"
 # What every command sees unless the sandbox's env says otherwise (as a container runtime sets them).
 BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
+PTYS_MAX = 128
+"""Terminals one sandbox may hold at once (tmux, shells, expect: an agent uses a handful)."""
 _DEVICES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "urandom": (1, 9), "tty": (5, 0)}
 
 
@@ -74,6 +76,9 @@ def launch(config: dict[str, Any]) -> int:
     pid = os.fork()
     if pid == 0:
         os.close(ready_r)
+        # PID 1's argv names the bundle's host path (inside the state dir): readable by every process
+        # of the sandbox in /proc/1/cmdline.
+        linux.set_cmdline("grove-executor")
         try:
             _setup(config, userns_fd)
         except BaseException as exc:
@@ -122,14 +127,18 @@ def _setup(config: dict[str, Any], userns_fd: int | None) -> None:
         # The image read through an idmapped mount: its root-owned files are the sandbox's root's.
         lower = config["lower"]
         linux.idmapped_bind(config["rootfs"], lower, userns_fd, readonly=True)
-    opts = f"lowerdir={lower},upperdir={config['upper']},workdir={config['work']}"
-    linux.mount("overlay", root, "overlay", 0, opts)
+    # Paths relative to the sandbox's directory: overlayfs shows its options as given in every
+    # mountinfo, and absolute ones would tell the sandbox where the router's state dir is.
+    here = os.path.dirname(root)
+    os.chdir(here)
+    layers = (os.path.relpath(path, here) for path in (lower, config["upper"], config["work"]))
+    linux.mount("overlay", root, "overlay", 0, "lowerdir={},upperdir={},workdir={}".format(*layers))
     if config.get("bind_host_usr"):
+        # The host's own /usr, *not* idmapped: its files stay owned by ids the sandbox's namespace does
+        # not map (they read as nobody), so root inside gets only what any user of the host gets, never
+        # what host root alone may read (a 0700 directory, a 0600 file) or a setuid-root program.
         os.makedirs(f"{root}/usr", exist_ok=True)
-        if userns_fd is not None:
-            linux.idmapped_bind("/usr", f"{root}/usr", userns_fd, readonly=True)
-        else:
-            linux.bind("/usr", f"{root}/usr", readonly=True)
+        linux.bind("/usr", f"{root}/usr", readonly=True)
     os.makedirs(f"{root}{BUNDLE_MOUNT}", exist_ok=True)
     linux.bind(config["bundle"], f"{root}{BUNDLE_MOUNT}", readonly=True)
     os.makedirs(f"{root}/proc", exist_ok=True)
@@ -169,7 +178,8 @@ def _setup(config: dict[str, Any], userns_fd: int | None) -> None:
 # Kernel knobs a sandbox must not turn (core_pattern and sysrq-trigger reach the host) and files that
 # leak host state: the same lists container runtimes use.
 _PROC_READ_ONLY = ("bus", "fs", "irq", "sys", "sysrq-trigger")
-_PROC_MASKED = ("kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug")
+# cmdline: the host's boot arguments.
+_PROC_MASKED = ("kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "cmdline")
 _PROC_EMPTIED = ("acpi", "scsi")
 
 
@@ -192,7 +202,9 @@ def _make_dev(dev: str) -> None:
         os.mknod(f"{dev}/{name}", stat.S_IFCHR | 0o666, os.makedev(major, minor))
         os.chmod(f"{dev}/{name}", 0o666)
     os.makedirs(f"{dev}/pts")
-    pts_opts = "newinstance,ptmxmode=0666,mode=620"
+    # max: the kernel's pty count (kernel.pty.max, 4096, 1024 kept for the host) is one for every devpts
+    # instance: without a cap of its own, one sandbox could take every pty the other sandboxes have.
+    pts_opts = f"newinstance,ptmxmode=0666,mode=620,max={PTYS_MAX}"
     linux.mount("devpts", f"{dev}/pts", "devpts", linux.MS_NOSUID | linux.MS_NOEXEC, pts_opts)
     os.symlink("pts/ptmx", f"{dev}/ptmx")
     os.makedirs(f"{dev}/shm")

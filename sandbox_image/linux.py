@@ -157,3 +157,21 @@ def drop_capabilities_for_children() -> None:
 def set_undumpable() -> None:
     """No core dumps and no ptrace or /proc/<pid>/mem access to this process from its sandbox."""
     _check(_libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
+
+
+def set_cmdline(title: str) -> None:
+    """Make ``/proc/<pid>/cmdline`` of this process read ``title``: overwrite the argv area in place.
+
+    The kernel reads cmdline from the process's own memory (``arg_start``..``arg_end`` in
+    ``/proc/self/stat``), so writing there is enough; a title longer than the area is cut. Python
+    keeps its own copy of argv, so nothing in the interpreter changes.
+    """
+    with open("/proc/self/stat", "rb") as fh:
+        # Fields after the command name (which may hold spaces and parentheses): state is field 3.
+        fields = fh.read().rsplit(b")", 1)[1].split()
+    arg_start, arg_end = int(fields[48 - 3]), int(fields[49 - 3])  # proc(5): fields 48 and 49
+    size = arg_end - arg_start
+    if size <= 0:
+        return
+    data = title.encode()[: size - 1]
+    ctypes.memmove(arg_start, data + b"\0" * (size - len(data)), size)

@@ -13,8 +13,17 @@ stacked. The program is classic BPF built here in pure Python (no libseccomp):
   process could otherwise use, and a user namespace hands it every capability again inside it);
   ``clone3`` fails with ENOSYS (its flags sit behind a pointer BPF cannot read), so libc falls back
   to ``clone``;
+* ``io_setup`` fails with ENOSYS, as on a kernel without native AIO: its contexts come from one
+  host-wide pool (``fs.aio-max-nr``) that 16 calls of one sandbox emptied for every other sandbox and
+  the host; libaio's users (InnoDB, fio) fall back to threads on ENOSYS, as they do for ``io_uring``;
 * ``personality`` accepts only what programs really ask for (Linux default, ``PER_LINUX32``,
-  ``UNAME26``, ``ADDR_NO_RANDOMIZE`` for gdb, and queries), never ``READ_IMPLIES_EXEC`` and friends.
+  ``UNAME26``, ``ADDR_NO_RANDOMIZE`` for gdb, and queries), never ``READ_IMPLIES_EXEC`` and friends;
+* ``socket`` and ``socketpair`` take an allow-list of families (:data:`SOCKET_FAMILIES`): every other
+  one fails with EAFNOSUPPORT, as on a kernel built without it. A block-list left ``AF_VSOCK`` open,
+  whose port space is the host's and whose CIDs reach the hypervisor; every family the kernel adds
+  later would be open too. Netlink is allowed only for :data:`NETLINK_PROTOCOLS`, the two that are
+  scoped to the sandbox's own network namespace; the rest (device events, audit, process events,
+  generic netlink, ...) fail with EPROTONOSUPPORT.
 
 ``ptrace`` stays allowed: gdb and strace on a task's own processes are ordinary agent work, and
 the kernel already refuses everything else (no ``CAP_SYS_PTRACE``, PID 1 undumpable, no other
@@ -44,7 +53,8 @@ SYSCALLS: dict[str, int] = {
     "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
     "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
     "fspick": 433, "clone3": 435, "mount_setattr": 442, "quotactl_fd": 443,
-    "mount": 165, "umount2": 166, "pivot_root": 155, "clone": 56,
+    "mount": 165, "umount2": 166, "pivot_root": 155, "clone": 56, "socket": 41, "socketpair": 53,
+    "io_setup": 206,
 }
 
 DENIED: tuple[str, ...] = (
@@ -57,6 +67,15 @@ DENIED: tuple[str, ...] = (
     "io_uring_register", "process_vm_writev",
 )
 """Always EPERM."""
+
+AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+SOCKET_FAMILIES = (AF_UNIX, AF_INET, AF_INET6)
+"""What sandboxes need: local IPC, IPv4 and IPv6 (the network namespace decides what they reach)."""
+NETLINK_ROUTE, NETLINK_SOCK_DIAG = 0, 4
+NETLINK_PROTOCOLS = (NETLINK_ROUTE, NETLINK_SOCK_DIAG)
+"""``NETLINK_ROUTE``: ``ip``, ``getifaddrs`` and glibc's ``getaddrinfo(AI_ADDRCONFIG)``;
+``NETLINK_SOCK_DIAG``: ``ss``. Both answer only about the sandbox's own network namespace (and
+changing it needs CAP_NET_ADMIN over a namespace root inside does not own)."""
 
 CLONE_NAMESPACE_FLAGS = 0x7E020000
 """CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET."""
@@ -74,7 +93,8 @@ _RET_K = 0x06
 _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
 _RET_KILL_PROCESS = 0x80000000
-_OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16  # struct seccomp_data; arg0's low 32 bits (little endian)
+# struct seccomp_data: the low 32 bits (little endian) of arg0 and arg2; the kernel reads these args as int.
+_OFF_NR, _OFF_ARCH, _OFF_ARG0, _OFF_ARG2 = 0, 4, 16, 32
 
 _SYS_SECCOMP = 317
 _SECCOMP_SET_MODE_FILTER = 1
@@ -121,10 +141,24 @@ def program() -> list[tuple[int, int, int, int]]:
         (_JEQ_K, "clone", 0, SYSCALLS["clone"]),
         (_JEQ_K, "personality", 0, SYSCALLS["personality"]),
         (_JEQ_K, "enosys", 0, SYSCALLS["clone3"]),
+        (_JEQ_K, "enosys", 0, SYSCALLS["io_setup"]),
+        (_JEQ_K, "socket", 0, SYSCALLS["socket"]),
+        (_JEQ_K, "socket", 0, SYSCALLS["socketpair"]),
         (_RET_K, 0, 0, _RET_ALLOW),
         "clone",
         (_LD_W_ABS, 0, 0, _OFF_ARG0),
         (_JSET_K, "deny", "allow", CLONE_NAMESPACE_FLAGS),
+        "socket",
+        (_LD_W_ABS, 0, 0, _OFF_ARG0),
+    ]
+    code += [(_JEQ_K, "allow", 0, family) for family in SOCKET_FAMILIES]
+    code += [
+        (_JEQ_K, 0, "eafnosupport", AF_NETLINK),
+        (_LD_W_ABS, 0, 0, _OFF_ARG2),
+    ]
+    code += [(_JEQ_K, "allow", 0, protocol) for protocol in NETLINK_PROTOCOLS]
+    code += [
+        (_RET_K, 0, 0, _RET_ERRNO | errno.EPROTONOSUPPORT),
         "personality",
         (_LD_W_ABS, 0, 0, _OFF_ARG0),
     ]
@@ -136,6 +170,8 @@ def program() -> list[tuple[int, int, int, int]]:
         (_RET_K, 0, 0, _RET_ALLOW),
         "enosys",
         (_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS),
+        "eafnosupport",
+        (_RET_K, 0, 0, _RET_ERRNO | errno.EAFNOSUPPORT),
         "kill",
         (_RET_K, 0, 0, _RET_KILL_PROCESS),
     ]

@@ -6,6 +6,12 @@ process, because its descriptor is needed twice: for the idmapped mounts of the 
 reads as the sandbox's root) and, once every privileged step of the set-up is done, for PID 1 to
 enter it. The mount, network, UTS, IPC and PID namespaces stay owned by the host's user namespace, so
 root inside has no power over them: it cannot mount, change its network or its hostname.
+
+The namespace is *owned* by the sandbox's own root (host id ``base``), not by host root: the kernel
+charges per-user counters of processes inside a user namespace to its owner as well (inotify
+instances and watches, fanotify groups and marks, ... — ``/proc/sys/user/*``). Owned by host root,
+every sandbox's inotify instances counted against host root's 128, so one sandbox holding them left
+the others and the host at EMFILE; owned by ``base``, each sandbox has its own 128.
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ def create(base: int) -> int:
         os.close(ready_r)
         os.close(go_w)
         try:
+            # The namespace's owner is the creator's effective uid: become the sandbox's root first.
+            os.setgroups([])
+            os.setresgid(base, base, base)
+            os.setresuid(base, base, base)
             linux.unshare(linux.CLONE_NEWUSER)
             os.write(ready_w, b"k")
         except BaseException:

@@ -20,6 +20,12 @@ CONTROLLERS = ("memory", "pids", "cpu")
 CFS_PERIOD_US = 100_000
 # Tasks the executor itself needs beyond the user's pids_max (gunicorn arbiter, worker, its threads).
 EXECUTOR_TASKS = 48
+# TCP buffers are kernel memory cgroup v1 does not charge to memory.limit_in_bytes: unread loopback pairs
+# queued 630 MiB in a 128 MiB sandbox. memory.kmem.tcp.limit_in_bytes charges them to a counter of the
+# sandbox's own; past it, sends block and receive windows shrink, as under the host-wide tcp_mem
+# pressure. A quarter of the memory limit (at least 16 MiB: a few bulk transfers at full window).
+TCP_MEMORY_SHARE = 4
+TCP_MEMORY_FLOOR = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,8 @@ class CgroupSet:
         self._write("memory", "memory.limit_in_bytes", str(mem))
         with contextlib.suppress(OSError):  # absent when swap accounting is off
             self._write("memory", "memory.memsw.limit_in_bytes", str(mem))
+        # Only sockets made after this is set are charged: it is set before any process joins.
+        self._write("memory", "memory.kmem.tcp.limit_in_bytes", str(tcp_memory_bytes(limits.memory_mb)))
         self._write("pids", "pids.max", str(limits.pids_max + EXECUTOR_TASKS))
         self._write("cpu", "cpu.cfs_period_us", str(CFS_PERIOD_US))
         self._write("cpu", "cpu.cfs_quota_us", str(max(1000, int(limits.cpu * CFS_PERIOD_US))))
@@ -101,6 +109,11 @@ class CgroupSet:
             if time.monotonic() > deadline:
                 raise Unavailable(f"cgroups of sandbox {self.sandbox_id} still busy after {timeout_s}s: {sorted(pids)}")
             time.sleep(0.01)
+
+
+def tcp_memory_bytes(memory_mb: int) -> int:
+    """The TCP buffer memory a sandbox of ``memory_mb`` may queue."""
+    return max(TCP_MEMORY_FLOOR, (memory_mb << 20) // TCP_MEMORY_SHARE)
 
 
 def instance_ids(instance: str, root: Path = CGROUP_ROOT) -> set[str]:

@@ -13,7 +13,9 @@ Ptys and queued signals, also found here, are covered by ``test_kernel_shared.py
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -98,10 +100,8 @@ MQ = (
 )
 
 
-# Fixed by the sec-kernel branch's namespace owner (74356e6): remove this marker when it is merged.
-@pytest.mark.xfail(strict=True, reason="finding A2: POSIX mqueue bytes (RLIMIT_MSGQUEUE) are charged to the user "
-                   "namespace's owner, host root, for every sandbox: one sandbox's queues, which outlive its "
-                   "processes, leave every other sandbox and host root at EMFILE")
+# Finding A2: POSIX mqueue bytes (RLIMIT_MSGQUEUE) were charged to the user namespace's owner, host root, for
+# every sandbox; each sandbox's namespace is now owned by its own root (sandbox_image/userns.py).
 def test_one_sandbox_cannot_take_the_mqueue_budget(pair: tuple[Sandbox, Sandbox]) -> None:
     a, b = pair
     try:
@@ -130,12 +130,18 @@ AIO_PROBE = "import ctypes, os\n" + AIO_SETUP + (
     "print('ok' if setup(1) else 'failed ' + os.strerror(ctypes.get_errno()))\n")
 
 
-@pytest.mark.xfail(strict=True, reason="finding A3: io_setup draws on the host-wide fs.aio-max-nr (65536): "
-                   "16 calls in one sandbox leave every other sandbox and the host at EAGAIN")
-def test_one_sandbox_cannot_take_every_aio_context(pair: tuple[Sandbox, Sandbox]) -> None:
+def test_no_sandbox_draws_on_the_host_wide_aio_contexts(pair: tuple[Sandbox, Sandbox]) -> None:
+    """Finding A3: io_setup drew on the host-wide fs.aio-max-nr (65536): 16 calls in one sandbox left every
+    other sandbox and the host at EAGAIN. The seccomp filter now answers ENOSYS (programs fall back)."""
     a, b = pair
     with held(a, AIO_FILL + "hold(n)\n") as taken:
-        assert _run(b, AIO_PROBE) == "ok", f"after a sandbox took {taken} aio contexts of 4096, its neighbour has none"
+        assert taken == "0"
+        assert _run(b, AIO_PROBE) == "failed Function not implemented"
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        ctx = ctypes.c_ulong(0)
+        assert libc.syscall(206, ctypes.c_long(1), ctypes.byref(ctx)) == 0, os.strerror(ctypes.get_errno())
+        libc.syscall(207, ctx)  # io_destroy
 
 
 FILES_FILL = (
