@@ -24,9 +24,10 @@ T = TypeVar("T")
 
 def spec(doc: str, *, default: Any = dataclasses.MISSING, minimum: float | None = None,
          maximum: float | None = None, enum: tuple[str, ...] | None = None, max_len: int | None = None,
-         factory: Any = dataclasses.MISSING) -> Any:
-    """A documented, bounded model field."""
-    meta = {"doc": doc, "minimum": minimum, "maximum": maximum, "enum": enum, "max_len": max_len}
+         max_items: int | None = None, factory: Any = dataclasses.MISSING) -> Any:
+    """A documented, bounded model field (``max_len`` of a string, or of each key plus value of a map)."""
+    meta = {"doc": doc, "minimum": minimum, "maximum": maximum, "enum": enum, "max_len": max_len,
+            "max_items": max_items}
     if factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -80,6 +81,12 @@ def _check(tp: Any, value: Any, name: str, meta: Any) -> Any:
     if origin is dict:
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
             raise BadRequest(f"{name!r} must be an object of string to string")
+        if (most := meta.get("max_items")) is not None and len(value) > most:
+            raise Invalid(f"{name!r} has {len(value)} entries; at most {most} are allowed")
+        if (longest := meta.get("max_len")) is not None:
+            for key, item in value.items():
+                if len(key) + len(item) > longest:
+                    raise Invalid(f"{name!r}: entry {key[:64]!r} is longer than {longest} characters (key and value)")
         return dict(value)
     if origin is list and args and dataclasses.is_dataclass(args[0]):
         if not isinstance(value, list):
@@ -145,7 +152,10 @@ def json_schema(tp: Any, meta: Any = None) -> dict[str, Any]:
             out["required"] = required
         return out
     if origin is dict:
-        return {"type": "object", "additionalProperties": {"type": "string"}}
+        out = {"type": "object", "additionalProperties": {"type": "string"}}
+        if meta.get("max_items") is not None:
+            out["maxProperties"] = meta["max_items"]
+        return out
     if origin is list and args and dataclasses.is_dataclass(args[0]):
         return {"type": "array", "items": json_schema(args[0])}
     if origin in (list, tuple):

@@ -30,7 +30,8 @@ class Metadata:
     model: str | None = spec("the policy model driving the agent", default=None, max_len=256)
     harness: str | None = spec("the agent harness (e.g. mini-swe-agent)", default=None, max_len=256)
     harness_version: str | None = spec("the harness version", default=None, max_len=128)
-    labels: dict[str, str] = spec("free labels, filterable with `?label=k=v`", factory=dict)
+    labels: dict[str, str] = spec("free labels, filterable with `?label=k=v`", factory=dict, max_items=64,
+                                  max_len=1024)
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,9 @@ class CreateRequest:
     disk_mb: int = spec("disk quota in MiB: how much the sandbox may write (its changes to the image); "
                         "past it, writes fail with ENOSPC inside the sandbox", default=10240, minimum=64,
                         maximum=1048576)
-    env: dict[str, str] = spec("environment of every command", factory=dict)
+    # The kernel takes at most 128 KiB per `KEY=VALUE` string: a longer one would fail every exec (E2BIG).
+    env: dict[str, str] = spec("environment of every command (each `KEY=VALUE` under 128 KiB, at most 1,024 "
+                               "variables)", factory=dict, max_items=1024, max_len=128 * 1024 - 2)
     workdir: str = spec("default working directory (absolute)", default="/workspace", max_len=1024)
     network: NetworkModel = spec("egress policy", factory=NetworkModel)
     ttl_s: float = spec("lifetime: deleted this long after creation", default=6 * 3600.0, minimum=1, maximum=7 * DAY)

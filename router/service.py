@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import secrets
 import time
@@ -124,6 +125,9 @@ class SandboxService:
         """Create a sandbox (idempotent by ``request_id``); wait for it unless ``wait`` is false."""
         if req.request_id and (existing := self.registry.by_request_id.get(req.request_id)):
             record = self.registry.get(existing)
+            if dataclasses.replace(record.request, wait=req.wait) != req:
+                raise Conflict(f"request_id {req.request_id!r} was already used to create {record.id} with another "
+                               "body; a retry must send the same body, a new sandbox needs a new request_id")
         else:
             if len(self.registry.live()) >= self.settings.max_sandboxes:
                 raise Unavailable(f"this router already runs {self.settings.max_sandboxes} sandboxes", retry_after=5)

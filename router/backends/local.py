@@ -27,6 +27,7 @@ from router.local import disk, procs
 from router.local.cgroups import CgroupSet, Limits, instance_ids, remove_instance
 from router.local.egress_rules import parse_allow
 from router.local.hogs import HogWatch
+from router.local.hostlimits import raise_file_max
 from router.local.images import Image, ImageStore
 from router.local.network import EgressNetwork
 from router.local.uids import UidRanges, shift_owners
@@ -78,6 +79,7 @@ class LocalBackend:
                 raise Invalid(f"the state dir {path} may not contain ',' or ':' (overlayfs cannot take such paths)")
         self._sandboxes.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(disk.check_host)
+        await asyncio.to_thread(raise_file_max)
         self._uids = await asyncio.to_thread(UidRanges, self._sandboxes)
         self._bundle = await asyncio.to_thread(build_bundle, self._runtime)
         await asyncio.to_thread(self.images.ensure_default)

@@ -109,8 +109,12 @@ def test_idempotent_create_by_request_id(router: RouterProcess, grove: Grove) ->
     second = router.http("POST", "/v1/sandboxes", json_body=body)
     assert first.status == second.status == 201
     assert first.json()["id"] == second.json()["id"]
-    via_sdk = grove.create(request_id="req-lifecycle-1")
+    via_sdk = grove.create(request_id="req-lifecycle-1", metadata={"task_id": "idem"})  # the same body, spelled out
     assert via_sdk.id == first.json()["id"]
+    assert len(grove.list()) == 1
+    # The same id for another body is a client bug (another task would get this one's sandbox): a 409.
+    other = router.http("POST", "/v1/sandboxes", json_body={**body, "metadata": {"task_id": "other"}})
+    assert other.status == 409 and "another body" in other.json()["error"]["message"]
     assert len(grove.list()) == 1
     # Once deleted, the request id is free again: a new create makes a new sandbox.
     via_sdk.close()

@@ -168,8 +168,6 @@ def _file_nr() -> tuple[int, int]:
     return int(allocated), int(most)
 
 
-@pytest.mark.xfail(strict=True, reason="finding A4: one default sandbox (1 GiB) can hold more open files than "
-                   "fs.file-max: every other sandbox and every host process without CAP_SYS_ADMIN then gets ENFILE")
 def test_one_sandbox_cannot_fill_the_host_file_table(router: RouterProcess, grove: Grove) -> None:
     # Measured, not done: filling the table would break every other sandbox on the host for a while.
     sb = grove.create(heartbeat=False)
@@ -246,8 +244,6 @@ def test_a_deep_directory_is_no_infra_error(router: RouterProcess, grove: Grove)
 # -- input accepted at the door that breaks the sandbox later --------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="finding A8: an env value over the kernel's 128 KiB per-string limit is "
-                   "accepted at create; every exec of that sandbox then fails (E2BIG)")
 def test_an_env_no_command_can_take_is_refused_at_create(router: RouterProcess) -> None:
     reply = router.http("POST", "/v1/sandboxes", json_body={"env": {"BIG": "x" * 200_000}, "wait": False})
     if reply.status == 201:
@@ -255,8 +251,6 @@ def test_an_env_no_command_can_take_is_refused_at_create(router: RouterProcess) 
     assert reply.status == 422, f"create answered {reply.status}"
 
 
-@pytest.mark.xfail(strict=True, reason="finding A9: a create request_id reused with a different body silently returns "
-                   "the first sandbox (another task's, with other limits) instead of a 409 naming the clash")
 def test_a_request_id_reused_for_another_create_is_refused(router: RouterProcess) -> None:
     first = router.http("POST", "/v1/sandboxes", json_body={
         "request_id": "attack-pass-reused", "memory_mb": 256, "metadata": {"task_id": "A"}, "wait": False})
