@@ -77,7 +77,7 @@ def create_app(settings: ExecutorSettings | None = None) -> Flask:
         req = ExecRequest.parse(wire.decode(body, request.content_type), settings)
         stream = request.args.get("stream") in ("1", "true")
         if req.request_id is not None:
-            first, entry = dedup.claim(req.request_id)
+            first, entry = dedup.claim(req.request_id, req.fingerprint())
             if not first:
                 earlier = dedup.wait(entry, req.timeout_s + 30)
                 if earlier is None:

@@ -6,12 +6,15 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from grove.errors import Conflict
+
 
 class _Entry:
-    __slots__ = ("done", "result")
+    __slots__ = ("done", "fingerprint", "result")
 
-    def __init__(self) -> None:
+    def __init__(self, fingerprint: str) -> None:
         self.done = threading.Event()
+        self.fingerprint = fingerprint
         self.result: dict[str, Any] | None = None
 
 
@@ -26,13 +29,20 @@ class Deduplicator:
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
 
-    def claim(self, request_id: str) -> tuple[bool, _Entry]:
-        """Return (True, entry) if the caller must run the command, else (False, the first call's entry)."""
+    def claim(self, request_id: str, fingerprint: str) -> tuple[bool, _Entry]:
+        """Return (True, entry) if the caller must run the command, else (False, the first call's entry).
+
+        ``fingerprint`` names what the call runs: a retry must run the same thing, and another command under
+        an id already used is refused (``Conflict``) rather than answered with the first command's result.
+        """
         with self._lock:
             entry = self._entries.get(request_id)
             if entry is not None:
+                if entry.fingerprint != fingerprint:
+                    raise Conflict(f"request_id {request_id!r} was already used for another command; a retry must "
+                                   "send the same command, a new command needs a new request_id")
                 return False, entry
-            entry = _Entry()
+            entry = _Entry(fingerprint)
             self._entries[request_id] = entry
             self._evict()
             return True, entry

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,6 +38,12 @@ class ExecRequest:
     """Idempotency key: a retry with the same id never runs the command twice."""
     user: str | None = None
     """Run as this user (``name``, ``uid``, ``name:group``, ``uid:gid``); the sandbox's root when None."""
+
+    def fingerprint(self) -> str:
+        """What the call runs (command, place, environment, input, user), for telling a retry from a reuse."""
+        digest = hashlib.sha256(repr((self.argv, self.cwd, sorted(self.env.items()), self.user)).encode())
+        digest.update(self.stdin)
+        return digest.hexdigest()
 
     @classmethod
     def parse(cls, body: Any, settings: ExecutorSettings) -> ExecRequest:

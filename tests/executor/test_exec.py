@@ -190,6 +190,15 @@ def test_retried_request_id_runs_once(executor: RunningExecutor, client: Client)
         assert fh.read() == "ran\n"
 
 
+def test_a_request_id_reused_for_another_command_is_refused(client: Client) -> None:
+    request_id = uuid.uuid4().hex
+    assert client.run(command="echo first", request_id=request_id)["exit_code"] == 0
+    reused = client.exec(command="echo second", request_id=request_id)
+    assert reused.status == 409 and "another command" in reused.json()["error"]["message"]
+    again = client.exec(command="echo first", request_id=request_id)  # the same command: the first result
+    assert again.status == 200 and again.json()["stdout"] == "first\n"
+
+
 def test_retried_request_id_streamed_gets_the_result(client: Client) -> None:
     request_id = uuid.uuid4().hex
     first = client.run(command="echo once", request_id=request_id)
