@@ -178,8 +178,10 @@ def _setup(config: dict[str, Any], userns_fd: int | None) -> None:
 # Kernel knobs a sandbox must not turn (core_pattern and sysrq-trigger reach the host) and files that
 # leak host state: the same lists container runtimes use.
 _PROC_READ_ONLY = ("bus", "fs", "irq", "sys", "sysrq-trigger")
-# cmdline: the host's boot arguments.
-_PROC_MASKED = ("kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "cmdline")
+# cmdline: the host's boot arguments. diskstats, partitions: every loop device, so one sandbox could watch
+# another's disk activity; config.gz, interrupts, iomem, ioports, swaps: the host's kernel and hardware.
+_PROC_MASKED = ("kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "cmdline",
+                "diskstats", "partitions", "config.gz", "interrupts", "iomem", "ioports", "swaps")
 _PROC_EMPTIED = ("acpi", "scsi")
 
 

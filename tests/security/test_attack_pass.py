@@ -263,3 +263,11 @@ def test_a_request_id_reused_for_another_create_is_refused(router: RouterProcess
         assert second.status == 409, f"task B got task A's sandbox: {second.body[:300]!r}"
     finally:
         router.http("DELETE", f"/v1/sandboxes/{first.json()['id']}")
+
+
+def test_host_disk_and_hardware_files_in_proc_are_empty(sandbox: Sandbox) -> None:
+    names = ["diskstats", "partitions", "interrupts", "iomem", "ioports", "swaps", "config.gz", "cmdline"]
+    script = "for f in " + " ".join(names) + "; do printf '%s ' $f; cat /proc/$f 2>/dev/null | wc -c; done"
+    sizes = dict(line.split() for line in sandbox.exec(script).stdout.decode().splitlines())
+    assert sizes == dict.fromkeys(names, "0"), sizes
+    assert sandbox.exec("df / >/dev/null && ps >/dev/null && echo ok").stdout == b"ok\n"  # tools still work
