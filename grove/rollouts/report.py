@@ -62,8 +62,10 @@ def summarize(run: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, A
             tally[r["group_id"]][1] += r["outcome"] == "pass"
         counts = [(n, c) for n, c in tally.values()]
         max_n = max((n for n, _ in counts), default=0)
+        resolved = mine[0] if mine else {}  # the model a harness chose when none was given, and its version
         variants[v] = {
-            "harness": harness, "model": model, "attempts": len(mine), "scored": len(scored),
+            "harness": harness, "model": resolved.get("model", model),
+            "harness_version": resolved.get("harness_version"), "attempts": len(mine), "scored": len(scored),
             "passed": sum(r["outcome"] == "pass" for r in scored),
             "pass_at_k": {str(k): _round(mean_pass_at_k(counts, k)) for k in ks_for(max_n)},
             "groups": sum(g["variant"] == v for g in groups),
