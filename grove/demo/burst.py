@@ -4,7 +4,8 @@ A router with the local backend starts in this process. The demo's tasks — tin
 one bug each, of known difficulty (easy to impossible) — go through :mod:`grove.rollouts` with the
 scripted agent (no model needed: it reads the code, runs the visible test, patches right or wrong with
 the task's odds, runs the test again) in Balanced Adaptive Rollout groups: two attempts at a time per
-task until the group holds both a pass and a fail, or six attempts are spent. Hidden tests grade each
+task until the group holds both a pass and a fail; a group still all-pass or all-fail after four is
+filtered as easy or impossible for this policy. Hidden tests grade each
 attempt after the agent is done. The run's groups, pass@k and report are printed; everything is cleaned up.
 """
 
@@ -45,8 +46,8 @@ async def run_demo(count: int, state_dir: Path) -> int:
     run_dir.mkdir(parents=True)
     tasks_file = run_dir.parent / f"{run_dir.name}-tasks.jsonl"
     tasks_file.write_text("".join(json.dumps(line) + "\n" for line in task_lines(count)))
-    print(f"grove demo: {count} tasks, scripted agent, BAR groups (2 at a time, at most 6 per task), "
-          f"8 at once\n  tasks: {tasks_file}\n", flush=True)
+    print(f"grove demo: {count} tasks, scripted agent, BAR groups (2 attempts at a time until a group has a pass "
+          f"and a fail; unanimous after 4: filtered), 8 at once\n  tasks: {tasks_file}\n", flush=True)
     config = RunConfig(tasks=tasks_file, out=run_dir, variants=[("scripted", None)],
                        policy=Policy(bar_max=6, bar_step=2), concurrency=8, url=url, api_key=keys[0])
     started = time.monotonic()

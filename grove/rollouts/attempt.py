@@ -94,7 +94,6 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
         t_setup = time.monotonic()
         await _setup(sandbox, task)
         out["setup_s"] = round(time.monotonic() - t_setup, 3)
-        await sandbox.post_event("message", {"role": "user", "content": task.prompt})
         t_agent = time.monotonic()
         out["agent_error"] = await _agent(sandbox, task, harness, ids, pool)
         out["agent_s"] = round(time.monotonic() - t_agent, 3)
@@ -134,7 +133,10 @@ async def _setup(sandbox: AsyncSandbox, task: Task) -> None:
             tail = (result.stderr or result.stdout)[-300:].decode("utf-8", "replace")
             raise InfraFault(f"setup command {command!r} failed (exit {result.exit_code}): {tail}",
                              reason="setup_failed")
-    await sandbox.post_event("setup", {"status": "finished"})
+    # One call: the end of setup, then the task as the agent's first message.
+    events = [{"kind": "setup", "data": {"status": "finished"}},
+              {"kind": "message", "data": {"role": "user", "content": task.prompt}}]
+    await sandbox.client.request("POST", f"/v1/sandboxes/{sandbox.id}/events", json_body={"events": events})
 
 
 async def _agent(sandbox: AsyncSandbox, task: Task, harness: Harness, ids: TryIds, pool: Executor) -> str | None:

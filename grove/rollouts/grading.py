@@ -63,9 +63,10 @@ async def grade(sandbox: AsyncSandbox, task: Task) -> Grade:
             verdict = Grade(reward >= check.pass_threshold, reward, detail)
     verdict.cpu_s = cpu
     outcome = "pass" if verdict.passed else "fail"
-    await sandbox.post_event("result", {"result": outcome, "reward": verdict.reward})
-    await sandbox.post_event("grading", {"status": "finished", "result": outcome, "reward": verdict.reward,
-                                         **verdict.detail})
+    events = [{"kind": "result", "data": {"result": outcome, "reward": verdict.reward}},
+              {"kind": "grading", "data": {"status": "finished", "result": outcome, "reward": verdict.reward,
+                                           **verdict.detail}}]
+    await sandbox.client.request("POST", f"/v1/sandboxes/{sandbox.id}/events", json_body={"events": events})
     return verdict
 
 

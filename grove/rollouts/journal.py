@@ -7,7 +7,8 @@ way and in which sandbox. A torn last line (the kill hit mid-write) is ignored o
 Entries (``e``): ``try`` (a try of an attempt starts; its create ``request_id``), ``sandbox`` (the
 try's sandbox), ``infra`` (the try ended on an infrastructure fault, with the reason; the attempt
 is retried), ``interrupted`` (a try the runner did not live to finish, found and cleaned up on resume),
-``done`` (the attempt's result line: graded, or ``infra_error`` once the retries are spent).
+``done`` (the attempt's result line: graded, or ``infra_error`` once the retries are spent),
+``throttled`` (a create the router turned away with 503 + Retry-After; retried after the wait).
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ class JournalState:
     """Tries started and never ended (the runner died): their ``try`` entry, with ``sandbox_id`` if known."""
     infra: list[dict[str, Any]] = field(default_factory=list)
     interrupted: int = 0
+    throttled: int = 0
+    """Creates the router answered with 503 + Retry-After (back-pressure), each retried after the wait."""
 
 
 class Journal:
@@ -108,6 +111,8 @@ def read_journal(out: Path) -> JournalState:
         elif kind == "infra":
             state.infra.append(entry)
             state.open_tries.pop(key, None)
+        elif kind == "throttled":
+            state.throttled += 1
         elif kind == "interrupted":
             state.interrupted += 1
             state.open_tries.pop(key, None)

@@ -42,6 +42,9 @@ def render(summary: dict[str, Any], plots: list[str]) -> str:
         lines += [f"| {reason} | {n} |" for reason, n in sorted(summary["infra_faults"].items())]
     else:
         lines.append("None.")
+    if summary.get("throttled_creates"):
+        lines += ["", f"The router turned {summary['throttled_creates']} creates away with 503 + Retry-After "
+                  "(back-pressure); each waited and was retried, none counted as a fault."]
     if summary.get("interrupted_tries"):
         lines += ["", f"{summary['interrupted_tries']} tries were interrupted by a stopped runner and run again "
                   "on resume (their sandboxes deleted)."]

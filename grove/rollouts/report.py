@@ -25,6 +25,7 @@ def load_results(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     state = read_journal(out)
     results = sorted(state.done.values(), key=lambda r: (r["variant"], r["task"], r["attempt"]))
     run["interrupted_tries"] = state.interrupted
+    run["throttled_creates"] = state.throttled
     return run, results
 
 
@@ -79,6 +80,7 @@ def summarize(run: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, A
         "run_id": run["run_id"], "attempts": len(results), "tries": tries,
         "lost_attempts": sum(r["outcome"] == "infra_error" for r in results),
         "interrupted_tries": run.get("interrupted_tries", 0),
+        "throttled_creates": run.get("throttled_creates", 0),
         "groups": len(groups), "informative_groups": informative_groups,
         "informative_per_100_attempts": _round(100 * informative_groups / len(results)) if results else None,
         "infra_faults": dict(faults), "infra_fault_rate": _round(sum(faults.values()) / tries) if tries else None,

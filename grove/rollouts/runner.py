@@ -141,7 +141,8 @@ class Runner:
             self._write({**entry, "e": "try", "try": try_no, "request_id": request_id})
             started = time.monotonic()
             try:
-                out = await run_try(self.client, task, harness, ids, pool=pool, create=self._create,
+                out = await run_try(self.client, task, harness, ids, pool=pool,
+                                    create=lambda body: self._create(body, entry),
                                     on_sandbox=lambda sid: self._write({**entry, "e": "sandbox", "sandbox_id": sid}))
             except (GroveError, OSError) as exc:
                 if isinstance(exc, GroveError) and exc.status < 500:
@@ -166,7 +167,7 @@ class Runner:
         self.sampler.finished((variant, task_id), attempt, _reward(result))
         self.progress.finished(str(result["outcome"]))
 
-    async def _create(self, body: dict[str, Any]) -> Any:
+    async def _create(self, body: dict[str, Any], entry: dict[str, Any]) -> Any:
         """Create with back-pressure: a busy router (503 + Retry-After) pauses every create, then the same
         request id is retried; a sandbox that failed to start is an infrastructure fault."""
         deadline = time.monotonic() + CREATE_PATIENCE_S
@@ -180,7 +181,9 @@ class Runner:
                     raise FailedStart(exc.message) from exc
                 if time.monotonic() > deadline:
                     raise
-                self._resume_at = max(self._resume_at, time.monotonic() + (exc.retry_after or 1.0))
+                wait_s = exc.retry_after or 1.0
+                self._write({**entry, "e": "throttled", "retry_after": wait_s})
+                self._resume_at = max(self._resume_at, time.monotonic() + wait_s)
 
     async def _clean_up_interrupted(self) -> None:
         """Delete what tries of a dead runner left (found by their labels) and mark them interrupted."""

@@ -90,3 +90,10 @@ def test_a_bad_task_file_is_refused_naming_line_and_field(router: RouterProcess,
     assert done.returncode == 1
     assert f"{tasks}, line 2: field 'resources.cpu' must be a positive number".encode() in done.stderr, done.stderr
     assert router.live_ids() == before
+
+
+def test_run_files_refuse_names_outside_the_run(router: RouterProcess) -> None:
+    for path in ("/v1/runs/r1/files/.hidden", "/v1/runs/r%2F..%2Fx/files/a.json", "/v1/runs/r1/files/a%20b"):
+        reply = router.http("PUT", path, b"{}")
+        assert reply.status in (400, 404), (path, reply.status, reply.body)
+    assert router.http("PUT", "/v1/runs/r1/files/ok.json", b"{}").status == 201
