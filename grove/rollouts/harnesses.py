@@ -18,6 +18,7 @@ import importlib
 import importlib.metadata
 import os
 import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,8 @@ def resolve(spec: str, model: str | None) -> Harness:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise Invalid(f"--harness {spec!r}: use scripted, mini-swe-agent, or module:function")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())  # like `python -m`: a module beside the task files imports from the CLI too
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

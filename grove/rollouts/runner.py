@@ -95,6 +95,7 @@ class Runner:
                     self.sampler.launched((key[0], key[1]), key[2])
                     rerun.append(key)
             self.progress.resumed = len(self.state.done)
+            self.progress.infra = len(self.state.infra)
             with ThreadPoolExecutor(max_workers=self.config.concurrency, thread_name_prefix="harness") as pool:
                 await self._loop(rerun, pool)
         finally:
