@@ -175,3 +175,21 @@ def test_mini_swe_agent_with_its_deterministic_model(router: RouterProcess, tmp_
         record = grove.request("GET", f"/v1/trajectories/{lines[0]['trajectory_id']}")
     assert record["sandbox"]["harness"] == "mini-swe-agent" and record["sandbox"]["model"] == "deterministic"
     assert record["sandbox"]["harness_version"] == lines[0]["harness_version"] != ""
+
+
+def test_variants_side_by_side_from_the_command_line(router: RouterProcess, tmp_path: Path) -> None:
+    tasks = write_tasks(tmp_path / "tasks.jsonl", ("easy", "impossible"), prefix="cmp")
+    out = tmp_path / "run"
+    done = router.cli("rollouts", "run", str(tasks), "--harness", "scripted", "--model", "ckpt-a", "--model",
+                      "ckpt-b", "--attempts", "1", "--concurrency", "4", "--out", str(out), "--quiet", timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = results(out)
+    assert sorted((r["model"], r["task"]) for r in lines) == [
+        ("ckpt-a", "cmp-demo-000-mathops"), ("ckpt-a", "cmp-demo-001-seq"),
+        ("ckpt-b", "cmp-demo-000-mathops"), ("ckpt-b", "cmp-demo-001-seq")]
+    assert len({r["group_id"] for r in lines}) == 4
+    # The report: one column per variant, on the same tasks; the CLI printed it and where the files went.
+    assert b"| | scripted / ckpt-a | scripted / ckpt-b |" in done.stdout
+    assert b"| cmp-demo-000-mathops | 1/1 | 1/1 |" in done.stdout and b"files in S3 under runs/" in done.stdout
+    report = router.cli("rollouts", "report", str(out))
+    assert report.returncode == 0 and report.stdout == (out / "report.md").read_bytes()
