@@ -41,7 +41,14 @@ class _Bridge(_Loop):
         if self.closed:
             coro.close()
             raise AgentStopped("this attempt's time is up; the sandbox no longer takes its calls")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        while True:  # polled, so a harness thread never outlives a stopped runner waiting on a dead loop
+            try:
+                return future.result(timeout=0.5)
+            except TimeoutError:
+                if self.closed or self.loop.is_closed():
+                    future.cancel()
+                    raise AgentStopped("this attempt is over; the sandbox no longer takes its calls") from None
 
     def stop(self) -> None:
         self.closed = True
@@ -70,6 +77,8 @@ def reason_of(exc: BaseException) -> str:
         return "storage_full"
     if isinstance(exc, Unavailable):
         return "unavailable"
+    if isinstance(exc, GroveError) and exc.status < 500:
+        return f"task_error:{exc.code}"  # the task's setup or check asked for something impossible
     return "router_error" if isinstance(exc, GroveError) else type(exc).__name__
 
 

@@ -13,6 +13,7 @@ is retried), ``interrupted`` (a try the runner did not live to finish, found and
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import secrets
@@ -74,6 +75,11 @@ class Journal:
     def __init__(self, out: Path) -> None:
         self.path = out / JOURNAL_FILE
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:  # one runner per run directory; the kernel drops the lock however the runner dies
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(self._fd)
+            raise Conflict(f"another runner is working on {out}; wait for it or stop it first") from exc
 
     def write(self, entry: dict[str, Any]) -> None:
         """Append one entry durably."""

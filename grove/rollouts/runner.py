@@ -10,6 +10,7 @@ each remaining attempt once more — never an attempt twice, never a duplicate s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -146,9 +147,10 @@ class Runner:
                                     create=lambda body: self._create(body, entry),
                                     on_sandbox=lambda sid: self._write({**entry, "e": "sandbox", "sandbox_id": sid}))
             except (GroveError, OSError) as exc:
-                if isinstance(exc, GroveError) and exc.status < 500:
-                    raise  # a bad request is a bug or a bad task, not a flaky environment: stop the run
+                if isinstance(exc, GroveError) and exc.status == 401:
+                    raise  # a wrong API key fails every attempt alike: stop the run
                 reason = reason_of(exc)
+                await self._discard(gid, attempt, try_no)
                 faults.append(reason)
                 sandbox_s += time.monotonic() - started
                 self._write({**entry, "e": "infra", "try": try_no, "reason": reason, "message": str(exc)[:500]})
@@ -185,6 +187,15 @@ class Runner:
                 wait_s = exc.retry_after or 1.0
                 self._write({**entry, "e": "throttled", "retry_after": wait_s})
                 self._resume_at = max(self._resume_at, time.monotonic() + wait_s)
+
+    async def _discard(self, gid: str, attempt: int, try_no: int) -> None:
+        """Delete what a faulted try may have left (a sandbox that failed to start, or whose create the client
+        gave up on), found by its labels; best effort: the router's TTL reaps anything missed."""
+        labels = {"run_id": self.run_id, "group_id": gid, "attempt": str(attempt), "try": str(try_no)}
+        with contextlib.suppress(GroveError):
+            for sandbox in await self.client.list(labels):
+                with contextlib.suppress(GroveError):
+                    await self.client.request("DELETE", f"/v1/sandboxes/{sandbox['id']}")
 
     async def _clean_up_interrupted(self) -> None:
         """Delete what tries of a dead runner left (found by their labels) and mark them interrupted."""

@@ -162,3 +162,16 @@ def test_statuses_read_from_pytest_and_unittest_output() -> None:
     bad = verdict(statuses, ["test_b (t.T)", "test_c (t.T)"], [])
     assert not bad["passed"] and bad["failing"] == {"test_b (t.T)": "FAIL", "test_c (t.T)": "missing"}
     assert patched_files("diff --git a/x.py b/x.py\n+1\ndiff --git a/y/z.py b/y/z.py\n") == ["x.py", "y/z.py"]
+
+
+def test_one_runner_per_run_directory(tmp_path: Path) -> None:
+    from grove.errors import Conflict
+    from grove.rollouts.journal import Journal
+
+    first = Journal(tmp_path)
+    try:
+        with pytest.raises(Conflict, match="another runner"):
+            Journal(tmp_path)
+    finally:
+        first.close()
+    Journal(tmp_path).close()  # free again once the first let go

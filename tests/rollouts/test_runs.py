@@ -193,3 +193,25 @@ def test_variants_side_by_side_from_the_command_line(router: RouterProcess, tmp_
     assert b"| cmp-demo-000-mathops | 1/1 | 1/1 |" in done.stdout and b"files in S3 under runs/" in done.stdout
     report = router.cli("rollouts", "report", str(out))
     assert report.returncode == 0 and report.stdout == (out / "report.md").read_bytes()
+
+
+def test_reward_checks_and_broken_tasks_never_become_rewards(router: RouterProcess, tmp_path: Path) -> None:
+    base = {"prompt": "p", "workdir": "/workspace", "resources": {"cpu": 0.5, "memory_mb": 128}}
+    lines = [
+        {**base, "id": "half", "check": {"reward": "echo scoring; echo 0.5"}},
+        {**base, "id": "no-number", "check": {"reward": "echo n/a"}},
+        {**base, "id": "bad-setup", "setup": ["exit 3"], "check": {"test": "true"}},
+    ]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "run"
+    summary = run(router, tasks, out, Policy(attempts=1), concurrency=3, max_infra_retries=1)
+    by_task = {r["task"]: r for r in results(out)}
+    assert (by_task["half"]["outcome"], by_task["half"]["reward"]) == ("fail", 0.5)  # below pass_threshold 1.0
+    for task, reason in (("no-number", "check_broken"), ("bad-setup", "setup_failed")):
+        r = by_task[task]
+        assert (r["outcome"], r["reward"], r["infra_errors"], r["tries"]) == ("infra_error", None, [reason] * 2, 2), r
+    assert summary["lost_attempts"] == 2 and summary["variants"][0]["scored"] == 1
+    assert summary["variants"][0]["pass_at_k"] == {"1": 0.0}
+    assert not [g for g in (json.loads(x) for x in (out / "groups.jsonl").read_text().splitlines())
+                if g["task"] != "half" and g["attempts"]]
