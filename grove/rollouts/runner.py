@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -72,7 +73,9 @@ class Runner:
         self.config, self.client = config, client
         self.tasks: dict[str, Task] = {t.id: t for t in load_tasks(config.tasks)}
         self.harnesses: list[Harness] = [resolve(h, m) for h, m in config.variants]
-        self.run = open_run(config.out, config.spec())
+        # Resuming with edited tasks would mix two task sets in one run's groups: the digest must match.
+        digest = hashlib.sha256(json.dumps([t.raw for t in self.tasks.values()], sort_keys=True).encode())
+        self.run = open_run(config.out, {**config.spec(), "tasks_sha256": digest.hexdigest()})
         self.run_id: str = self.run["run_id"]
         self.state = read_journal(config.out)
         groups: list[GroupKey] = [(v, t) for t in self.tasks for v in range(len(self.harnesses))]
@@ -83,6 +86,7 @@ class Runner:
 
     async def execute(self) -> None:
         """Resume what a previous runner left, then sample until the policy is satisfied."""
+        await self.client.list({"run_id": self.run_id})  # the router answers and takes the key, or a clear error now
         self._journal = Journal(self.config.out)
         try:
             await self._clean_up_interrupted()
