@@ -24,7 +24,15 @@ How steps become messages, in order:
 - event ``tool_call`` with ``data = {"name", "arguments" (dict or JSON string), "id"?, "output"?,
   "description"?, "parameters"?}``: a call of that tool the same way (a ``tool`` message if ``output``).
 - event ``tool_result`` with ``data = {"tool_call_id", "content"}``: a ``tool`` message.
-- file steps, ``reward`` and ``result`` events: no message (rewards and the result go to metadata).
+- ``file_write`` (the file API's PUT): a ``write_file`` tool call ``{"path", "content"}`` (content as
+  the router recorded it: whole files up to 64 KiB of UTF-8; else ``"[N bytes]"``), with a short
+  ``tool`` answer; ``file_read``: a ``read_file`` tool call ``{"path"}`` answered with the content.
+  So an agent's edits through the file API show up just as its shell commands do.
+- steps inside a ``setup`` or ``grading`` bracket (events ``{"kind": "setup"|"grading", "data":
+  {"status": "started"}}`` … ``{"status": "finished"}``, as grove's rollout runner posts them): no
+  message at all. The task's setup and its grader are not the agent's actions; a model trained on them
+  would learn to run graders it will never have.
+- other file steps, ``reward`` and ``result`` events: no message (rewards and the result go to metadata).
 
 ``tools`` lists the JSON schema of every tool called (bash's is :data:`BASH_TOOL`). ``metadata``:
 sandbox_id, task_id, model, harness, harness_version, image, image_digest, result, ``resolved``
@@ -96,16 +104,27 @@ def to_chat(record: dict[str, Any]) -> dict[str, Any]:
     conv = _Conversation()
     rewards: list[Any] = []
     result_event: dict[str, Any] | None = None
+    bracket: str | None = None  # inside a setup or grading bracket: not the agent's doing
     for step in record.get("steps") or []:
         kind = step.get("type")
+        data = step.get("data") if isinstance(step.get("data"), dict) else {}
+        event = step.get("kind")
+        if kind == "event" and event in _BRACKETS:
+            bracket = event if data.get("status") == "started" else None
+            continue
+        if kind == "event" and event == "result":
+            result_event = data
+        if bracket is not None:
+            continue
         if kind == "exec":
             conv.tools["bash"] = BASH_TOOL
             conv.call("bash", {"command": _command_text(step.get("command"))}, None, _observation(step))
             continue
+        if kind in _FILE_TOOLS:
+            _file_call(conv, step)
+            continue
         if kind != "event":
             continue
-        data = step.get("data") or {}
-        event = step.get("kind")
         if event == "message":
             conv.message(data)
         elif event == "tool_call" and isinstance(data.get("name"), str):
@@ -117,8 +136,6 @@ def to_chat(record: dict[str, Any]) -> dict[str, Any]:
             conv.messages.append({"role": "tool", "tool_call_id": call_id, "content": _content(data.get("content"))})
         elif event == "reward":
             rewards.append(data.get("reward", data.get("value")))
-        elif event == "result":
-            result_event = data
     outcome = record.get("outcome") or result_event or {}
     reward = outcome.get("reward")
     result = outcome.get("result")
@@ -134,6 +151,7 @@ def to_chat(record: dict[str, Any]) -> dict[str, Any]:
         "resolved": None if result in (None, "infra_error") else result == "pass",
         "reward": reward,
         "infra_errors": [str(e.get("reason")) for e in outcome.get("infra_errors") or [] if isinstance(e, dict)],
+        "labels": tj.meta(record, "labels") or {},
     }
     return {"messages": conv.messages, "tools": list(conv.tools.values()), "metadata": metadata}
 
@@ -166,6 +184,47 @@ def export_archive(
     """Export every stored trajectory matching the filters (a TrajectoryArchive) as JSONL; return the count."""
     summaries = archive.list(task_id=task_id, model=model, harness=harness)
     return write_jsonl((archive.get(s["sandbox_id"]) for s in summaries), out)
+
+
+_BRACKETS = ("setup", "grading")
+WRITE_FILE_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "write_file",
+        "description": "Write a whole file in the sandbox (parents created).",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        },
+    },
+}
+READ_FILE_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a whole file of the sandbox.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    },
+}
+_FILE_TOOLS = {"file_write": WRITE_FILE_TOOL, "file_read": READ_FILE_TOOL}
+
+
+def _file_call(conv: _Conversation, step: dict[str, Any]) -> None:
+    """A file API transfer as the tool call it was."""
+    tool = _FILE_TOOLS[str(step["type"])]
+    name = tool["function"]["name"]
+    conv.tools[name] = tool
+    path = _text(step.get("path"))
+    content = step.get("content")
+    shown = _text(content) if content is not None else f"[{int(step.get('size') or 0)} bytes, not recorded]"
+    status = step.get("status")
+    failed = isinstance(status, int) and status >= 400
+    if name == "write_file":
+        answer = f"[error {status}]" if failed else f"wrote {int(step.get('size') or 0)} bytes to {path}"
+        conv.call(name, {"path": path, "content": shown}, None, answer)
+    else:
+        conv.call(name, {"path": path}, None, f"[error {status}]" if failed else shown)
 
 
 def _observation(step: dict[str, Any]) -> str:

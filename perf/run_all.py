@@ -19,6 +19,7 @@ BENCHMARKS = {
     "record": "perf.bench_record",
     "burst": "perf.bench_burst",
     "noisy": "perf.bench_noisy",
+    "rollouts": "perf.bench_rollouts",
     "knative": "perf.knative_calls",
 }
 

@@ -23,6 +23,7 @@ from router.proxy import StreamAborted, Upstreams
 from router.records_api import get_live_trajectory, get_trajectory, list_trajectories, post_artifacts, post_events
 from router.registry import Registry, SandboxRecord
 from router.replies import reply
+from router.runs_api import get_run_file, list_run_files, put_run_file
 from router.service import SandboxService
 from router.settings import RouterSettings
 from router.statedisk import storage_error
@@ -148,6 +149,10 @@ ROUTES: list[Route] = [
     Route("GET", "/v1/sandboxes/{id}/trajectory", get_live_trajectory, "The trajectory so far"),
     Route("GET", "/v1/trajectories", list_trajectories, "Stored trajectories (?task_id=&model=&harness=)"),
     Route("GET", "/v1/trajectories/{sandbox_id}", get_trajectory, "One trajectory, alive or stored"),
+    Route("PUT", "/v1/runs/{run_id}/files/{name}", put_run_file,
+          "Store a rollout run's file in S3 under runs/<run_id>/<name>", raw_body="application/octet-stream"),
+    Route("GET", "/v1/runs/{run_id}/files", list_run_files, "A rollout run's stored files"),
+    Route("GET", "/v1/runs/{run_id}/files/{name}", get_run_file, "One stored file of a rollout run"),
     Route("GET", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler, "SWE-ReX remote runtime: is_alive",
           key_header="X-API-Key"),
     Route("POST", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler,

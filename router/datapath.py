@@ -178,16 +178,32 @@ def _final_result(answer: bytes, content_type: str, streamed: bool) -> dict[str,
     return None
 
 
+CONTENT_RECORDED = 65536
+"""File contents up to this size are kept in the trajectory (so exports can show an edit as a tool call)."""
+
+
 class _Digest:
-    """Size and sha256 of bytes passing through, without keeping them."""
+    """Size and sha256 of bytes passing through, and the head of them (up to :data:`CONTENT_RECORDED`)."""
 
     def __init__(self) -> None:
         self.size = 0
         self.hash = hashlib.sha256()
+        self.head = bytearray()
 
     def __call__(self, chunk: bytes) -> None:
         self.size += len(chunk)
         self.hash.update(chunk)
+        if len(self.head) <= CONTENT_RECORDED:
+            self.head.extend(chunk[: CONTENT_RECORDED + 1 - len(self.head)])
+
+    def content(self) -> str | None:
+        """The whole content as text, if it was small and valid UTF-8."""
+        if len(self.head) > CONTENT_RECORDED:
+            return None
+        try:
+            return bytes(self.head).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
 
 
 def transfer(upstream_path: str, kind: str) -> Handler:
@@ -212,6 +228,8 @@ def transfer(upstream_path: str, kind: str) -> Handler:
         }
         if op in ("read", "write"):
             step["size"], step["sha256"] = digest.size, digest.hash.hexdigest()
+            if kind == "file" and response.status < 300 and (text := digest.content()) is not None:
+                step["content"] = text
         service_of(request).record_step(record, step)
         return response
 

@@ -254,6 +254,11 @@ class AsyncSandbox:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
             tar.extractall(str(local_dir), filter="data")
 
+    async def post_event(self, kind: str, data: Any) -> dict[str, Any]:
+        """Append a harness event (``message``, ``tool_call``, ``reward``, ``result``, ...) to the trajectory."""
+        body = {"events": [{"kind": kind, "data": data}]}
+        return dict(await self.client.request("POST", self._path("/events"), json_body=body))
+
     async def close(self) -> None:
         """Delete the sandbox (idempotent)."""
         if self._heartbeat is not None:

@@ -122,6 +122,10 @@ class Sandbox:
         self.info = self._loop.run(self.inner.status())
         return self.info
 
+    def post_event(self, kind: str, data: Any) -> dict[str, Any]:
+        """Append a harness event to the trajectory."""
+        return self._loop.run(self.inner.post_event(kind, data))
+
     def close(self) -> None:
         """Delete the sandbox."""
         self._loop.run(self.inner.close())

@@ -81,8 +81,10 @@ def run_one(url: str, key: str, task: Task, *, right: bool) -> MiniOutcome:
                               # A same-size patch within the second keeps a stale .pyc valid: write none.
                               env={"PYTHONDONTWRITEBYTECODE": "1"}) as env:
             outcome.sandbox_id = env.sandbox.id
+            env.post_event("setup", {"status": "started"})  # the task's files: not the agent's writes
             env.write_file(f"{PROJECT}/{task.module}", task.source)
             env.write_file(f"{PROJECT}/test_visible.py", task.visible_test)
+            env.post_event("setup", {"status": "finished"})
             config = {**get_config_from_spec("default.yaml")["agent"], "step_limit": 10}
             model = DeterministicModel(  # type: ignore[no-untyped-call]
                 outputs=scripted_outputs(task, right=right), model_name="deterministic-scripted")
@@ -90,11 +92,14 @@ def run_one(url: str, key: str, task: Task, *, right: bool) -> MiniOutcome:
             info = agent.run(f"The test in test_visible.py fails. Fix the bug in {task.module}.")
             outcome.exit_status = info.get("exit_status")
             outcome.steps = agent.n_calls
-            # Grading: hidden tests arrive only now, the agent never saw them.
+            # Grading: hidden tests arrive only now, the agent never saw them; bracketed as grading, so the
+            # SFT export leaves it out of the agent's messages.
+            env.post_event("grading", {"status": "started"})
             env.write_file("/grader/test_hidden.py", task.hidden_test)
             graded = env.sandbox.exec("PYTHONPATH=. python3 /grader/test_hidden.py", cwd=PROJECT, timeout_s=60)
             outcome.solved = graded.exit_code == 0
             env.post_result("pass" if outcome.solved else "fail", reward=1.0 if outcome.solved else 0.0)
+            env.post_event("grading", {"status": "finished", "result": "pass" if outcome.solved else "fail"})
     except Exception as exc:
         outcome.error = f"{type(exc).__name__}: {exc}"
     outcome.seconds = time.monotonic() - started

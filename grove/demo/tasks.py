@@ -1,12 +1,17 @@
 """The demo's tasks: tiny Python projects, each with one bug, visible tests and hidden tests.
 
-Each task is a module with a bug, the right patch, and a plausible wrong patch; the scripted agent of
-:mod:`grove.demo` applies one or the other, so a run shows both solved and unsolved tasks.
+Each task is a module with a bug, the right patch, and a plausible wrong patch; the scripted agent
+applies one or the other, so a run shows both solved and unsolved tasks. :func:`task_lines` writes them
+as a rollouts task file, each with a difficulty (the scripted policy's chance of the right patch).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+PROJECT = "/workspace/project"
+DIFFICULTY = {"easy": 1.0, "medium": 0.6, "hard": 0.3, "impossible": 0.0}
 
 
 @dataclass(frozen=True)
@@ -84,3 +89,33 @@ def make_tasks(count: int) -> list[Task]:
         module, source, bug, right, wrong, visible, hidden = _TEMPLATES[i % len(_TEMPLATES)]
         tasks.append(Task(f"demo-{i:03d}-{module[:-3]}", module, source, bug, right, wrong, visible, hidden))
     return tasks
+
+
+def task_line(task: Task, difficulty: str, *, think_s: float = 0.0) -> dict[str, Any]:
+    """One task as a rollouts task-file line: the project as inline files, hidden tests as the check, and
+    the scripted policy (right patch with the difficulty's probability)."""
+    return {
+        "id": task.task_id,
+        "workdir": PROJECT,
+        "files": {task.module: task.source, "test_visible.py": task.visible_test},
+        "prompt": f"The test in test_visible.py fails. Fix the bug in {task.module}.",
+        # Hidden tests arrive only at grading; the agent never sees them.
+        "check": {"test": "PYTHONPATH=. python3 /grader/test_hidden.py", "timeout_s": 60,
+                  "files": {"/grader/test_hidden.py": task.hidden_test}},
+        "timeout_s": 120,
+        "resources": {"cpu": 0.5, "memory_mb": 256},
+        # No .pyc: a same-size patch within the same second would leave a stale one valid (and the fix unseen).
+        "env": {"PYTHONDONTWRITEBYTECODE": "1"},
+        "labels": {"difficulty": difficulty},
+        "scripted": {"p_solve": DIFFICULTY[difficulty], "think_s": think_s,
+                     "inspect": ["ls -la && python3 --version", f"cat {task.module}", "python3 test_visible.py"],
+                     "edit": {"path": task.module, "find": task.bug, "right": task.right_fix, "wrong": task.wrong_fix},
+                     "verify": ["python3 test_visible.py"]},
+    }
+
+
+def task_lines(count: int, difficulties: tuple[str, ...] = ("easy", "medium", "medium", "hard", "impossible"),
+               *, think_s: float = 0.0) -> list[dict[str, Any]]:
+    """``count`` tasks, difficulties cycling through ``difficulties``."""
+    return [task_line(t, difficulties[i % len(difficulties)], think_s=think_s)
+            for i, t in enumerate(make_tasks(count))]

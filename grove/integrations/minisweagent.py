@@ -134,15 +134,23 @@ class GroveEnvironmentConfig:
 class GroveEnvironment:
     """A mini-swe-agent environment whose commands run in a grove sandbox (created here, deleted by close)."""
 
-    def __init__(self, *, config_class: type[GroveEnvironmentConfig] = GroveEnvironmentConfig, **kwargs: Any) -> None:
+    def __init__(self, *, config_class: type[GroveEnvironmentConfig] = GroveEnvironmentConfig,
+                 sandbox: Sandbox | None = None, **kwargs: Any) -> None:
+        """Create a sandbox from the config; or, given ``sandbox``, act in that one (its owner — e.g. grove's
+        rollout runner — made it and deletes it; this environment's ``close`` then leaves it alone)."""
         self.config = config_class(**kwargs)
+        self.grove: Grove | None = None
+        if sandbox is not None:
+            self.sandbox: Sandbox = sandbox
+            self._finalizer: Any = weakref.finalize(self, lambda: None)
+            return
         url = (self.config.url or os.environ.get("GROVE_URL") or DEFAULT_URL).rstrip("/")
         key = self.config.api_key or os.environ.get("GROVE_API_KEY")
         if not key:
             raise Invalid("no grove API key: set GROVE_API_KEY or pass api_key=")
         self.grove = Grove(url, key)
         try:
-            self.sandbox: Sandbox = self.grove.create(self.config.image, **self.config.create_options())
+            self.sandbox = self.grove.create(self.config.image, **self.config.create_options())
         except BaseException:
             self.grove.close()
             raise
@@ -187,7 +195,7 @@ class GroveEnvironment:
                     "environment_type": f"{type(self).__module__}.{type(self).__name__}",
                 },
                 "grove": {"sandbox_id": self.sandbox.id, "image_digest": self.sandbox.info.get("image_digest"),
-                          "url": self.grove.url},
+                          "url": self.sandbox.inner.client.url},
             }
         }
 
@@ -211,8 +219,7 @@ class GroveEnvironment:
 
     def post_event(self, kind: str, data: Any) -> dict[str, Any]:
         """Append a harness event (a model message, a reward, …) to the sandbox's trajectory."""
-        body = {"events": [{"kind": kind, "data": data}]}
-        return dict(self.grove.request("POST", f"/v1/sandboxes/{self.sandbox.id}/events", json_body=body))
+        return self.sandbox.post_event(kind, data)
 
     def post_result(self, result: str, *, reward: float | None = None, reason: str | None = None) -> dict[str, Any]:
         """The task's result (``pass``/``fail``), which becomes the trajectory's outcome."""
@@ -220,8 +227,8 @@ class GroveEnvironment:
 
     def close(self) -> None:
         """Delete the sandbox and close the client (idempotent)."""
-        if not self._finalizer.detach():
-            return
+        if not self._finalizer.detach() or self.grove is None:
+            return  # closed already, or the sandbox is not ours to delete
         try:
             self.sandbox.close()
         finally:
