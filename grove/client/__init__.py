@@ -11,7 +11,11 @@ command twice; nothing else is retried.
 """
 
 from grove.client.aio import DEFAULT_URL, AsyncGrove, AsyncSandbox
+from grove.client.artifacts import Artifact
+from grove.client.download import Progress
+from grove.client.pull import PullReport
 from grove.client.results import ExecResult
 from grove.client.sync import Grove, Sandbox
 
-__all__ = ["DEFAULT_URL", "AsyncGrove", "AsyncSandbox", "ExecResult", "Grove", "Sandbox"]
+__all__ = ["DEFAULT_URL", "Artifact", "AsyncGrove", "AsyncSandbox", "ExecResult", "Grove", "Progress", "PullReport",
+           "Sandbox"]
