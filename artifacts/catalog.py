@@ -88,6 +88,8 @@ class Entry:
         """An entry from its JSON body (Invalid if it is not one)."""
         try:
             fields = json.loads(data)
+            if not isinstance(fields, dict):
+                raise TypeError("not an object")
             return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
         except (ValueError, TypeError) as exc:
             raise Invalid(f"not an artifact index entry: {exc}") from exc

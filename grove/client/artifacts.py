@@ -62,7 +62,7 @@ class Artifact:
 
 
 def artifact_route(sandbox_id: str, path: str) -> str:
-    """``/v1/artifacts/<sandbox_id>/<path>`` for an artifact's absolute (or workdir-relative) path."""
+    """``/v1/artifacts/<sandbox_id>/<path>`` for an artifact's absolute path in its sandbox."""
     return f"/v1/artifacts/{sandbox_id}/" + urllib.parse.quote(path.lstrip("/"), safe="/._-~")
 
 
