@@ -96,7 +96,7 @@ class Entry:
 
     def public(self) -> dict[str, Any]:
         """The entry as the API lists it, with the route that fetches it."""
-        return {**asdict(self), "url": fetch_route(self.sandbox_id, self.path)}
+        return {**asdict(self), "fetch": fetch_route(self.sandbox_id, self.path)}
 
 
 def fetch_route(sandbox_id: str, path: str) -> str:

@@ -40,7 +40,7 @@ def test_an_entry_is_indexed_by_run_task_and_sandbox_with_by_sandbox_last() -> N
 def test_entries_round_trip_and_bad_ones_are_refused() -> None:
     e = entry(kind="stdout", run_id="r", etag="x")
     assert Entry.from_json(e.to_json()) == e
-    assert e.public()["url"] == "/v1/artifacts/sb-0123456789abcdef/workspace/out/a%20b.txt"
+    assert e.public()["fetch"] == "/v1/artifacts/sb-0123456789abcdef/workspace/out/a%20b.txt"
     for bad in (b"not json", b"[]", b'{"sandbox_id": "x"}'):
         with pytest.raises(Invalid):
             Entry.from_json(bad)

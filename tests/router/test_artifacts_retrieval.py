@@ -116,6 +116,14 @@ def test_listing_by_sandbox_task_and_run_across_pages(router: RouterProcess, gro
 
 def test_ranges_416_and_missing_artifacts(router: RouterProcess, grove: Grove) -> None:
     sb = grove.create(heartbeat=False)
+    # Any name a file can have is listed and fetched by its route.
+    odd = "/workspace/odd dir/é #1?.txt"
+    sb.write_file(odd, b"odd")
+    sb.push_artifacts([odd])
+    (listed,) = sb.artifacts()
+    assert listed.path == odd and router.http("GET", router.http(
+        "GET", f"/v1/sandboxes/{sb.id}/artifacts").json()["artifacts"][0]["fetch"]).body == b"odd"
+    assert grove.artifacts.get(sb.id, odd) == b"odd"
     data = bytes(range(256)) * 4
     sb.write_file("r.bin", data)
     sb.push_artifacts(["r.bin"])
