@@ -20,12 +20,12 @@ from artifacts.catalog import Entry, Query
 from artifacts.store import ObjectStore
 from artifacts.streams import CHUNK
 from grove.errors import Conflict, GroveError, NotFound, RangeNotSatisfiable, Unavailable
+from grove.schema import parse_query
 from router import ranges
 from router.datapath import service_of
 from router.models import ArtifactQuery, FetchQuery, SandboxArtifactQuery
 from router.proxy import StreamAborted
 from router.replies import reply
-from grove.schema import parse_query
 
 
 async def list_artifacts(request: web.Request) -> web.Response:
