@@ -149,6 +149,11 @@ def test_ranges_416_and_missing_artifacts(router: RouterProcess, grove: Grove) -
     assert missing.status == 404 and "/workspace/nope.bin" in error_of(missing)["message"]
     assert router.http("GET", "/v1/artifacts/sb-0123456789abcdef/workspace/r.bin").status == 404
     assert router.http("GET", f"/v1/artifacts/{sb.id}/workspace/nope.bin?redirect=1").status == 404
+    # A path climbing out of the sandbox's artifacts reaches no other key of the bucket (trajectories, index).
+    for sneaky in (f"{sb.id}/../../index/artifacts/by-sandbox/{sb.id}", f"{sb.id}/%2e%2e/%2e%2e/trajectories/x",
+                   f"{sb.id}/workspace/../../../artifacts/{sb.id}/workspace/r.bin"):
+        reply = router.http("GET", f"/v1/artifacts/{sneaky}")
+        assert reply.status == 404 and reply.body != data, (sneaky, reply.status)
     with pytest.raises(NotFound):
         grove.artifacts.get(sb.id, "/workspace/nope.bin")
 
