@@ -54,10 +54,6 @@ class ArtifactIndex:
             raise NotFound(f"sandbox {sandbox_id} has no stored artifact {path} (list them with "
                            f"GET /v1/sandboxes/{sandbox_id}/artifacts)") from None
 
-    def has_any(self, sandbox_id: str) -> bool:
-        """Whether the sandbox has at least one stored artifact."""
-        return next(self.objects.list_after(Query(sandbox_id=sandbox_id).prefix()), None) is not None
-
     def page(self, query: Query, limit: int = DEFAULT_PAGE, token: str | None = None) -> Page:
         """Up to ``limit`` entries matching ``query``, after where ``token`` left off.
 
