@@ -21,6 +21,7 @@ from typing import Any, BinaryIO, cast
 import urllib3
 from minio import Minio
 from minio.error import InvalidResponseError, S3Error, ServerError
+from minio.lifecycleconfig import LifecycleConfig
 
 from artifacts.s3config import S3Config
 from artifacts.streams import ObjectReader, Readable, as_reader
@@ -28,7 +29,8 @@ from grove.errors import Forbidden, GroveError, InternalError, Invalid, NotFound
 
 _NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "NoSuchUpload", "NotFound", "ResourceNotFound"}
 _REFUSED = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"}
-_INVALID = {"InvalidBucketName", "InvalidArgument", "KeyTooLongError", "InvalidObjectName", "EntityTooLarge"}
+_INVALID = {"InvalidBucketName", "InvalidArgument", "KeyTooLongError", "InvalidObjectName", "EntityTooLarge",
+            "NotImplemented", "MalformedXML", "InvalidRequest"}
 _MAX_EXPIRY = timedelta(days=7)  # S3's limit for SigV4 presigned URLs
 
 
@@ -127,12 +129,21 @@ class ObjectStore:
         with self.get_stream(key) as reader:
             return reader.read()
 
-    def get_stream(self, key: str) -> ObjectReader:
-        """A reader over the object, streamed from the server; close it (it is a context manager)."""
+    def get_stream(self, key: str, offset: int = 0, length: int = 0) -> ObjectReader:
+        """A reader over the object (from ``offset``, ``length`` bytes; 0: to the end), streamed from the
+        server; close it (it is a context manager)."""
         self.ensure_bucket()
         with self._errors("get", key):
-            response = self._client.get_object(self.config.bucket, key)
+            response = self._client.get_object(self.config.bucket, key, offset=offset, length=length)
         return ObjectReader(response, lambda exc: self._translate(exc, "read", key))
+
+    def stat(self, key: str) -> ObjectInfo:
+        """Size, etag and time of ``key`` (NotFound if missing)."""
+        self.ensure_bucket()
+        with self._errors("stat", key):
+            obj = self._client.stat_object(self.config.bucket, key)
+        return ObjectInfo(key=key, size=int(obj.size or 0), etag=obj.etag,
+                          last_modified=obj.last_modified.timestamp() if obj.last_modified else None)
 
     def exists(self, key: str) -> bool:
         """Whether ``key`` exists."""
@@ -186,6 +197,31 @@ class ObjectStore:
                 for obj in self._client.list_objects(self.config.bucket, prefix=prefix, recursive=recursive)
                 if not obj.is_dir
             ]
+
+    def list_after(self, prefix: str, after: str | None = None) -> Iterator[str]:
+        """Keys under ``prefix`` after ``after``, in key order, fetched page by page as the caller reads."""
+        self.ensure_bucket()
+        with self._errors("list", prefix):
+            # minio fetches the next page of the listing only when the iterator reaches it.
+            for obj in self._client.list_objects(self.config.bucket, prefix=prefix, recursive=True,
+                                                 start_after=after):
+                if not obj.is_dir:
+                    yield str(obj.object_name)
+
+    def lifecycle(self) -> LifecycleConfig | None:
+        """The bucket's lifecycle configuration (None if it has none)."""
+        self.ensure_bucket()
+        with self._errors("get lifecycle of", None):
+            return self._client.get_bucket_lifecycle(self.config.bucket)
+
+    def set_lifecycle(self, config: LifecycleConfig | None) -> None:
+        """Replace the bucket's lifecycle configuration (None or no rules: remove it)."""
+        self.ensure_bucket()
+        with self._errors("set lifecycle of", None):
+            if config is None or not config.rules:
+                self._client.delete_bucket_lifecycle(self.config.bucket)
+            else:
+                self._client.set_bucket_lifecycle(self.config.bucket, config)
 
     @contextlib.contextmanager
     def _errors(self, op: str, key: str | None) -> Iterator[None]:

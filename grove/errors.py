@@ -75,6 +75,13 @@ class TooLarge(GroveError):
     status = 413
 
 
+class RangeNotSatisfiable(GroveError):
+    """A ``Range`` that starts past the end of the object (the answer carries ``Content-Range: bytes */SIZE``)."""
+
+    code = "range_not_satisfiable"
+    status = 416
+
+
 class Invalid(GroveError):
     """Well-formed but semantically invalid (e.g. a negative timeout)."""
 
@@ -103,6 +110,13 @@ class UpstreamTimeout(GroveError):
     status = 504
 
 
+class ChecksumMismatch(GroveError):
+    """Bytes fetched from storage whose sha256 is not the one recorded when they were stored."""
+
+    code = "checksum_mismatch"
+    status = 502
+
+
 class InsufficientStorage(GroveError):
     """The disk the router keeps its own state on is full (or over quota): free space there and retry."""
 
@@ -127,7 +141,9 @@ _BY_CODE: dict[str, type[GroveError]] = {
         MethodNotAllowed,
         Conflict,
         TooLarge,
+        RangeNotSatisfiable,
         Invalid,
+        ChecksumMismatch,  # before BadGateway: a bare 502 stays a BadGateway
         BadGateway,
         Unavailable,
         UpstreamTimeout,

@@ -15,6 +15,7 @@ import functools
 import math
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from grove.errors import BadRequest, Invalid
@@ -50,6 +51,31 @@ def parse(model: type[T], body: Any, where: str = "body") -> T:
             continue
         values[name] = _check(hints[name], body[name], f"{where}.{name}" if where != "body" else name, field.metadata)
     return model(**values)
+
+
+def parse_query(model: type[T], query: Mapping[str, str]) -> T:
+    """Validate query parameters against ``model``: numbers and booleans are converted from their text
+    first (``1``/``true``/``0``/``false`` for a boolean), then checked like a body."""
+    hints = _hints(model)  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    for name, text in query.items():
+        tp = next((a for a in typing.get_args(hints.get(name)) if a is not type(None)), hints.get(name))
+        values[name] = _from_text(tp, text, name)
+    return parse(model, values, where="query")
+
+
+def _from_text(tp: Any, text: str, name: str) -> Any:
+    if tp is bool:
+        if text.lower() not in ("1", "true", "0", "false"):
+            raise BadRequest(f"query parameter {name!r} must be 1, true, 0 or false, got {text!r}")
+        return text.lower() in ("1", "true")
+    if tp in (int, float):
+        try:
+            return tp(text)
+        except ValueError:
+            kind = "an integer" if tp is int else "a number"
+            raise BadRequest(f"query parameter {name!r} must be {kind}, got {text!r}") from None
+    return text
 
 
 @functools.cache

@@ -9,15 +9,25 @@ from typing import Any
 
 from aiohttp import web
 
+from artifacts.artifact_index import ArtifactIndex
 from grove import wire
 from grove.api import ExecBody
 from grove.errors import BadRequest, GroveError, InternalError, MethodNotAllowed, NotFound, TooLarge
 from grove.schema import parse
+from router.artifacts_api import get_artifact, list_artifacts, list_sandbox_artifacts
 from router.auth import KeyRing
 from router.backends.base import Backend
 from router.datapath import exec_handler, transfer
 from router.journal import Journal
-from router.models import CreateRequest, Empty, EventsRequest
+from router.models import (
+    ArtifactQuery,
+    CreateRequest,
+    Empty,
+    EventsRequest,
+    FetchQuery,
+    PushRequest,
+    SandboxArtifactQuery,
+)
 from router.openapi import build_spec, canonical_path
 from router.proxy import StreamAborted, Upstreams
 from router.records_api import get_live_trajectory, get_trajectory, list_trajectories, post_artifacts, post_events
@@ -51,6 +61,8 @@ class Route:
     """Content type of a raw (streamed) request body, for the spec."""
     key_header: str | None = None
     """A header that may carry the API key instead of ``Authorization`` (SWE-ReX's client sends ``X-API-Key``)."""
+    query: type | None = None
+    """The model of the query parameters, for the spec (the handler parses them with it)."""
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
@@ -142,8 +154,15 @@ ROUTES: list[Route] = [
     Route("GET", "/v1/sandboxes/{id}/archive", transfer("/v1/archive", "archive"), "Tar of a directory (?path=)"),
     Route("PUT", "/v1/sandboxes/{id}/archive", transfer("/v1/archive", "archive"),
           "Extract a tar into a directory (?path=)", raw_body="application/x-tar"),
-    Route("POST", "/v1/sandboxes/{id}/artifacts", post_artifacts, "Push files to S3; keys and presigned GET URLs",
-          raw_body="application/json"),
+    Route("POST", "/v1/sandboxes/{id}/artifacts", post_artifacts,
+          "Push files to S3 and index them; keys, sha256 and presigned GET URLs", body=PushRequest),
+    Route("GET", "/v1/sandboxes/{id}/artifacts", list_sandbox_artifacts,
+          "A sandbox's stored artifacts, live or deleted (paginated)", query=SandboxArtifactQuery),
+    Route("GET", "/v1/artifacts", list_artifacts, "Stored artifacts by sandbox, task or run (paginated)",
+          query=ArtifactQuery),
+    Route("GET", "/v1/artifacts/{sandbox_id}/{path:.+}", get_artifact,
+          "One artifact's bytes (Range: 206/416; X-Grove-Sha256), or ?redirect=1: 307 to a fresh presigned URL",
+          query=FetchQuery),
     Route("POST", "/v1/sandboxes/{id}/events", post_events, "Append harness events to the trajectory",
           body=EventsRequest),
     Route("GET", "/v1/sandboxes/{id}/trajectory", get_live_trajectory, "The trajectory so far"),
@@ -255,6 +274,7 @@ def create_app(settings: RouterSettings, backend: Backend | None = None) -> web.
     async def lifetime(_: web.Application) -> AsyncIterator[None]:
         async with open_storage(settings) as (objects, archive):
             service.objects, service.trajectories = objects, archive
+            service.artifacts = ArtifactIndex(objects)
             # A backend that keeps state in object storage (Knative's snapshots) asks for it by this method.
             if callable(attach := getattr(service.backend, "attach_storage", None)):
                 attach(objects)

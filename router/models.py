@@ -94,3 +94,43 @@ class EventsRequest:
 @dataclass(frozen=True)
 class Empty:
     """A body with no fields."""
+
+
+@dataclass(frozen=True)
+class PushRequest:
+    """Files of the sandbox to store in S3 as artifacts."""
+
+    paths: list[str] = spec("paths in the sandbox (relative ones from its workdir)")
+    url_expires_s: float | None = spec("lifetime of the presigned GET URLs in the answer (default: the router's, "
+                                       "1 h); `GET /v1/artifacts/{sandbox_id}/{path}?redirect=1` makes fresh ones",
+                                       default=None, minimum=1, maximum=7 * DAY)
+
+
+@dataclass(frozen=True)
+class ArtifactQuery:
+    """Which stored artifacts to list, one page at a time (every filter given must match)."""
+
+    sandbox_id: str | None = spec("only this sandbox's", default=None, max_len=64)
+    task_id: str | None = spec("only those of sandboxes with this `metadata.task_id`", default=None, max_len=256)
+    run_id: str | None = spec("only those of sandboxes labelled `metadata.labels.run_id` with this value (a rollout "
+                              "run)", default=None, max_len=256)
+    limit: int = spec("most entries on one page", default=100, minimum=1, maximum=1000)
+    page_token: str | None = spec("`next_page_token` of the previous page", default=None, max_len=2048)
+
+
+@dataclass(frozen=True)
+class SandboxArtifactQuery:
+    """One page of a sandbox's stored artifacts."""
+
+    limit: int = spec("most entries on one page", default=100, minimum=1, maximum=1000)
+    page_token: str | None = spec("`next_page_token` of the previous page", default=None, max_len=2048)
+
+
+@dataclass(frozen=True)
+class FetchQuery:
+    """How to answer a fetch of one artifact."""
+
+    redirect: bool = spec("answer 307 with a fresh presigned GET URL of the object instead of its bytes",
+                          default=False)
+    expires_s: float | None = spec("with `redirect`: the URL's lifetime (default: the router's, 1 h)", default=None,
+                                   minimum=1, maximum=7 * DAY)

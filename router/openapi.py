@@ -57,6 +57,13 @@ def build_spec(routes: list[Any]) -> dict[str, Any]:
             {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
             for name in re.findall(r"{(\w+)}", path)
         ]
+        if (query := getattr(route, "query", None)) is not None:
+            schema = json_schema(query)
+            params += [
+                {"name": name, "in": "query", "required": False, "description": prop.pop("description", ""),
+                 "schema": prop}
+                for name, prop in schema["properties"].items()
+            ]
         if params:
             op["parameters"] = params
         if route.body is not None:

@@ -5,33 +5,38 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import posixpath
-import urllib.parse
+import time
 from typing import Any
 
 import aiohttp
 
+from artifacts import catalog
 from grove import wire
 from grove.errors import BadGateway, Unavailable, error_from_body
 from router.registry import SandboxRecord
 from router.service import SandboxService
 
 
-def artifact_key(sandbox_id: str, path: str) -> str:
-    """Where an artifact of a sandbox lives in the bucket."""
-    return f"artifacts/{sandbox_id}/" + urllib.parse.quote(path.lstrip("/"), safe="/._-")
-
-
-async def push_artifacts(service: SandboxService, record: SandboxRecord, paths: list[str]) -> list[dict[str, Any]]:
-    """Have the executor upload each path to a presigned PUT URL; relay through the router if it cannot.
+async def push_artifacts(
+    service: SandboxService,
+    record: SandboxRecord,
+    paths: list[str],
+    *,
+    kinds: dict[str, str] | None = None,
+    url_expires_s: float | None = None,
+) -> list[dict[str, Any]]:
+    """Have the executor upload each path to a presigned PUT URL; relay through the router if it cannot;
+    then record each artifact in the index (``kinds``: path → ``stdout``/``stderr`` for full outputs).
 
     A sandbox with egress denied has no route to the object store at all, so the router streams the
     file out of the executor and into the same presigned URL — the sandbox still never sees a credential.
     """
-    store = service.objects
-    if store is None:
+    store, index = service.objects, service.artifacts
+    if store is None or index is None:
         raise Unavailable("object storage is not ready yet", retry_after=1)
     # Keys name the absolute path, so "out/x" and "/workspace/out/x" are one artifact, not two.
-    keys = {p: artifact_key(record.id, posixpath.normpath(posixpath.join(record.request.workdir, p))) for p in paths}
+    full = {p: catalog.normalize_path(posixpath.join(record.request.workdir, p)) for p in paths}
+    keys = {p: catalog.artifact_key(record.id, full[p]) for p in paths}
     urls = {p: await asyncio.to_thread(store.presign_put, keys[p]) for p in paths}
     endpoint = await service.endpoint(record)
     session, base = service.upstreams.session(endpoint)
@@ -44,6 +49,8 @@ async def push_artifacts(service: SandboxService, record: SandboxRecord, paths: 
                 raise error_from_body(resp.status, answer)
     except aiohttp.ClientError as exc:
         raise BadGateway(f"the sandbox's executor went away: {exc}") from exc
+    expires = url_expires_s or service.settings.artifact_url_expires_s
+    meta = record.request.metadata
     results = []
     for path, item in zip(paths, answer["items"], strict=True):
         if not item.get("uploaded"):
@@ -51,8 +58,17 @@ async def push_artifacts(service: SandboxService, record: SandboxRecord, paths: 
             item = {"path": item.get("path", path), **relayed, "via": "router"}
         else:
             item = {**item, "via": "executor"}
-        get_url = await asyncio.to_thread(store.presign_get, keys[path])
-        results.append({**item, "path": item.get("path", path), "key": keys[path], "url": get_url})
+        # The size is S3's own; the sha256 is what the uploader hashed on the way (a later GET checks it).
+        stored = await asyncio.to_thread(store.stat, keys[path])
+        entry = catalog.Entry(
+            sandbox_id=record.id, path=full[path], key=keys[path], size=stored.size, sha256=str(item["sha256"]),
+            created_at=time.time(), kind=(kinds or {}).get(path, "file"), task_id=meta.task_id,
+            run_id=meta.labels.get(catalog.RUN_LABEL), etag=stored.etag,
+        )
+        await asyncio.to_thread(index.record, entry)
+        get_url = await asyncio.to_thread(store.presign_get, keys[path], expires)
+        results.append({**item, "path": item.get("path", path), "key": keys[path], "size": stored.size,
+                        "url": get_url, "fetch": catalog.fetch_route(record.id, full[path])})
     return results
 
 

@@ -12,7 +12,7 @@ from grove import wire
 from grove.errors import BadRequest, Unavailable
 from grove.schema import parse
 from router.datapath import service_of
-from router.models import EventsRequest
+from router.models import EventsRequest, PushRequest
 from router.pushing import push_artifacts
 from router.replies import reply
 
@@ -82,18 +82,16 @@ def _reader(request: web.Request) -> TrajectoryReader:
 
 
 async def post_artifacts(request: web.Request) -> web.Response:
-    """POST /v1/sandboxes/{id}/artifacts {"paths": [...]} — files to S3 via presigned URLs; keys and GET URLs back."""
+    """POST /v1/sandboxes/{id}/artifacts {"paths": [...], "url_expires_s"?} — files to S3 via presigned URLs,
+    indexed for listing; keys, sizes, sha256 and GET URLs back."""
     service = service_of(request)
     record = service.registry.get(request.match_info["id"])
-    body = wire.decode(await request.read(), request.content_type)
-    if not isinstance(body, dict) or set(body) != {"paths"}:
-        raise BadRequest("body must be {\"paths\": [\"/path/in/sandbox\", ...]} and nothing else")
-    paths = body["paths"]
-    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) and p for p in paths):
+    push = parse(PushRequest, wire.decode(await request.read(), request.content_type))
+    if not push.paths or not all(push.paths):
         raise BadRequest("'paths' must be a non-empty list of paths in the sandbox")
     service.touch(record)
     with service.infra_faults(record, "pushing artifacts"):  # S3 or the executor failing is the environment's
-        items = await push_artifacts(service, record, paths)
+        items = await push_artifacts(service, record, push.paths, url_expires_s=push.url_expires_s)
     service.record_step(record, {"type": "artifacts", "t": time.time(), "items": items})
     return reply(request, {"artifacts": items})
 

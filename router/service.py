@@ -11,6 +11,7 @@ import time
 from collections.abc import Coroutine, Iterator
 from typing import Any, Protocol
 
+from artifacts.artifact_index import ArtifactIndex
 from grove.errors import BadGateway, Conflict, GroveError, InternalError, Invalid, Unavailable, UpstreamTimeout
 from router.backends.base import Backend, Endpoint
 from router.journal import Journal
@@ -54,6 +55,8 @@ class SandboxService:
         # Set by the app once object storage is up (before start()).
         self.trajectories: TrajectoryStore | None = None
         self.objects: Any = None
+        self.artifacts: ArtifactIndex | None = None
+        """The artifact index in the same bucket (set with ``objects``)."""
         self._last_flush = 0.0
         self._locks: dict[str, asyncio.Lock] = {}
         self._creating: dict[str, asyncio.Task[None]] = {}

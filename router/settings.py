@@ -35,6 +35,14 @@ class RouterSettings:
     costs host CPU outside the sandboxes' quotas (see ``router/outflow.py``)."""
     full_output_burst_bytes: int = 64 * 1024 * 1024
     """Full output stored at once before that pace applies."""
+    artifact_retention_days: int | None = None
+    """Days S3 keeps artifacts (pushed files, truncated commands' full outputs, their index entries): a
+    lifecycle rule set when the router starts. 0 removes grove's rule (kept for ever); None leaves the
+    bucket's rules alone."""
+    trajectory_retention_days: int | None = None
+    """The same for trajectory records and their index entries (their own rule: usually longer, or none)."""
+    artifact_url_expires_s: float = 3600.0
+    """Lifetime of the presigned GET URLs the router hands out (after a push, and for ``?redirect=1``)."""
     s3: S3Config | None = None
     """Object storage for trajectories and artifacts; None starts an embedded S3 server on loopback."""
     knative: KnativeOptions | None = None

@@ -12,15 +12,17 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from artifacts import s3proc
+from artifacts import retention, s3proc
 from artifacts.archive import TrajectoryArchive
+from artifacts.retention import Retention
 from artifacts.s3config import S3Config
 from artifacts.s3server import EmbeddedS3
 from artifacts.store import ObjectStore
-from grove.errors import Conflict
+from grove.errors import Conflict, GroveError, Unavailable
 from router.settings import RouterSettings
 
 log = logging.getLogger("grove.router")
+_RETENTION_RETRY_S = 10.0
 
 
 @contextlib.asynccontextmanager
@@ -42,9 +44,17 @@ async def open_storage(settings: RouterSettings) -> AsyncIterator[tuple[ObjectSt
         log.info("embedded S3 server on %s (data in %s)", config.endpoint, embedded.data_dir)
     store = ObjectStore(config)
     archive = TrajectoryArchive(store, settings.layout.spool)
+    wanted = Retention(settings.artifact_retention_days, settings.trajectory_retention_days)
+    keeper = None
     try:
+        if wanted.wanted() and not await _set_retention(store, wanted):
+            keeper = asyncio.create_task(_keep_trying(store, wanted))
         yield store, archive
     finally:
+        if keeper is not None:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
         # Whatever is still spooled stays on disk and goes up after the next start.
         with contextlib.suppress(Exception):
             await asyncio.to_thread(archive.flush_spool)
@@ -53,6 +63,28 @@ async def open_storage(settings: RouterSettings) -> AsyncIterator[tuple[ObjectSt
             await asyncio.to_thread(embedded.stop)
         if owner is not None:
             os.close(owner)
+
+
+async def _set_retention(store: ObjectStore, wanted: Retention) -> bool:
+    """Set the lifecycle rules of the retention settings; False if S3 could not be reached (try later)."""
+    try:
+        changed = await asyncio.to_thread(retention.apply, store, wanted)
+    except Unavailable as exc:
+        log.warning("could not set the retention rules yet (retrying in %.0fs): %s", _RETENTION_RETRY_S, exc.message)
+        return False
+    except GroveError as exc:  # refused for good (e.g. a server without lifecycle support): say so loudly
+        log.error("S3 refused the retention rules (%s): %s; nothing expires", wanted, exc.message)
+        return True
+    log.info("retention rules %s: %s", "set" if changed else "already in place", wanted)
+    return True
+
+
+async def _keep_trying(store: ObjectStore, wanted: Retention) -> None:
+    """The router serves (and spools) while S3 is down; the rules go in once it answers."""
+    while True:
+        await asyncio.sleep(_RETENTION_RETRY_S)
+        if await _set_retention(store, wanted):
+            return
 
 
 def _own(data_dir: Path) -> int:

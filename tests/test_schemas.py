@@ -45,3 +45,23 @@ def test_every_body_route_publishes_a_schema() -> None:
             continue
         schema = body_schema(spec, route.path.replace("{tail:.*}", "{tail}"), route.method.lower())
         assert schema.get("type") == "object" and "properties" in schema, route.path
+
+
+def test_every_query_route_publishes_its_parameters() -> None:
+    from grove.schema import parse_query
+    from router.models import ArtifactQuery
+
+    spec = build_spec(ROUTES)
+    routes = [r for r in ROUTES if r.query is not None]
+    assert {r.path for r in routes} >= {"/v1/artifacts", "/v1/sandboxes/{id}/artifacts"}
+    for route in routes:
+        path = route.path.replace("{path:.+}", "{path}")
+        params = [p for p in spec["paths"][path][route.method.lower()]["parameters"] if p["in"] == "query"]
+        assert {p["name"] for p in params} == set(json_schema(route.query)["properties"]), route.path
+        assert all(p["description"] and p["required"] is False for p in params), route.path
+    # Query text becomes the published types; anything else is refused naming the parameter.
+    assert parse_query(ArtifactQuery, {"limit": "5", "run_id": "r"}) == ArtifactQuery(run_id="r", limit=5)
+    with pytest.raises(BadRequest, match="limit"):
+        parse_query(ArtifactQuery, {"limit": "five"})
+    with pytest.raises(BadRequest, match="color"):
+        parse_query(ArtifactQuery, {"color": "red"})

@@ -41,9 +41,25 @@ def cmd_up(args: argparse.Namespace) -> int:
         backend=args.backend,
         s3=_s3_config(args),
         knative=_knative_options(args),
+        artifact_retention_days=_days(args.artifact_retention_days, "GROVE_ARTIFACT_RETENTION_DAYS"),
+        trajectory_retention_days=_days(args.trajectory_retention_days, "GROVE_TRAJECTORY_RETENTION_DAYS"),
+        artifact_url_expires_s=args.artifact_url_expires,
     )
     asyncio.run(serve(settings, new_key=new_key, ready_file=args.ready_file))
     return 0
+
+
+def _days(value: int | None, env: str) -> int | None:
+    """A retention in days: the flag, else the environment variable, else None (the bucket's rules untouched)."""
+    if value is not None:
+        return value
+    text = os.environ.get(env)
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise Invalid(f"{env} must be a whole number of days, got {text!r}") from None
 
 
 def _knative_options(args: argparse.Namespace) -> Any:
@@ -179,6 +195,15 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     up.add_argument("--s3", help="S3 endpoint URL (default: start an embedded S3 server on loopback)")
     up.add_argument("--s3-bucket", default="grove")
     up.add_argument("--s3-credentials", help='JSON file {"access_key": ..., "secret_key": ...}')
+    up.add_argument("--artifact-retention-days", type=int, metavar="N",
+                    help="S3 expires artifacts (pushed files, full outputs, their index) N days after they are "
+                         "stored; 0: keep for ever (default $GROVE_ARTIFACT_RETENTION_DAYS, else the bucket's rules "
+                         "are left alone)")
+    up.add_argument("--trajectory-retention-days", type=int, metavar="N",
+                    help="the same for trajectories, a rule of their own (default "
+                         "$GROVE_TRAJECTORY_RETENTION_DAYS, else left alone: kept for ever)")
+    up.add_argument("--artifact-url-expires", type=float, default=3600.0, metavar="SECONDS",
+                    help="lifetime of the presigned GET URLs the router hands out (default 3600)")
     up.add_argument("--ready-file", help=argparse.SUPPRESS)
     add_cluster_options(up)
     up.set_defaults(func=cmd_up)

@@ -5,13 +5,20 @@
         with grove.create(image="default", metadata={"task_id": "t1"}) as sb:
             print(sb.exec("python3 -c 'print(1+1)'").stdout)
 
+Stored artifacts come back through ``grove.artifacts`` (``list``, ``get``, ``url``, ``pull``; by sandbox,
+task or run, every fetch checked against the recorded sha256) and ``sandbox.artifacts()``.
+
 Errors come back as the router's own :mod:`grove.errors` classes. Create and exec carry a
 ``request_id``, so retrying them after a dropped connection never makes two sandboxes or runs a
 command twice; nothing else is retried.
 """
 
 from grove.client.aio import DEFAULT_URL, AsyncGrove, AsyncSandbox
+from grove.client.artifacts import Artifact
+from grove.client.download import Progress
+from grove.client.pull import PullReport
 from grove.client.results import ExecResult
 from grove.client.sync import Grove, Sandbox
 
-__all__ = ["DEFAULT_URL", "AsyncGrove", "AsyncSandbox", "ExecResult", "Grove", "Sandbox"]
+__all__ = ["DEFAULT_URL", "Artifact", "AsyncGrove", "AsyncSandbox", "ExecResult", "Grove", "Progress", "PullReport",
+           "Sandbox"]

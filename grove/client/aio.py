@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import tarfile
@@ -15,6 +16,7 @@ import aiohttp
 import msgpack
 
 from grove import wire
+from grove.client.artifacts import Artifact, AsyncArtifacts, sandbox_artifacts
 from grove.client.results import ExecResult
 from grove.errors import Conflict, GroveError, Invalid, NotFound, Unauthorized, Unavailable, error_from_body
 
@@ -40,6 +42,8 @@ class AsyncGrove:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._heartbeats: set[asyncio.Task[None]] = set()
+        self.artifacts = AsyncArtifacts(self)
+        """Stored artifacts of every sandbox: ``list``, ``get``, ``url``, ``pull``."""
 
     async def __aenter__(self) -> AsyncGrove:
         return self
@@ -102,6 +106,22 @@ class AsyncGrove:
                     raise Unavailable(f"cannot reach the grove router at {self.url}: {exc}") from exc
                 await asyncio.sleep(0.2 * 2**attempt)
         raise Unavailable(f"the grove router at {self.url} kept answering 503")
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, path: str, *, params: dict[str, str] | None = None, headers: dict[str, str] | None = None,
+        allow_redirects: bool = True,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """A GET whose answer the caller reads as it comes (an error answer is raised as its GroveError
+        first; a connection lost while reading becomes Unavailable). Not retried."""
+        try:
+            async with self._http().get(self.url + path, params=params, headers=headers or {},
+                                        allow_redirects=allow_redirects) as resp:
+                if resp.status >= 400:
+                    raise error_from_body(resp.status, _decode(await resp.read(), resp.content_type))
+                yield resp
+        except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            raise Unavailable(f"lost the grove router at {self.url} while reading {path}: {exc}") from exc
 
     async def create(self, image: str = "default", *, heartbeat: bool = True, **options: Any) -> AsyncSandbox:
         """Create a sandbox (options: the create fields of the API: ``cpu``, ``memory_mb``, ``disk_mb``, ...)."""
@@ -258,6 +278,17 @@ class AsyncSandbox:
         """Append a harness event (``message``, ``tool_call``, ``reward``, ``result``, ...) to the trajectory."""
         body = {"events": [{"kind": kind, "data": data}]}
         return dict(await self.client.request("POST", self._path("/events"), json_body=body))
+
+    async def push_artifacts(self, paths: list[str], *, url_expires_s: float | None = None) -> list[dict[str, Any]]:
+        """Store files of the sandbox in S3 as artifacts; per path its ``key``, ``size``, ``sha256`` and a
+        presigned GET ``url`` (valid ``url_expires_s``, default the router's)."""
+        body: dict[str, Any] = {"paths": paths, **({"url_expires_s": url_expires_s} if url_expires_s else {})}
+        answer = await self.client.request("POST", self._path("/artifacts"), json_body=body)
+        return list(answer["artifacts"])
+
+    async def artifacts(self, *, page_size: int | None = None) -> list[Artifact]:
+        """The sandbox's stored artifacts (pushed files and truncated commands' full outputs)."""
+        return await sandbox_artifacts(self.client, self.id, page_size)
 
     async def close(self) -> None:
         """Delete the sandbox (idempotent)."""

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 from grove.client.aio import AsyncGrove, AsyncSandbox
+from grove.client.artifacts import Artifact, AsyncArtifacts
+from grove.client.download import Progress
+from grove.client.pull import PullReport
 from grove.client.results import ExecResult
 
 T = TypeVar("T")
@@ -37,6 +40,8 @@ class Grove:
         self._loop = _Loop()
         self._async = self._loop.run(_make(url, api_key, timeout_s))
         self.url = self._async.url
+        self.artifacts = Artifacts(self._loop, self._async.artifacts)
+        """Stored artifacts of every sandbox: ``list``, ``get``, ``url``, ``pull``."""
 
     def __enter__(self) -> Grove:
         return self
@@ -126,6 +131,44 @@ class Sandbox:
         """Append a harness event to the trajectory."""
         return self._loop.run(self.inner.post_event(kind, data))
 
+    def push_artifacts(self, paths: list[str], *, url_expires_s: float | None = None) -> list[dict[str, Any]]:
+        """Store files of the sandbox in S3 as artifacts; keys, sizes, sha256 and presigned GET URLs."""
+        return self._loop.run(self.inner.push_artifacts(paths, url_expires_s=url_expires_s))
+
+    def artifacts(self, *, page_size: int | None = None) -> list[Artifact]:
+        """The sandbox's stored artifacts."""
+        return self._loop.run(self.inner.artifacts(page_size=page_size))
+
     def close(self) -> None:
         """Delete the sandbox."""
         self._loop.run(self.inner.close())
+
+
+class Artifacts:
+    """``grove.artifacts`` of the synchronous client; see :class:`grove.client.artifacts.AsyncArtifacts`."""
+
+    def __init__(self, loop: _Loop, inner: AsyncArtifacts) -> None:
+        self._loop = loop
+        self.inner = inner
+
+    def list(self, *, sandbox_id: str | None = None, task_id: str | None = None, run_id: str | None = None,
+             page_size: int | None = None) -> list[Artifact]:
+        """Every stored artifact matching the filters, across all pages."""
+        return self._loop.run(self.inner.list(sandbox_id=sandbox_id, task_id=task_id, run_id=run_id,
+                                              page_size=page_size))
+
+    def get(self, sandbox_id: str, path: str, dest: str | Path | None = None,
+            *, progress: Callable[[Progress], None] | None = None) -> Any:
+        """The artifact's verified bytes, or written to ``dest`` (resumable); see :meth:`AsyncArtifacts.get`."""
+        return self._loop.run(self.inner.get(sandbox_id, path, dest, progress=progress))
+
+    def url(self, sandbox_id: str, path: str, *, expires_s: float | None = None) -> str:
+        """A fresh presigned GET URL of the artifact."""
+        return self._loop.run(self.inner.url(sandbox_id, path, expires_s=expires_s))
+
+    def pull(self, dest_dir: str | Path, *, sandbox_id: str | None = None, task_id: str | None = None,
+             run_id: str | None = None, jobs: int = 4,
+             progress: Callable[[Progress], None] | None = None) -> PullReport:
+        """Fetch every matching artifact into ``<dest_dir>/<sandbox_id>/<path>``, verified and resumable."""
+        return self._loop.run(self.inner.pull(dest_dir, sandbox_id=sandbox_id, task_id=task_id, run_id=run_id,
+                                              jobs=jobs, progress=progress))

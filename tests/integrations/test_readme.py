@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import re
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ MARKERS = {
     "harness": "def rollout(task, policy):",
     "mini": "env = GroveEnvironment(",
     "swerex": "rt = RemoteRuntime(",
+    "artifacts": 'grove.artifacts.pull("./out", run_id="run-7")',
 }
 
 
@@ -148,3 +150,16 @@ def test_swerex_remote_runtime(user: RouterProcess) -> None:
         run_block(block(MARKERS["swerex"]).replace("pytest -q", "python3 -c 'print(1)'"), namespace)
         steps = grove.request("GET", f"/v1/sandboxes/{sb.id}/trajectory")["steps"]
     assert any(s.get("via") == "swerex" and s["type"] == "exec" for s in steps), steps
+
+
+def test_getting_artifacts_back(user: RouterProcess, tmp_path: Path) -> None:
+    namespace = run_block(block(MARKERS["artifacts"]), {})
+    sandbox_id = namespace["sb"].id
+    assert sandbox_id not in user.live_ids()
+    assert [a.path for a in namespace["mine"]] == ["/workspace/out/answer.txt"]
+    assert [a.sandbox_id for a in namespace["arts"]] == [sandbox_id] and namespace["data"] == b"42\n"
+    assert (tmp_path / "answer.txt").read_bytes() == b"42\n"
+    assert namespace["report"].ok and len(namespace["report"].fetched) == 1
+    assert (tmp_path / "out" / sandbox_id / "workspace" / "out" / "answer.txt").read_bytes() == b"42\n"
+    with urllib.request.urlopen(namespace["url"], timeout=10) as resp:
+        assert resp.read() == b"42\n"

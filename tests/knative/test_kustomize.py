@@ -14,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from grove.cli import build_parser
 from tests.support.crd_schema import REPO
 from tests.support.knative_fixtures import role_rules
 
@@ -96,6 +97,9 @@ def test_router_is_configured_for_the_cluster() -> None:
     generated = {g["name"] for g in kustomization()["secretGenerator"]}
     assert set(env.values()) <= generated
     assert any(a.startswith("--s3=http://minio.grove-system.svc") for a in args)
+    # The arguments are the CLI's own: they parse, and artifacts expire after 30 days, trajectories are kept.
+    parsed = build_parser().parse_args(args)
+    assert parsed.artifact_retention_days == 30 and parsed.trajectory_retention_days is None
 
 
 def test_readme_walks_from_empty_cluster_to_first_sandbox() -> None:
