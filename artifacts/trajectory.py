@@ -85,6 +85,13 @@ def meta(record: dict[str, Any], name: str) -> Any:
     return value if value is not None else sandbox.get(name)
 
 
+def run_id(record: dict[str, Any]) -> str | None:
+    """The rollout run a record belongs to: ``sandbox.metadata.labels.run_id``, if set."""
+    labels = meta(record, "labels")
+    value = labels.get("run_id") if isinstance(labels, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
 def trajectory_key(record: dict[str, Any]) -> str:
     """Where the record is stored: ``trajectories/<date>/<task_id or _none>/<sandbox_id>.msgpack``."""
     created = (record.get("sandbox") or {}).get("created_at")
@@ -106,6 +113,7 @@ def summary(record: dict[str, Any]) -> dict[str, Any]:
         "model": meta(record, "model"),
         "harness": meta(record, "harness"),
         "harness_version": meta(record, "harness_version"),
+        "run_id": run_id(record),
         "image": sandbox.get("image"),
         "image_digest": sandbox.get("image_digest"),
         "created_at": sandbox.get("created_at"),

@@ -39,6 +39,8 @@ from router.settings import RouterSettings
 from router.statedisk import storage_error
 from router.storage import open_storage
 from router.swerex import swerex_handler
+from router.ui import UI_ROUTES
+from router.ui import install as install_viewer
 
 log = logging.getLogger("grove.router")
 
@@ -219,15 +221,18 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
 
 _PUBLIC = {(r.method, canonical_path(r.path)) for r in ROUTES if r.public}
 _KEY_HEADERS = {(r.method, canonical_path(r.path)): r.key_header for r in ROUTES if r.key_header}
+# The viewer's routes check its session cookie themselves (router/ui/guard.py); only matched ones skip here.
+_VIEWER = {(method, path) for method, path, _ in UI_ROUTES}
 
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every call but the public ones needs a valid API key, loopback included (on routes that name a
-    ``key_header``, the key may come in that header instead of ``Authorization: Bearer``)."""
+    ``key_header``, the key may come in that header instead of ``Authorization: Bearer``). The viewer's
+    routes take a session cookie instead, and check it themselves."""
     route = request.match_info.route.resource
     canonical = route.canonical if route is not None else request.path
-    if (request.method, canonical) not in _PUBLIC:
+    if (request.method, canonical) not in _PUBLIC and (route is None or (request.method, canonical) not in _VIEWER):
         header = request.headers.get("Authorization")
         alternative = _KEY_HEADERS.get((request.method, canonical))
         if header is None and alternative and alternative in request.headers:
@@ -270,6 +275,7 @@ def create_app(settings: RouterSettings, backend: Backend | None = None) -> web.
     app[KEYS] = KeyRing(list(settings.api_keys), settings.layout.api_keys)
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
+    install_viewer(app, app[KEYS])
 
     async def lifetime(_: web.Application) -> AsyncIterator[None]:
         async with open_storage(settings) as (objects, archive):

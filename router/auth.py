@@ -83,13 +83,19 @@ class KeyRing:
         scheme, _, given = (header or "").partition(" ")
         if scheme.lower() != "bearer" or not given.strip():
             raise Unauthorized("missing 'Authorization: Bearer <api key>' header (the key is in the state dir)")
-        self._refresh()
-        raw = given.strip().encode()
-        valid = False
-        for key in self._keys:
-            valid |= hmac.compare_digest(raw, key)  # no early exit: timing says nothing about which key
-        if not valid:
+        if not self.valid(given):
             raise Unauthorized("the API key is not valid")
+
+    def valid(self, key: str) -> bool:
+        """Whether ``key`` is accepted now (the viewer asks on every request, so a revoked key's sessions end)."""
+        self._refresh()
+        raw = key.strip().encode()
+        if not raw:
+            return False
+        found = False
+        for known in self._keys:
+            found |= hmac.compare_digest(raw, known)  # no early exit: timing says nothing about which key
+        return found
 
 
 def _write(path: Path, entries: list[tuple[str, str]]) -> None:

@@ -23,6 +23,7 @@ async def serve(settings: RouterSettings, *, new_key: str | None = None, ready_f
     port = runner.addresses[0][1] if runner.addresses else settings.port
     url = f"http://{settings.host}:{port}"
     print(f"grove router listening on {url} (backend {settings.backend}, state dir {settings.state_dir})", flush=True)
+    print(f"  viewer: {url}/ui/ (log in with an API key)", flush=True)
     if new_key:
         print(f"created API key (shown once; kept in {settings.state_dir}/api_keys): {new_key}", flush=True)
     print(f"  stop it with Ctrl-C (sandboxes keep running) or `grove --state-dir {settings.state_dir} down` "

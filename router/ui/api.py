@@ -1,0 +1,156 @@
+"""The JSON the viewer's pages fetch (session cookie, not bearer key; not part of the /v1 API or its spec).
+
+Trajectories come in pieces so a record of thousands of steps opens at once: the header and a page of
+step outlines (:mod:`router.ui.steps`), then each output when the reader expands it, and a truncated
+output's full text through a short-lived presigned GET of the object the router stored for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from aiohttp import web
+
+from artifacts import trajectory as tj
+from grove.errors import BadRequest, NotFound, Unavailable
+from router.datapath import service_of
+from router.ui import records, steps
+from router.ui.search import Query, search
+
+RECORDS = web.AppKey("ui_records", records.RecordCache)
+STEP_PAGE = 250
+"""Step outlines per request by default (the page asks for more as the reader scrolls on)."""
+PRESIGN_S = 300.0
+"""How long a full-output link the viewer hands out stays valid."""
+
+
+def _int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be a whole number, got {raw!r}") from None
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+async def sandboxes(request: web.Request) -> web.StreamResponse:
+    """GET /ui/api/sandboxes — every live sandbox, newest first, with the router's clock."""
+    live = sorted(service_of(request).registry.live(), key=lambda r: r.created_at, reverse=True)
+    return web.json_response({"now": time.time(), "sandboxes": [r.public() for r in live]})
+
+
+async def sandbox(request: web.Request) -> web.StreamResponse:
+    """GET /ui/api/sandboxes/{id} — one sandbox (also just after its end, while the router remembers it)."""
+    registry = service_of(request).registry
+    found = registry.lookup(request.match_info["id"])
+    if found is None:
+        registry.get(request.match_info["id"])  # the right NotFound (unknown, or gone)
+        raise NotFound(f"no sandbox {request.match_info['id']}")
+    return web.json_response({"now": time.time(), "sandbox": found.public()})
+
+
+async def delete_sandbox(request: web.Request) -> web.StreamResponse:
+    """POST /ui/api/sandboxes/{id}/delete — delete it (the guard checked the CSRF token)."""
+    record = await service_of(request).delete(request.match_info["id"], reason="deleted from the viewer")
+    return web.json_response({"sandbox": record.public()})
+
+
+async def trajectories(request: web.Request) -> web.StreamResponse:
+    """GET /ui/api/trajectories?task_id=&model=&harness=&outcome=&run_id=&date_from=&date_to=&after=&limit="""
+    q = request.query
+    objects = service_of(request).objects
+    if objects is None:
+        raise Unavailable("trajectory storage is not ready yet", retry_after=1)
+
+    def text(name: str) -> str | None:
+        value = q.get(name, "").strip()
+        return value or None
+
+    query = Query(task_id=text("task_id"), model=text("model"), harness=text("harness"), outcome=text("outcome"),
+                  run_id=text("run_id"), date_from=text("date_from"), date_to=text("date_to"), after=text("after"),
+                  limit=_int(request, "limit", 50, 1, 500)).check()
+    return web.json_response(await asyncio.to_thread(search, objects, query))
+
+
+async def _record(request: web.Request) -> tuple[dict[str, Any], bool]:
+    return await records.load(service_of(request), request.app[RECORDS], request.match_info["sandbox_id"])
+
+
+def _step(record: dict[str, Any], request: web.Request) -> Any:
+    all_steps = record.get("steps") or []
+    index = _index(request.match_info["n"])
+    if index >= len(all_steps):
+        raise NotFound(f"the trajectory has {len(all_steps)} steps; there is no step {index}")
+    return all_steps[index]
+
+
+def _index(raw: str) -> int:
+    if not raw.isdigit():
+        raise BadRequest(f"a step number is a whole number, got {raw!r}")
+    return int(raw)
+
+
+def _stream(request: web.Request) -> str:
+    stream = request.match_info["stream"]
+    if stream not in steps.STREAMS:
+        raise BadRequest(f"stream must be stdout or stderr, got {stream!r}")
+    return stream
+
+
+async def trajectory(request: web.Request) -> web.StreamResponse:
+    """GET /ui/api/trajectories/{sandbox_id}?offset=&limit= — the header and one page of step outlines."""
+    record, live = await _record(request)
+    offset = _int(request, "offset", 0, 0, 10**9)
+    limit = _int(request, "limit", STEP_PAGE, 1, 2000)
+    all_steps = record.get("steps") or []
+    body = steps.header(record)
+    body.update(live=live, offset=offset,
+                steps=[steps.outline(s, i) for i, s in enumerate(all_steps[offset : offset + limit], start=offset)])
+    return web.json_response(body)
+
+
+async def step(request: web.Request) -> web.StreamResponse:
+    """GET /ui/api/trajectories/{sandbox_id}/steps/{n} — one step whole (outputs apart), e.g. a long message."""
+    record, _ = await _record(request)
+    found = _step(record, request)
+    whole = {k: v for k, v in found.items() if k not in steps.STREAMS} if isinstance(found, dict) else found
+    return web.json_response(steps.plain(whole))
+
+
+async def output(request: web.Request) -> web.StreamResponse:
+    """GET /ui/api/trajectories/{sandbox_id}/steps/{n}/{stream} — one output, as text."""
+    record, _ = await _record(request)
+    return web.json_response(steps.output(_step(record, request), _stream(request)))
+
+
+async def full_output(request: web.Request) -> web.StreamResponse:
+    """GET /ui/api/trajectories/{sandbox_id}/steps/{n}/{stream}/full — 303 to a presigned GET of the full text."""
+    record, _ = await _record(request)
+    found = _step(record, request)
+    stream = _stream(request)
+    key = found.get(f"{stream}_artifact") if isinstance(found, dict) else None
+    if not isinstance(key, str) or not key.startswith("artifacts/"):
+        raise NotFound(f"this step's {stream} was not truncated: the page has all of it")
+    objects = service_of(request).objects
+    if objects is None:
+        raise Unavailable("object storage is not ready yet", retry_after=1)
+    if not await asyncio.to_thread(objects.exists, key):
+        raise NotFound(f"the full {stream} is not in S3 (yet): the router stores it in the background, "
+                       "or the sandbox was deleted before it could")
+    url = await asyncio.to_thread(objects.presign_get, key, PRESIGN_S)
+    return web.Response(status=303, headers={"Location": url})
+
+
+async def raw(request: web.Request) -> web.StreamResponse:
+    """GET /ui/api/trajectories/{sandbox_id}/raw — the record as msgpack, as a download."""
+    sandbox_id = request.match_info["sandbox_id"]
+    data = await records.raw(service_of(request), sandbox_id)
+    name = f"{tj.segment(sandbox_id)}.msgpack"
+    return web.Response(body=data, content_type="application/msgpack",
+                        headers={"Content-Disposition": f'attachment; filename="{name}"'})

@@ -1,0 +1,121 @@
+"""What the viewer sends of a trajectory: small step outlines first, each output only when it is opened.
+
+A record may hold thousands of steps and tens of megabytes of output. The page gets the metadata and
+pages of *outlines*: every field a timeline row shows, with outputs replaced by their sizes and long
+strings clipped (``clipped: true`` says the step has more). :func:`output` serves one stream of one
+step when the reader expands it. Everything stays data: the browser renders it as text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+CLIP_CHARS = 4000
+"""Strings longer than this are cut in an outline."""
+CLIP_ITEMS = 200
+"""Lists and dicts longer than this are cut in an outline."""
+OUTPUT_CHARS = 2_000_000
+"""At most this much of one output is shown in the page (the full text has its own link)."""
+STREAMS = ("stdout", "stderr")
+_EXEC_FIELDS = ("cwd", "user", "exit_code", "duration_s", "latency_s", "timed_out", "timeout_s", "env_keys",
+                "stdin_bytes", "request_id", "error")
+
+
+def text(value: Any) -> str:
+    """Output as text: bytes (msgpack keeps undecodable output as bytes) decoded with replacement."""
+    if value is None:
+        return ""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    return value if isinstance(value, str) else str(value)
+
+
+def clip(value: Any, state: list[bool], depth: int = 0) -> Any:
+    """A JSON-safe copy of ``value`` with long strings and collections cut; sets ``state[0]`` if anything was."""
+    if isinstance(value, bytes | bytearray):
+        value = text(value)
+    if isinstance(value, str):
+        if len(value) > CLIP_CHARS:
+            state[0] = True
+            return value[:CLIP_CHARS]
+        return value
+    if depth > 8:
+        state[0] = True
+        return "…"
+    if isinstance(value, dict):
+        if len(value) > CLIP_ITEMS:
+            state[0] = True
+        return {str(k): clip(v, state, depth + 1) for k, v in list(value.items())[:CLIP_ITEMS]}
+    if isinstance(value, list | tuple):
+        if len(value) > CLIP_ITEMS:
+            state[0] = True
+        return [clip(v, state, depth + 1) for v in list(value)[:CLIP_ITEMS]]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return str(value)
+
+
+def plain(value: Any) -> Any:
+    """A JSON-safe copy of ``value``, whole (bytes as text, other odd values as their string)."""
+    if isinstance(value, bytes | bytearray | str):
+        return text(value)
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return str(value)
+
+
+def outline(step: Any, index: int) -> dict[str, Any]:
+    """One step as a timeline row: outputs as sizes, strings clipped."""
+    if not isinstance(step, dict):
+        return {"i": index, "type": "unknown", "clipped": False}
+    state = [False]
+    kind = step.get("type")
+    out: dict[str, Any] = {"i": index, "type": kind if isinstance(kind, str) else "unknown", "t": step.get("t")}
+    if kind == "exec":
+        out["command"] = clip(step.get("command"), state)
+        for name in _EXEC_FIELDS:
+            if name in step:
+                out[name] = clip(step[name], state)
+        for stream in STREAMS:
+            body = step.get(stream)
+            size = step.get(f"{stream}_bytes")
+            out[stream] = {
+                "bytes": size if isinstance(size, int) else len(text(body).encode()),
+                "kept": len(text(body)),
+                "truncated": bool(step.get(f"{stream}_truncated")),
+                "sha256": step.get(f"{stream}_sha256"),
+                "artifact": isinstance(step.get(f"{stream}_artifact"), str),
+            }
+    else:
+        for name, value in step.items():
+            if name not in ("type", "t"):
+                out[name] = clip(value, state)
+    out["clipped"] = state[0]
+    return out
+
+
+def output(step: Any, stream: str) -> dict[str, Any]:
+    """One stream of an exec step, as text (up to :data:`OUTPUT_CHARS`)."""
+    body = text(step.get(stream)) if isinstance(step, dict) else ""
+    return {
+        "text": body[:OUTPUT_CHARS],
+        "cut": len(body) > OUTPUT_CHARS,
+        "truncated": bool(isinstance(step, dict) and step.get(f"{stream}_truncated")),
+        "artifact": isinstance(step, dict) and isinstance(step.get(f"{stream}_artifact"), str),
+    }
+
+
+def header(record: dict[str, Any]) -> dict[str, Any]:
+    """Everything of a record but its steps (clipped), and how many steps it has."""
+    state = [False]
+    steps = record.get("steps") or []
+    return {
+        "sandbox": clip(record.get("sandbox") or {}, state),
+        "outcome": clip(record.get("outcome"), state),
+        "version": record.get("version"),
+        "step_count": len(steps) if isinstance(steps, list) else 0,
+    }
