@@ -183,6 +183,13 @@ class ObjectStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def prefixes(self, prefix: str) -> builtins.list[str]:
+        """The "directories" right under ``prefix`` (which ends in '/'), each ending in '/', in key order."""
+        self.ensure_bucket()
+        with self._errors("list", prefix):
+            return [str(obj.object_name) for obj in self._client.list_objects(self.config.bucket, prefix=prefix)
+                    if obj.is_dir]
+
     def list(self, prefix: str = "", *, recursive: bool = True) -> builtins.list[ObjectInfo]:
         """Objects whose key starts with ``prefix``, in key order."""
         self.ensure_bucket()

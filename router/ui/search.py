@@ -1,11 +1,12 @@
 """Trajectory search for the viewer: one page at a time from the bucket's keys and index, never every record.
 
-The trajectory keys (``trajectories/<day>/<task>/<sandbox>.msgpack``) are the spine: listing them is a
-few list calls even for 10,000 records, and each key already says the day, the task and the sandbox,
-so those filters cost nothing. Model and harness narrow the spine through their index prefix (keys
-only). Outcome and run need the record's summary (``index/by-id/<sandbox>``): only as many are read as
-a page needs, in parallel, up to :data:`MAX_SCAN` per request (the reply's cursor resumes after the last
-one read). Newest day first; within a day, by task then sandbox id.
+The trajectory keys (``trajectories/<day>/<task>/<sandbox>.msgpack``) are the spine, walked a day at a
+time, newest first: one short listing for the days, then one per day visited (a page usually needs
+one), and a key already says the day, the task and the sandbox, so those filters cost nothing (a task
+filter lists only ``<day>/<task>/``). Model and harness narrow the walk through their index prefix
+(keys only). Outcome and run need the record's summary (``index/by-id/<sandbox>``): only as many are
+read as the page needs, in parallel, up to :data:`MAX_SCAN` per request (the reply's cursor resumes
+after the last one read). Within a day, records come by task, then sandbox id.
 """
 
 from __future__ import annotations
@@ -60,57 +61,60 @@ class Query:
 def search(store: ObjectStore, query: Query) -> dict[str, Any]:
     """``{"items": [summary...], "next": cursor or None, "scanned": n}`` for one page."""
     query.check()
-    keys = _spine(store, query)
-    if query.model or query.harness:
-        for index, value in (("by-model", query.model), ("by-harness", query.harness)):
-            if value:
-                wanted = {o.key.rsplit("/", 1)[1] for o in store.list(tj.index_prefix(index, value))}
-                keys = [k for k in keys if _sid_segment(k) in wanted]
-    keys.sort(key=_order, reverse=True)
-    if query.after is not None:
-        cursor = _order(query.after)
-        keys = [k for k in keys if _order(k) < cursor]
+    cursor = _order(query.after) if query.after is not None else None
+    wanted = _narrowed(store, query)
     items: list[dict[str, Any]] = []
     scanned = 0
     last: str | None = None
     with ThreadPoolExecutor(max_workers=_READERS) as pool:
-        for batch in _batches(keys, query.limit):
-            if scanned >= MAX_SCAN:
-                break
-            for key, summary in zip(batch, pool.map(_summary, [store] * len(batch), batch), strict=True):
-                scanned += 1
-                last = key
-                if summary is not None and _matches(summary, query):
-                    items.append(summary)
-                    if len(items) == query.limit:
-                        break
-            if len(items) == query.limit:
-                break
-    more = last is not None and bool(keys) and _order(last) > _order(keys[-1])
-    return {"items": items, "next": last if more else None, "scanned": scanned}
+        for day in _days(store, query):
+            keys = _day_keys(store, day, query)
+            if cursor is not None:
+                keys = [k for k in keys if _order(k) < cursor]
+            if wanted is not None:
+                keys = [k for k in keys if _sid_segment(k) in wanted]
+            for batch in _batches(keys, query.limit):
+                for key, summary in zip(batch, pool.map(_summary, [store] * len(batch), batch), strict=True):
+                    scanned += 1
+                    last = key
+                    if summary is not None and _matches(summary, query):
+                        items.append(summary)
+                        if len(items) == query.limit:
+                            return {"items": items, "next": key, "scanned": scanned}
+                if scanned >= MAX_SCAN:
+                    return {"items": items, "next": last, "scanned": scanned}
+    return {"items": items, "next": None, "scanned": scanned}
 
 
-def _spine(store: ObjectStore, query: Query) -> list[str]:
-    prefix = tj.TRAJECTORY_PREFIX
-    if query.date_from and query.date_from == query.date_to:
-        prefix += f"{query.date_from}/"
-        if query.task_id:
-            prefix += f"{tj.segment(query.task_id)}/"
-    task = tj.segment(query.task_id) if query.task_id else None
-    keys = []
-    for obj in store.list(prefix):
-        parts = obj.key[len(tj.TRAJECTORY_PREFIX):].split("/")
-        if len(parts) != 3 or not parts[2].endswith(".msgpack"):
-            continue
-        day = parts[0]
-        if task is not None and parts[1] != task:
-            continue
-        if (query.date_from or query.date_to) and day == _UNDATED:
-            continue
-        if (query.date_from and day < query.date_from) or (query.date_to and day > query.date_to):
-            continue
-        keys.append(obj.key)
-    return keys
+def _narrowed(store: ObjectStore, query: Query) -> set[str] | None:
+    """The sandbox segments the model and harness indexes allow (None: no such filter)."""
+    wanted: set[str] | None = None
+    for index, value in (("by-model", query.model), ("by-harness", query.harness)):
+        if value:
+            found = {o.key.rsplit("/", 1)[1] for o in store.list(tj.index_prefix(index, value))}
+            wanted = found if wanted is None else wanted & found
+    return wanted
+
+
+def _days(store: ObjectStore, query: Query) -> list[str]:
+    """The days that have records, newest first (undated last), within the query's range."""
+    days = [p[len(tj.TRAJECTORY_PREFIX):].rstrip("/") for p in store.prefixes(tj.TRAJECTORY_PREFIX)]
+    if query.date_from or query.date_to:
+        days = [d for d in days if d != _UNDATED and (not query.date_from or d >= query.date_from)
+                and (not query.date_to or d <= query.date_to)]
+    if query.after is not None:
+        cursor_day = query.after[len(tj.TRAJECTORY_PREFIX):].split("/", 1)[0]
+        days = [d for d in days if _day_order(d) <= _day_order(cursor_day)]
+    return sorted(days, key=_day_order, reverse=True)
+
+
+def _day_keys(store: ObjectStore, day: str, query: Query) -> list[str]:
+    """One day's trajectory keys (of one task, with that filter), newest-first order."""
+    prefix = f"{tj.TRAJECTORY_PREFIX}{day}/"
+    if query.task_id:
+        prefix += f"{tj.segment(query.task_id)}/"
+    keys = [o.key for o in store.list(prefix) if o.key.endswith(".msgpack") and o.key.count("/") == 3]
+    return sorted(keys, key=_order, reverse=True)
 
 
 def _matches(summary: dict[str, Any], query: Query) -> bool:
@@ -145,6 +149,10 @@ def _sid_segment(key: str) -> str:
 def _order(key: str) -> tuple[bool, str]:
     # Undated records sort below every dated one ('_' would otherwise sort above the digits).
     return (not key.startswith(f"{tj.TRAJECTORY_PREFIX}{_UNDATED}/"), key)
+
+
+def _day_order(day: str) -> tuple[bool, str]:
+    return (day != _UNDATED, day)
 
 
 def _batches(keys: list[str], size: int) -> Iterator[list[str]]:

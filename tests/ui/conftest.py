@@ -114,8 +114,12 @@ class Viewer:
         where = os.environ.get("GROVE_UI_SCREENSHOTS")
         if where:
             Path(where).mkdir(parents=True, exist_ok=True)
-            height = self.browser.execute_script("return Math.min(document.body.scrollHeight, 2400)")
-            self.browser.set_window_size(1400, max(700, int(height) + 40))
+            # The whole page (up to a limit), from its top: the window grows to the page plus its own frame.
+            height, frame = self.browser.execute_script(
+                "window.scrollTo(0, 0); return [Math.min(document.documentElement.scrollHeight, 2400),"
+                " window.outerHeight - window.innerHeight]")
+            self.browser.set_window_size(1400, max(600, int(height)) + int(frame))
+            self.browser.execute_script("window.scrollTo(0, 0)")
             self.browser.save_screenshot(str(Path(where) / f"{name}.png"))
             self.browser.set_window_size(1400, 1000)
 
