@@ -14,6 +14,7 @@ from router.ui import api, views
 from router.ui.guard import SESSIONS, Handler, add_headers
 from router.ui.guard import api as json_call
 from router.ui.records import RecordCache
+from router.ui.search import Summaries
 from router.ui.sessions import Sessions
 
 UI_ROUTES: list[tuple[str, str, Handler]] = [
@@ -44,6 +45,7 @@ def install(app: web.Application, keys: KeyRing) -> None:
     """Add the viewer to the router's app; its sessions end when ``keys`` stops accepting their key."""
     app[SESSIONS] = Sessions(keys.valid)
     app[api.RECORDS] = RecordCache()
+    app[api.SUMMARIES] = Summaries()
     for method, path, handler in UI_ROUTES:
         app.router.add_route(method, path, handler)
     app.on_response_prepare.append(add_headers)

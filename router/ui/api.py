@@ -16,10 +16,14 @@ from aiohttp import web
 from artifacts import trajectory as tj
 from grove.errors import BadRequest, NotFound, Unavailable
 from router.datapath import service_of
-from router.ui import records, steps
-from router.ui.search import Query, search
+from router.ui.records import RecordCache, load
+from router.ui.records import raw as raw_record
+from router.ui.search import Query, Summaries, search
+from router.ui.steps import STREAMS, header, outline, plain
+from router.ui.steps import output as step_output
 
-RECORDS = web.AppKey("ui_records", records.RecordCache)
+RECORDS = web.AppKey("ui_records", RecordCache)
+SUMMARIES = web.AppKey("ui_summaries", Summaries)
 STEP_PAGE = 250
 """Step outlines per request by default (the page asks for more as the reader scrolls on)."""
 PRESIGN_S = 300.0
@@ -75,11 +79,11 @@ async def trajectories(request: web.Request) -> web.StreamResponse:
     query = Query(task_id=text("task_id"), model=text("model"), harness=text("harness"), outcome=text("outcome"),
                   run_id=text("run_id"), date_from=text("date_from"), date_to=text("date_to"), after=text("after"),
                   limit=_int(request, "limit", 50, 1, 500)).check()
-    return web.json_response(await asyncio.to_thread(search, objects, query))
+    return web.json_response(await asyncio.to_thread(search, objects, query, request.app[SUMMARIES]))
 
 
 async def _record(request: web.Request) -> tuple[dict[str, Any], bool]:
-    return await records.load(service_of(request), request.app[RECORDS], request.match_info["sandbox_id"])
+    return await load(service_of(request), request.app[RECORDS], request.match_info["sandbox_id"])
 
 
 def _step(record: dict[str, Any], request: web.Request) -> Any:
@@ -98,7 +102,7 @@ def _index(raw: str) -> int:
 
 def _stream(request: web.Request) -> str:
     stream = request.match_info["stream"]
-    if stream not in steps.STREAMS:
+    if stream not in STREAMS:
         raise BadRequest(f"stream must be stdout or stderr, got {stream!r}")
     return stream
 
@@ -109,9 +113,9 @@ async def trajectory(request: web.Request) -> web.StreamResponse:
     offset = _int(request, "offset", 0, 0, 10**9)
     limit = _int(request, "limit", STEP_PAGE, 1, 2000)
     all_steps = record.get("steps") or []
-    body = steps.header(record)
+    body = header(record)
     body.update(live=live, offset=offset,
-                steps=[steps.outline(s, i) for i, s in enumerate(all_steps[offset : offset + limit], start=offset)])
+                steps=[outline(s, i) for i, s in enumerate(all_steps[offset : offset + limit], start=offset)])
     return web.json_response(body)
 
 
@@ -119,14 +123,14 @@ async def step(request: web.Request) -> web.StreamResponse:
     """GET /ui/api/trajectories/{sandbox_id}/steps/{n} — one step whole (outputs apart), e.g. a long message."""
     record, _ = await _record(request)
     found = _step(record, request)
-    whole = {k: v for k, v in found.items() if k not in steps.STREAMS} if isinstance(found, dict) else found
-    return web.json_response(steps.plain(whole))
+    whole = {k: v for k, v in found.items() if k not in STREAMS} if isinstance(found, dict) else found
+    return web.json_response(plain(whole))
 
 
 async def output(request: web.Request) -> web.StreamResponse:
     """GET /ui/api/trajectories/{sandbox_id}/steps/{n}/{stream} — one output, as text."""
     record, _ = await _record(request)
-    return web.json_response(steps.output(_step(record, request), _stream(request)))
+    return web.json_response(step_output(_step(record, request), _stream(request)))
 
 
 async def full_output(request: web.Request) -> web.StreamResponse:
@@ -150,7 +154,7 @@ async def full_output(request: web.Request) -> web.StreamResponse:
 async def raw(request: web.Request) -> web.StreamResponse:
     """GET /ui/api/trajectories/{sandbox_id}/raw — the record as msgpack, as a download."""
     sandbox_id = request.match_info["sandbox_id"]
-    data = await records.raw(service_of(request), sandbox_id)
+    data = await raw_record(service_of(request), sandbox_id)
     name = f"{tj.segment(sandbox_id)}.msgpack"
     return web.Response(body=data, content_type="application/msgpack",
                         headers={"Content-Disposition": f'attachment; filename="{name}"'})

@@ -3,15 +3,19 @@
 The trajectory keys (``trajectories/<day>/<task>/<sandbox>.msgpack``) are the spine, walked a day at a
 time, newest first: one short listing for the days, then one per day visited (a page usually needs
 one), and a key already says the day, the task and the sandbox, so those filters cost nothing (a task
-filter lists only ``<day>/<task>/``). Model and harness narrow the walk through their index prefix
-(keys only). Outcome and run need the record's summary (``index/by-id/<sandbox>``): only as many are
-read as the page needs, in parallel, up to :data:`MAX_SCAN` per request (the reply's cursor resumes
-after the last one read). Within a day, records come by task, then sandbox id.
+filter lists only ``<day>/<task>/``). Model, harness, outcome and run need the record's summary
+(``index/by-id/<sandbox>``): only as many are read as the page needs, in parallel, up to
+:data:`MAX_SCAN` per request (the reply's cursor resumes after the last one read), and kept
+(:class:`Summaries`) for the next page or search. (Listing a model's whole index prefix instead costs
+more than reading a page's summaries: S3 lists about a thousand keys per call, and seaweedfs slowly.)
+Within a day, records come by task, then sandbox id.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -58,11 +62,36 @@ class Query:
         return self
 
 
-def search(store: ObjectStore, query: Query) -> dict[str, Any]:
+class Summaries:
+    """Summaries already read, by trajectory key: a record's summary never changes once stored, and
+    paging on or refining a search reads the same ones again. Bounded (least recently used go)."""
+
+    def __init__(self, size: int = 100_000) -> None:
+        self._size = size
+        self._items: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, store: ObjectStore, key: str) -> dict[str, Any] | None:
+        """The summary of the record at ``key`` (None if its index entry is missing)."""
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+                return found
+        found = _summary(store, key)
+        if found is not None:
+            with self._lock:
+                self._items[key] = found
+                while len(self._items) > self._size:
+                    self._items.popitem(last=False)
+        return found
+
+
+def search(store: ObjectStore, query: Query, summaries: Summaries | None = None) -> dict[str, Any]:
     """``{"items": [summary...], "next": cursor or None, "scanned": n}`` for one page."""
     query.check()
     cursor = _order(query.after) if query.after is not None else None
-    wanted = _narrowed(store, query)
+    cache = summaries or Summaries()
     items: list[dict[str, Any]] = []
     scanned = 0
     last: str | None = None
@@ -71,10 +100,8 @@ def search(store: ObjectStore, query: Query) -> dict[str, Any]:
             keys = _day_keys(store, day, query)
             if cursor is not None:
                 keys = [k for k in keys if _order(k) < cursor]
-            if wanted is not None:
-                keys = [k for k in keys if _sid_segment(k) in wanted]
             for batch in _batches(keys, query.limit):
-                for key, summary in zip(batch, pool.map(_summary, [store] * len(batch), batch), strict=True):
+                for key, summary in zip(batch, pool.map(cache.get, [store] * len(batch), batch), strict=True):
                     scanned += 1
                     last = key
                     if summary is not None and _matches(summary, query):
@@ -84,16 +111,6 @@ def search(store: ObjectStore, query: Query) -> dict[str, Any]:
                 if scanned >= MAX_SCAN:
                     return {"items": items, "next": last, "scanned": scanned}
     return {"items": items, "next": None, "scanned": scanned}
-
-
-def _narrowed(store: ObjectStore, query: Query) -> set[str] | None:
-    """The sandbox segments the model and harness indexes allow (None: no such filter)."""
-    wanted: set[str] | None = None
-    for index, value in (("by-model", query.model), ("by-harness", query.harness)):
-        if value:
-            found = {o.key.rsplit("/", 1)[1] for o in store.list(tj.index_prefix(index, value))}
-            wanted = found if wanted is None else wanted & found
-    return wanted
 
 
 def _days(store: ObjectStore, query: Query) -> list[str]:

@@ -13,6 +13,7 @@ import pytest
 from grove.errors import Unauthorized
 from router.app import create_app
 from router.settings import RouterSettings
+from router.ui import UI_ROUTES
 from tests.support.executor_fixtures import MSGPACK
 from tests.support.router_fixtures import RouterProcess, error_of
 
@@ -51,7 +52,8 @@ def test_openapi_lists_exactly_the_served_routes(router: RouterProcess) -> None:
             (route.method, route.resource.canonical)
             for route in app.router.routes()
             if route.resource is not None and route.method != "HEAD"
-        }
+        } - {(method, path) for method, path, _ in UI_ROUTES}  # the viewer's pages are no API
+        assert not [p for _, p in served if p.startswith("/ui")]
     assert documented == served
     for must in (("POST", "/v1/sandboxes"), ("POST", "/v1/sandboxes/{id}/exec"), ("GET", "/healthz"),
                  ("PUT", "/v1/sandboxes/{id}/archive"), ("GET", "/v1/sandboxes/{id}/files/list")):
