@@ -15,6 +15,7 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
+from grove.errors import Forbidden
 from router.ui.guard import SESSIONS, check_csrf, clear_cookie, page, redirect, safe_next, session_of, set_cookie
 
 HERE = Path(__file__).parent
@@ -48,6 +49,10 @@ async def login_form(request: web.Request) -> web.StreamResponse:
 
 async def login(request: web.Request) -> web.StreamResponse:
     """POST /ui/login — check the key, open a session, set its cookie. The key travels only in this body."""
+    origin = request.headers.get("Origin")
+    if origin is not None and origin != f"{request.scheme}://{request.host}":
+        # Another site's form must not log this browser into a session of the attacker's key.
+        raise Forbidden(f"login from another origin ({origin!r}) refused")
     form = await request.post()
     key, target = str(form.get("key") or ""), safe_next(str(form.get("next") or ""))
     session = request.app[SESSIONS].open(key)

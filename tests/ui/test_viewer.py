@@ -61,6 +61,26 @@ def test_the_api_still_wants_its_bearer_key_and_the_viewer_its_session(viewer: V
     assert reply.status == 303 and reply.headers["Location"] == "/ui/"
 
 
+def test_logout_ends_the_session_and_needs_its_token(viewer: Viewer) -> None:
+    viewer.login()
+    old = viewer.browser.get_cookie("grove_session")
+    assert old is not None
+    forged = viewer.router.http("POST", "/ui/logout", b"csrf=guessed", auth=False, headers={
+        "Cookie": f"grove_session={old['value']}", "Content-Type": "application/x-www-form-urlencoded"})
+    assert forged.status == 403 and viewer.get("/ui/api/sandboxes", old["value"]).status == 200
+    viewer.browser.find_element("id", "logout").click()
+    viewer.wait(lambda: viewer.css("#key"), what="the login form")
+    assert viewer.browser.get_cookie("grove_session") is None
+    assert viewer.get("/ui/api/sandboxes", old["value"]).status == 401
+    viewer.open("/ui/")
+    viewer.wait(lambda: "/ui/login" in viewer.browser.current_url, what="the login form again")
+    # Another site cannot log this browser in (into a session of its own key).
+    body = b"key=" + viewer.router.key.encode()
+    reply = viewer.router.http("POST", "/ui/login", body, auth=False, headers={
+        "Origin": "http://evil.example", "Content-Type": "application/x-www-form-urlencoded"})
+    assert reply.status == 403 and "Set-Cookie" not in reply.headers
+
+
 def test_a_revoked_keys_sessions_end(viewer: Viewer) -> None:
     added = viewer.router.cli("key", "add", "viewer-test")
     assert added.returncode == 0, added.stderr
