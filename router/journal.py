@@ -133,6 +133,15 @@ class Journal:
             pass  # a torn last write after a crash: keep everything before it
         return {"version": RECORD_VERSION, "sandbox": sandbox, "steps": steps, "outcome": _with_infra(outcome, infra)}
 
+    def stamp(self, sandbox_id: str) -> tuple[int, int, int, int] | None:
+        """What changes whenever :meth:`record` would (file identity, size and time, held entries); None if
+        there is no journal. Readers that poll a journal (the viewer) skip re-reading an unchanged one."""
+        try:
+            st = self._path(sandbox_id).stat()
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_size, st.st_mtime_ns, len(self._held.get(sandbox_id, ()))
+
     def remove(self, sandbox_id: str) -> None:
         """Drop a journal once its record is safely stored (in S3 or the spool)."""
         self._held.pop(sandbox_id, None)

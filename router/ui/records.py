@@ -17,6 +17,7 @@ import msgpack
 
 from artifacts import trajectory as tj
 from grove.errors import NotFound, Unavailable
+from router.journal import Journal
 from router.service import SandboxService
 
 CACHED = 4
@@ -25,11 +26,29 @@ CACHE_S = 300.0
 
 
 class RecordCache:
-    """The last few stored records read, by sandbox id, for :data:`CACHE_S` seconds."""
+    """The last few stored records read, by sandbox id, for :data:`CACHE_S` seconds; and the last few live
+    ones, for as long as their journal has not changed (a page following a sandbox polls every second)."""
 
     def __init__(self) -> None:
         self._items: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        self._live: OrderedDict[str, tuple[object, dict[str, Any]]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def live(self, journal: Journal, sandbox_id: str) -> dict[str, Any]:
+        """The journal's record, decoded again only when the journal changed since the last call."""
+        stamp = journal.stamp(sandbox_id)
+        with self._lock:
+            hit = self._live.get(sandbox_id)
+            if hit is not None and stamp is not None and hit[0] == stamp:
+                self._live.move_to_end(sandbox_id)
+                return hit[1]
+        record = journal.record(sandbox_id)
+        with self._lock:
+            self._live[sandbox_id] = (stamp, record)
+            self._live.move_to_end(sandbox_id)
+            while len(self._live) > CACHED:
+                self._live.popitem(last=False)
+        return record
 
     def get(self, sandbox_id: str) -> dict[str, Any] | None:
         """A cached record, if fresh."""
@@ -54,7 +73,7 @@ async def load(service: SandboxService, cache: RecordCache, sandbox_id: str) -> 
     """The record and whether it is live (still journalled); NotFound with a reason otherwise."""
     if service.journal.exists(sandbox_id):
         try:
-            return await asyncio.to_thread(service.journal.record, sandbox_id), True
+            return await asyncio.to_thread(cache.live, service.journal, sandbox_id), True
         except NotFound:
             pass  # stored between the check and the read: the archive has it now
     hit = cache.get(sandbox_id)

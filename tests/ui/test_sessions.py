@@ -1,11 +1,15 @@
-"""The viewer's session table and step outlines, as pure logic (no router, no browser)."""
+"""The viewer's session table, step outlines and record cache, as pure logic (no router, no browser)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from grove.errors import BadRequest
+from router.journal import Journal
 from router.ui import steps
+from router.ui.records import RecordCache
 from router.ui.search import Query
 from router.ui.sessions import IDLE_S, LIFETIME_S, MAX_SESSIONS, Sessions
 
@@ -84,3 +88,16 @@ def test_outlines_keep_outputs_out_and_clip_long_text() -> None:
 def test_bad_searches_say_what_is_wrong(query: Query, needle: str) -> None:
     with pytest.raises(BadRequest, match=needle):
         query.check()
+
+
+def test_a_live_record_is_read_again_exactly_when_its_journal_changed(tmp_path: Path) -> None:
+    journal = Journal(tmp_path)
+    cache = RecordCache()
+    journal.start("sb-1", {"id": "sb-1"})
+    first = cache.live(journal, "sb-1")
+    assert first["steps"] == [] and cache.live(journal, "sb-1") is first  # unchanged: not decoded again
+    journal.append("sb-1", {"type": "exec", "command": "ls"})
+    second = cache.live(journal, "sb-1")
+    assert second is not first and [s["command"] for s in second["steps"]] == ["ls"]
+    journal.append("sb-1", {"type": "exec", "command": "pwd"})
+    assert [s["command"] for s in cache.live(journal, "sb-1")["steps"]] == ["ls", "pwd"]
