@@ -50,6 +50,7 @@ def browser() -> Iterator[WebDriver]:
     profile = tempfile.mkdtemp(prefix="grove-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console messages, CSP reports among them
     for arg in (*CHROMIUM_ARGS, f"--user-data-dir={profile}"):
         options.add_argument(arg)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
@@ -157,6 +158,11 @@ class Viewer:
         if session is not None:
             headers["Cookie"] = f"grove_session={session}"
         return self.router.http("GET", path, auth=False, headers=headers)
+
+    def console_problems(self) -> list[str]:
+        """Console messages since the last call that say a script failed or the CSP blocked something."""
+        found = [str(entry.get("message", "")) for entry in self.browser.get_log("browser")]
+        return [m for m in found if "Content Security Policy" in m or "Uncaught" in m]
 
     def fetch_in_page(self, method: str, path: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
         """A fetch() from the page itself (its origin, its cookie): ``{"status", "body"}``."""

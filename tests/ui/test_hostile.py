@@ -20,6 +20,8 @@ def assert_nothing_ran(viewer: Viewer) -> None:
     assert not [h for h in hrefs if not h.startswith(viewer.router.url + "/ui/")], hrefs
     scripts = [s.get_attribute("src") for s in viewer.css("script")]
     assert all(src and src.startswith(viewer.router.url + "/ui/static/") for src in scripts), scripts
+    # Nor did anything try (the CSP would report a blocked inline handler) or break the page's scripts.
+    assert not viewer.console_problems()
 
 
 def expand_everything(viewer: Viewer) -> None:

@@ -104,6 +104,7 @@ def test_live_sandboxes_are_listed_filtered_and_refreshed(viewer: Viewer, grove:
     row = viewer.css(f'tr[data-id="{b.id}"]')[0].text
     assert "django-7" in row and "m-small" in row and "swe-agent 1.1" in row and "ready" in row
     viewer.snap("sandboxes")
+    assert not viewer.console_problems()
     viewer.browser.find_element("id", "f-task").send_keys("astro")
     viewer.wait(lambda: [r.get_attribute("data-id") for r in viewer.css("#sandboxes tbody tr")] == [a.id],
                 what="the task filter")
@@ -130,6 +131,7 @@ def test_the_sandbox_page_follows_new_steps(viewer: Viewer, grove: Grove) -> Non
     span = viewer.wait(lambda: viewer.css("#timeline details.stdout pre .ansi-fg-2"), what="the output")[0]
     assert span.text == "green"
     viewer.snap("sandbox")
+    assert not viewer.console_problems()
 
 
 def test_deleting_a_sandbox_needs_the_csrf_token(viewer: Viewer, grove: Grove) -> None:
@@ -228,6 +230,7 @@ def test_a_trajectory_shows_its_record_and_loads_outputs_when_opened(viewer: Vie
     conversation = viewer.text("#timeline")
     assert "Fix the bug." in conversation and "→ bash" in conversation and '"command": "pytest -q"' in conversation
     viewer.snap("trajectory")
+    assert not viewer.console_problems()  # no script error, nothing the CSP had to block
     # The truncated output links to its whole text in S3 through a presigned GET.
     big = next(s for s in viewer.css("#timeline .step.exec") if "cat big.log" in s.text)
     assert "truncated" in big.text
@@ -255,6 +258,7 @@ def test_two_trajectories_side_by_side(viewer: Viewer) -> None:
     first = viewer.css("#aligned tbody tr")[3].text
     assert first.count("ls /repo") == 2
     viewer.snap("compare")
+    assert not viewer.console_problems()
 
 
 def test_a_2000_step_50mb_trajectory_opens_fast(viewer: Viewer, router: RouterProcess) -> None:
