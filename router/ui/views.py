@@ -58,7 +58,8 @@ async def login(request: web.Request) -> web.StreamResponse:
     session = request.app[SESSIONS].open(key)
     if session is None:
         await asyncio.sleep(LOGIN_DELAY_S)
-        message = "Enter an API key." if not key.strip() else "That API key is not valid (see `grove key ls`)."
+        message = ("That API key is not valid (the state dir's api_keys file holds the valid ones)."
+                   if key.strip() else "Enter an API key.")
         return render("login.html", status=401, title="Log in", next=target, error=message)
     response = redirect(target)
     set_cookie(request, response, session)
