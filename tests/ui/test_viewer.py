@@ -242,6 +242,14 @@ def test_a_trajectory_shows_its_record_and_loads_outputs_when_opened(viewer: Vie
         assert answer.read() == full
     raw = viewer.get("/ui/api/trajectories/sb-episode000000001/raw", session)
     assert raw.status == 200 and "attachment" in raw.headers["Content-Disposition"] and len(raw.body) > 4096
+    # On to the other attempts at the task, and to the rest of the run.
+    viewer.browser.find_element("id", "same-task").click()
+    row = viewer.wait(lambda: viewer.css('tr[data-id="sb-episode000000001"]'), what="the task's attempts")[0]
+    assert "/ui/trajectories?task_id=astropy-1" in viewer.browser.current_url
+    row.find_element("link text", "run-a").click()
+    viewer.wait(lambda: viewer.browser.current_url.endswith("/ui/trajectories?run_id=run-a"), what="the run")
+    viewer.wait(lambda: viewer.css('tr[data-id="sb-episode000000001"]'), what="the run's attempts")
+    assert viewer.browser.find_element("id", "q-run").get_attribute("value") == "run-a"
 
 
 def test_two_trajectories_side_by_side(viewer: Viewer) -> None:

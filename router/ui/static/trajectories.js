@@ -34,7 +34,7 @@
       el("td", { text: show(s.task_id) }),
       el("td", { text: show(s.model) }),
       el("td", { text: [s.harness, s.harness_version].filter((x) => x).join(" ") || "—" }),
-      el("td", { text: show(s.run_id) }),
+      el("td", {}, s.run_id ? el("a", { href: "/ui/trajectories?run_id=" + encodeURIComponent(s.run_id), text: s.run_id, title: "every attempt of this run" }) : "—"),
       outcome,
       el("td", { text: show(s.reward) }),
       el("td", { text: show(s.steps) }));
