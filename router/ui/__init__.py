@@ -1,4 +1,4 @@
-"""The web viewer, served by the router under ``/ui/``: live sandboxes, trajectories, comparisons.
+"""The web viewer, served by the router under ``/ui/``: live sandboxes, trajectories, comparisons, rollout runs.
 
 Its routes are not API routes: they are absent from the ``/v1`` table and the OpenAPI document, and
 the API's bearer check skips exactly these (:data:`UI_ROUTES`); each one checks the session cookie
@@ -10,7 +10,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from router.auth import KeyRing
-from router.ui import api, views
+from router.ui import api, runs, views
 from router.ui.guard import SESSIONS, Handler, add_headers
 from router.ui.guard import api as json_call
 from router.ui.records import RecordCache
@@ -28,9 +28,14 @@ UI_ROUTES: list[tuple[str, str, Handler]] = [
     ("GET", "/ui/trajectories", views.trajectories_page),
     ("GET", "/ui/trajectories/{sandbox_id}", views.trajectory_page),
     ("GET", "/ui/compare", views.compare_page),
+    ("GET", "/ui/runs", views.runs_page),
+    ("GET", "/ui/runs/{run_id}", views.run_page),
     ("GET", "/ui/api/sandboxes", json_call(api.sandboxes)),
     ("GET", "/ui/api/sandboxes/{id}", json_call(api.sandbox)),
     ("POST", "/ui/api/sandboxes/{id}/delete", json_call(api.delete_sandbox)),
+    ("GET", "/ui/api/runs", json_call(runs.runs)),
+    ("GET", "/ui/api/runs/{run_id}", json_call(runs.run)),
+    ("GET", "/ui/api/runs/{run_id}/plots/{name}", json_call(runs.plot)),
     ("GET", "/ui/api/trajectories", json_call(api.trajectories)),
     ("GET", "/ui/api/trajectories/{sandbox_id}", json_call(api.trajectory)),
     ("GET", "/ui/api/trajectories/{sandbox_id}/raw", json_call(api.raw)),

@@ -1,12 +1,15 @@
-"""The viewer in a real browser: login, the live pages, search, a trajectory, comparing, deleting, scale."""
+"""The viewer in a real browser: login, the live pages, search, a trajectory, comparing, deleting, scale, runs."""
 
 from __future__ import annotations
 
 import json
 import time
 import urllib.request
+from pathlib import Path
 
 from grove.client import Grove
+from grove.rollouts.plots import draw
+from grove.rollouts.report import groups_of, summarize
 from tests.support.router_fixtures import RouterProcess
 from tests.ui.conftest import Viewer, until
 from tests.ui.samples import episode, full_output, huge
@@ -289,3 +292,49 @@ def test_a_2000_step_50mb_trajectory_opens_fast(viewer: Viewer, router: RouterPr
     viewer.browser.find_element("id", "more-steps").click()
     viewer.wait(lambda: len(viewer.css("#timeline .step")) == 500, what="the next page of steps")
     print(f"2,000-step trajectory: header and first 250 steps shown in {took:.2f}s")
+
+
+def test_a_rollout_run_shows_pass_at_k_groups_faults_plots_and_attempts(viewer: Viewer, tmp_path: Path) -> None:
+    # The run's files as `grove rollouts` writes them (its own summarize, groups_of and plots).
+    viewer.store(episode("sb-runattempt00001", task="astropy-1", model="m-large", run_id="run-v1"))
+    run = {"run_id": "run-v1", "spec": {"variants": [["mini-swe-agent", "m-large"], ["mini-swe-agent", "m-small"]]}}
+    results = []
+    for v, model in enumerate(("m-large", "m-small")):
+        for task in ("astropy-1", "django-7"):
+            for attempt in range(3):
+                lost = (v, task, attempt) == (1, "django-7", 2)
+                outcome = "infra_error" if lost else ("pass" if (attempt + v) % 2 == 0 else "fail")
+                results.append({
+                    "run_id": "run-v1", "variant": v, "task": task, "attempt": attempt, "group_id": f"{task}-v{v}",
+                    "outcome": outcome, "reward": 1.0 if outcome == "pass" else 0.0, "harness": "mini-swe-agent",
+                    "harness_version": "2.4", "model": model, "tries": 2 if lost else 1,
+                    "infra_errors": ["POST /v1/exec: executor lost"] if lost else [],
+                    "trajectory_id": "sb-runattempt00001" if (v, task, attempt) == (0, "astropy-1", 0) else None})
+    summary = summarize(run, results)
+    files = {"summary.json": json.dumps(summary).encode(),
+             "groups.jsonl": "".join(json.dumps(g) + "\n" for g in groups_of(results)).encode()}
+    for name in draw(tmp_path, summary, results):
+        files[name] = (tmp_path / name).read_bytes()
+    for name, data in files.items():
+        viewer.put_object(f"runs/run-v1/{name}", data)
+    viewer.login()
+    viewer.open("/ui/runs")
+    viewer.wait(lambda: viewer.css("#runs a"), what="the runs")[0].click()
+    viewer.wait(lambda: len(viewer.css("#groups tbody tr")) == 4, what="the run's groups")
+    variants = viewer.text("#variants")
+    assert "m-large" in variants and "pass@1" in variants and "pass@3" in variants
+    assert "POST /v1/exec: executor lost" in viewer.text("#faults")
+    assert "1/2 +1 lost" in viewer.text("#tasks")  # m-small on django-7: one attempt lost to the environment
+    plots = viewer.wait(lambda: [i for i in viewer.css("#plots img")
+                                 if viewer.browser.execute_script("return arguments[0].naturalWidth", i) > 0],
+                        what="the plots to load")
+    assert len(plots) == len(files) - 2
+    viewer.snap("run")
+    assert not viewer.console_problems()
+    session = viewer.session()
+    assert viewer.get("/ui/api/runs/run-v1/plots/summary.json", session).status == 400  # a plot is a PNG
+    assert viewer.get("/ui/api/runs/.hidden", session).status == 400
+    assert viewer.get("/ui/api/runs/no-such-run", session).status == 404
+    viewer.browser.find_element("css selector", "#groups a.attempt").click()
+    viewer.wait(lambda: viewer.text("#step-count") == "13 steps", what="the attempt's trajectory")
+    assert "/ui/trajectories/sb-runattempt00001" in viewer.browser.current_url
