@@ -122,17 +122,13 @@ def _setup(config: dict[str, Any], userns_fd: int | None) -> None:
     if config.get("disk"):  # the writable layer on the sandbox's own size-limited filesystem
         disk.prepare_layer(config["disk"], config["disk_mount"], config["upper"], config["work"],
                            owner=config.get("uid_base"))
-    lower = config["rootfs"]
-    if userns_fd is not None:
-        # The image read through an idmapped mount: its root-owned files are the sandbox's root's.
-        lower = config["lower"]
-        linux.idmapped_bind(config["rootfs"], lower, userns_fd, readonly=True)
     # Paths relative to the sandbox's directory: overlayfs shows its options as given in every
     # mountinfo, and absolute ones would tell the sandbox where the router's state dir is.
     here = os.path.dirname(root)
+    lower = _mount_lowers(config.get("layers") or [config["rootfs"]], config["lower"], userns_fd, here)
     os.chdir(here)
-    layers = (os.path.relpath(path, here) for path in (lower, config["upper"], config["work"]))
-    linux.mount("overlay", root, "overlay", 0, "lowerdir={},upperdir={},workdir={}".format(*layers))
+    layers = (os.path.relpath(path, here) for path in (config["upper"], config["work"]))
+    linux.mount("overlay", root, "overlay", 0, "lowerdir={},upperdir={},workdir={}".format(lower, *layers))
     if config.get("bind_host_usr"):
         # The host's own /usr, *not* idmapped: its files stay owned by ids the sandbox's namespace does
         # not map (they read as nobody), so root inside gets only what any user of the host gets, never
@@ -173,6 +169,34 @@ def _setup(config: dict[str, Any], userns_fd: int | None) -> None:
     # Last: from here on the calls a sandbox never needs (mounts, modules, kexec, bpf, new user
     # namespaces, ...) fail with EPERM, for the executor and every command it starts.
     seccomp.install()
+
+
+def _mount_lowers(layers: list[str], at: str, userns_fd: int | None, here: str) -> str:
+    """Mount the image's layers (lowest first) read-only under ``at``; return the overlay ``lowerdir`` for
+    them (topmost first), in paths relative to ``here``.
+
+    Under a user namespace the layers are seen through idmapped mounts: their root-owned files are the
+    sandbox's root's. One idmapped mount per directory that holds layers (``p0``, ...: for a pulled
+    image, the whole layer store, so 24 layers cost one mount, not 24), and a short symlink per layer
+    (``0 -> p0/<chain id>``, ...), so that the option stays short for a deep image too.
+    """
+    if len(layers) == 1 and userns_fd is None:
+        return os.path.relpath(layers[0], here)
+    parents: dict[str, str] = {}
+    for i, layer in enumerate(layers):
+        parent, name = os.path.split(layer.rstrip("/"))
+        if parent not in parents:
+            parents[parent] = f"p{len(parents)}"
+            os.makedirs(f"{at}/{parents[parent]}", exist_ok=True)
+            if userns_fd is not None:
+                linux.idmapped_bind(parent, f"{at}/{parents[parent]}", userns_fd, readonly=True)
+            else:
+                linux.bind(parent, f"{at}/{parents[parent]}", readonly=True)
+        link = f"{at}/{i}"
+        if os.path.lexists(link):
+            os.unlink(link)  # a resumed sandbox made its links on its last start
+        os.symlink(f"{parents[parent]}/{name}", link)
+    return ":".join(os.path.relpath(f"{at}/{i}", here) for i in reversed(range(len(layers))))
 
 
 # Kernel knobs a sandbox must not turn (core_pattern and sysrq-trigger reach the host) and files that

@@ -1,8 +1,11 @@
-"""``grove image import|ls|rm``: the local backend's images (works on the state dir directly)."""
+"""``grove image import|pull|build-debian|ls|rm``: the local backend's images (works on the state dir directly)."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +14,7 @@ from grove.statedir import StateDir
 
 
 def cmd_image(args: argparse.Namespace) -> int:
-    """Import, list and remove local images."""
+    """Import, pull, build, list and remove local images."""
     from router.local.images import ImageStore
 
     store = ImageStore(StateDir(state_dir(args)).images)
@@ -19,15 +22,63 @@ def cmd_image(args: argparse.Namespace) -> int:
         image = store.import_image(args.name, Path(args.source), force=args.force)
         print(f"imported {image.name} {image.digest}")
         return 0
+    if args.image_cmd == "pull":
+        return _pull(store, args)
+    if args.image_cmd == "build-debian":
+        from router.local.debian import build_debian
+
+        packages = [p for p in args.packages.split(",") if p]
+        image = build_debian(store, args.name, packages, suite=args.suite, mirror=args.mirror)
+        print(f"built {image.name} {image.digest}")
+        return 0
     if args.image_cmd == "rm":
         for name in args.names:
             store.remove(name)
+        # What no image and no sandbox of this state dir uses any more goes now; the rest stays for its sandboxes.
+        store.collect_retired(_digests_in_use(state_dir(args) / "sandboxes"))
+        for name in args.names:
             print(f"removed {name} (sandboxes made from it keep their copy until they are deleted)")
         return 0
     store.ensure_default()
+    usage = store.usage()
+    print(f"{'NAME':<40} {'DIGEST':<71} {'SIZE':>9} {'SHARED':>9}  SOURCE")
     for image in store.list():
-        print(f"{image.name:<24} {image.digest}  {image.source}")
+        use = usage.get(image.name)
+        size, shared = (_mib(use.size), _mib(use.shared)) if use is not None else ("-", "-")
+        print(f"{image.name:<40} {image.digest:<71} {size:>9} {shared:>9}  {image.source}")
     return 0
+
+
+def _pull(store: Any, args: argparse.Namespace) -> int:
+    from router.local import references
+    from router.local.image_pull import pull_image, write_authfile
+    from router.local.registry_pull import PullOptions
+
+    authfile = Path(args.authfile) if args.authfile else None
+    with tempfile.TemporaryDirectory(prefix="grove-auth-") as tmp:
+        if args.username:
+            password = sys.stdin.readline().rstrip("\n") if args.password_stdin else getpass.getpass(
+                f"password for {args.username}: ")
+            authfile = write_authfile(Path(tmp), references.parse(args.ref).registry, args.username, password)
+        options = PullOptions(platform=args.platform, insecure=args.insecure, authfile=authfile)
+        image = pull_image(store, args.ref, name=args.name, options=options)
+    print(f"pulled {image.name} {image.digest} ({len(image.layers)} layers)")
+    return 0
+
+
+def _digests_in_use(sandboxes: Path) -> set[str]:
+    """The image digests the sandboxes of a state dir were made from (each records its own)."""
+    found = set()
+    for directory in sandboxes.iterdir() if sandboxes.is_dir() else ():
+        try:
+            found.add((directory / "image").read_text(encoding="ascii").strip())
+        except OSError:
+            continue
+    return found
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f}M"
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -39,7 +90,20 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     imp.add_argument("name")
     imp.add_argument("source")
     imp.add_argument("--force", action="store_true")
-    isub.add_parser("ls", parents=[common], help="list images")
+    pull = isub.add_parser("pull", parents=[common], help="pull an image from a registry (layers shared)")
+    pull.add_argument("ref", help="registry reference: [registry[:port]/]name[:tag][@sha256:...]")
+    pull.add_argument("--name", help="store it under this name instead of the reference")
+    pull.add_argument("--platform", help="os/arch[/variant] to take from a multi-platform image (default: this host)")
+    pull.add_argument("--insecure", action="store_true", help="allow plain HTTP or unverified TLS (loopback)")
+    pull.add_argument("--authfile", help="credentials file (default: REGISTRY_AUTH_FILE, ~/.docker/config.json)")
+    pull.add_argument("--username", help="log in as this user (password prompted, or read from stdin)")
+    pull.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    deb = isub.add_parser("build-debian", parents=[common], help="build a Debian image with mmdebstrap")
+    deb.add_argument("name")
+    deb.add_argument("--packages", default="", help="comma-separated packages to include, e.g. python3,git")
+    deb.add_argument("--suite", default="bookworm")
+    deb.add_argument("--mirror", help="Debian mirror URL (default: this host's apt sources)")
+    isub.add_parser("ls", parents=[common], help="list images with digest, size and shared bytes")
     irm = isub.add_parser("rm", parents=[common], help="remove images (sandboxes made from one keep their copy)")
     irm.add_argument("names", nargs="+")
     image.set_defaults(func=cmd_image)

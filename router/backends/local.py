@@ -160,6 +160,7 @@ class LocalBackend:
             "id": spec.id,
             "hostname": spec.id[:63],
             "rootfs": str(image.rootfs),
+            "layers": [str(p) for p in image.lowers],
             "bind_host_usr": image.bind_host_usr,
             "uid_base": uid_base,
             "lower": str(base / "lower"),

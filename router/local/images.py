@@ -1,9 +1,12 @@
-"""The local backend's image store: directories that sandboxes use as their read-only root layer.
+"""The local backend's image store: directories that sandboxes use as their read-only root layers.
 
-Each image is ``<root>/<name>/rootfs`` (the overlay lower layer) beside ``<root>/<name>/image.json``
+An imported image is ``<root>/<name>/rootfs`` (one overlay lower layer) beside ``<root>/<name>/image.json``
 (its digest and origin). Images are imported from a directory, a rootfs tarball, a ``docker save``
 tarball or an OCI image-layout tarball; the image ``default`` is built from the host instead and is
-completed at run time by a read-only bind mount of the host's ``/usr``.
+completed at run time by a read-only bind mount of the host's ``/usr``. A *layered* image (pulled from a
+registry) has only its ``image.json``, listing layers of the shared layer store
+(:mod:`router.local.layer_store`); a name that is a registry reference (``host/repo:tag``) lives in a
+directory named ``=<hash of the name>``.
 
 The importer runs as root on the host and unpacks archives nobody reviewed, so every write goes
 through :mod:`router.local.layers`, which walks each path one component at a time from a directory file
@@ -32,8 +35,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from grove.errors import Conflict, Invalid, NotFound
+from router.local import references
+from router.local.layer_store import LayerStore, chain_ids, disk_usage
 from router.local.layers import fill
 from router.local.rootfs_writer import CHUNK, DIR_FLAGS, MAX_DEPTH
 
@@ -41,6 +47,7 @@ DEFAULT = "default"
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 _META = "image.json"
 _RETIRED = ".retired"
+_REF_PREFIX = "="
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 # Bumping this rebuilds every host's default image (its layout is code, not data).
 _DEFAULT_LAYOUT = 1
@@ -62,7 +69,34 @@ class Image:
     created_at: float
     """When the image was imported or built (Unix seconds)."""
     source: str
-    """What the image was made from: a path, or ``host`` for ``default``."""
+    """What the image was made from: a path, a registry reference, or ``host`` for ``default``."""
+    layers: tuple[Path, ...] = ()
+    """For a layered image, its layers' directories, lowest first (``rootfs`` is then the topmost)."""
+
+    @property
+    def lowers(self) -> tuple[Path, ...]:
+        """The overlay lower directories, lowest first: the layers, or the one ``rootfs``."""
+        return self.layers or (self.rootfs,)
+
+
+@dataclass(frozen=True)
+class LayerSource:
+    """One layer to add to a layered image: its blob and the digest of its uncompressed content."""
+
+    blob: Path
+    """The layer tar, plain or gzip/zstd-compressed."""
+    diff_id: str
+    """``sha256:`` of the uncompressed tar (from the image config); checked while unpacking."""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What an image costs on disk."""
+
+    size: int
+    """Bytes of all its layers."""
+    shared: int
+    """Bytes of the layers it shares with at least one other image."""
 
 
 class ImageStore:
@@ -72,6 +106,12 @@ class ImageStore:
         """Use ``root`` (``<state-dir>/images``), creating it if missing."""
         self._root = root.absolute()
         self._root.mkdir(parents=True, exist_ok=True)
+        self.layers = LayerStore(self._root / "layers", self._root / "blobs")
+
+    @property
+    def root(self) -> Path:
+        """The store's directory."""
+        return self._root
 
     def ensure_default(self) -> Image:
         """Return the ``default`` image, (re)building it if missing or if the host's packages changed."""
@@ -99,7 +139,9 @@ class ImageStore:
             self._retire(replaced / DEFAULT)
         return image
 
-    def import_image(self, name: str, source: Path, *, force: bool = False) -> Image:
+    def import_image(
+        self, name: str, source: Path, *, force: bool = False, extra: dict[str, Any] | None = None
+    ) -> Image:
         """Import ``source`` (directory, rootfs tarball, ``docker save`` or OCI layout) as ``name``.
 
         The import is built beside the store's images and renamed into place at the end, so a failed
@@ -108,7 +150,7 @@ class ImageStore:
         _check_name(name)
         if name == DEFAULT:
             raise Invalid("the image name 'default' is reserved for the host image; choose another name")
-        if not force and (self._root / name).exists():
+        if not force and self._dir(name).exists():
             raise Conflict(f"image {name!r} already exists; remove it first or import with force")
         if not source.exists():
             raise NotFound(f"cannot import {str(source)!r}: no such file or directory")
@@ -116,32 +158,108 @@ class ImageStore:
         try:
             fmt, skipped = fill(tmp / "rootfs", source, tmp)
             image = Image(
-                name, self._root / name / "rootfs", _tree_digest(tmp / "rootfs"), False, time.time(),
+                name, self._dir(name) / "rootfs", _tree_digest(tmp / "rootfs"), False, time.time(),
                 str(source.absolute()),
             )
-            _write_meta(tmp, image, format=fmt, skipped_special_files=skipped)
+            _write_meta(tmp, image, format=fmt, skipped_special_files=skipped, size=disk_usage(tmp / "rootfs"),
+                        **(extra or {}))
             with self._locked():
                 replaced = self._swap_in(name, tmp, replace=force)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         if replaced is not None:
-            self._retire(replaced / name)
+            self._retire(replaced / self._dir(name).name)
         return image
+
+    def add_layered(
+        self, name: str, digest: str, layers: builtins.list[LayerSource], source: str, **meta: object
+    ) -> Image:
+        """Add (or replace) ``name`` as the layers ``layers`` (lowest first) of the shared layer store,
+        unpacking those not there yet; ``digest`` is the image's (its manifest's) digest."""
+        _check_name(name)
+        if name == DEFAULT:
+            raise Invalid("the image name 'default' is reserved for the host image; choose another name")
+        if not _DIGEST.fullmatch(digest):
+            raise Invalid(f"not an image digest: {digest!r}")
+        chain = chain_ids([layer.diff_id for layer in layers])
+        with self.layers.importing():
+            skipped = 0
+            for i, layer in enumerate(layers):
+                lowers = [self.layers.path(c) for c in reversed(chain[:i])]
+                skipped += self.layers.add(chain[i], layer.diff_id, layer.blob, lowers)
+            tmp = self._new_tmp(name)
+            try:
+                image = Image(name, self.layers.path(chain[-1]) if chain else self._dir(name) / "rootfs", digest,
+                              False, time.time(), source, tuple(self.layers.path(c) for c in chain))
+                if not chain:  # an image without layers is an empty root
+                    (tmp / "rootfs").mkdir(mode=0o755)
+                _write_meta(tmp, image, format="layered", layers=chain, skipped_special_files=skipped, **meta)
+                with self._locked():
+                    replaced = self._swap_in(name, tmp, replace=True)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+        if replaced is not None:
+            self._retire(replaced / self._dir(name).name)
+        return image
+
+    def usage(self) -> dict[str, Usage]:
+        """Each image's bytes on disk and how many of them it shares with other images (``default`` has none)."""
+        chains: dict[str, builtins.list[str]] = {}
+        for name in self._names():
+            with suppress(FileNotFoundError):  # removed since _names() looked
+                chains[name] = self._meta(name).get("layers") or []
+        users: dict[str, int] = {}
+        for chain in chains.values():
+            for layer in set(chain):
+                users[layer] = users.get(layer, 0) + 1
+        return {
+            name: Usage(sum(self.layers.size(c) for c in set(chain)) or int(self._meta(name).get("size") or 0),
+                        sum(self.layers.size(c) for c in set(chain) if users[c] > 1))
+            for name, chain in chains.items()
+        }
+
+    def collect_layers(self) -> builtins.list[str]:
+        """Delete the layers no image uses, current or retired (kept for its sandboxes)."""
+        keep: set[str] = set()
+        keep_blobs: set[str] = set()
+        # Images in place, retired, and half-way through a replace or remove (``.old-*/``, ``.rm-*/``);
+        # never a file of an image's own tree (``<name>/rootfs/image.json`` is the image's content).
+        metas = [*self._root.glob(f"*/{_META}"), *(
+            p for p in self._root.glob(f".*/*/{_META}") if p.parent.parent.name != "layers"
+        )]
+        for path in metas:
+            with suppress(OSError, ValueError):
+                meta = json.loads(path.read_text())
+                keep.update(meta.get("layers") or [])
+                keep_blobs.update(meta.get("blobs") or [])
+        return self.layers.remove_unused(keep, keep_blobs)
 
     def get(self, name: str) -> Image:
         """The image called ``name``; NotFound (listing the known names) if there is none."""
         _check_name(name)
         try:
-            meta = json.loads((self._root / name / _META).read_text())
+            meta = self._meta(name)
         except FileNotFoundError:
             known = ", ".join(self._names()) or "none"
             hint = " (the local backend builds it when it starts)" if name == DEFAULT else ""
-            raise NotFound(f"no image {name!r}{hint}; known images: {known}") from None
+            pull = " (pull it first: grove image pull REF)" if references.is_reference(name) else ""
+            raise NotFound(f"no image {name!r}{hint}{pull}; known images: {known}") from None
+        return self._image(name, self._dir(name), meta)
+
+    def _image(self, name: str, directory: Path, meta: dict[str, Any]) -> Image:
+        layers = tuple(self.layers.path(str(c)) for c in meta.get("layers") or [])
         return Image(
-            name, self._root / name / "rootfs", meta["digest"], meta["bind_host_usr"],
-            meta["created_at"], meta["source"],
+            name, layers[-1] if layers else directory / "rootfs", meta["digest"], meta["bind_host_usr"],
+            meta["created_at"], meta["source"], layers,
         )
+
+    def _meta(self, name: str) -> dict[str, Any]:
+        """The image's ``image.json``; FileNotFoundError if there is no such image."""
+        meta = json.loads((self._dir(name) / _META).read_text())
+        assert isinstance(meta, dict)
+        return meta
 
     def list(self) -> builtins.list[Image]:
         """Every image in the store, sorted by name."""
@@ -156,13 +274,14 @@ class ImageStore:
         _check_name(name)
         if name == DEFAULT:
             raise Invalid("the 'default' image is built from the host and cannot be removed")
+        key = self._dir(name).name
         with self._locked():
-            if not (self._root / name / _META).exists():
+            if not (self._root / key / _META).exists():
                 raise NotFound(f"no image {name!r}; known images: {', '.join(self._names()) or 'none'}")
             # Renamed first so that no reader ever sees a half-deleted image.
-            doomed = Path(tempfile.mkdtemp(prefix=f".rm-{name}-", dir=self._root))
-            os.rename(self._root / name, doomed / name)
-        self._retire(doomed / name)
+            doomed = Path(tempfile.mkdtemp(prefix=f".rm-{key}-", dir=self._root))
+            os.rename(self._root / key, doomed / key)
+        self._retire(doomed / key)
 
     def version(self, name: str, digest: str) -> Image:
         """The image ``name`` as it was at ``digest``: the current one, or the retired copy a sandbox
@@ -180,7 +299,7 @@ class ImageStore:
                 f"image {name!r} was replaced or removed after this sandbox was made from it, and its "
                 f"original ({digest}) is gone; the sandbox cannot be resumed, delete it"
             ) from None
-        return Image(name, retired / "rootfs", digest, meta["bind_host_usr"], meta["created_at"], meta["source"])
+        return self._image(name, retired, meta)
 
     def collect_retired(self, keep: set[str]) -> builtins.list[str]:
         """Delete retired images whose digest is not in ``keep`` (the digests sandboxes still use)."""
@@ -191,6 +310,8 @@ class ImageStore:
             if digest not in keep:
                 shutil.rmtree(path, ignore_errors=True)
                 deleted.append(digest)
+        if deleted:
+            self.collect_layers()
         return deleted
 
     def _retire(self, old: Path) -> None:
@@ -217,7 +338,21 @@ class ImageStore:
         return self._root / _RETIRED / digest.removeprefix("sha256:")
 
     def _names(self) -> builtins.list[str]:
-        return sorted(p.name for p in self._root.iterdir() if _NAME.fullmatch(p.name) and (p / _META).exists())
+        names = []
+        for p in self._root.iterdir():
+            if _NAME.fullmatch(p.name) and (p / _META).exists():
+                names.append(p.name)
+            elif p.name.startswith(_REF_PREFIX):
+                with suppress(OSError, ValueError, KeyError):
+                    names.append(str(json.loads((p / _META).read_text())["name"]))
+        return sorted(names)
+
+    def _dir(self, name: str) -> Path:
+        """Where the image ``name`` lives: ``<root>/<name>``, or for a registry reference (which may hold
+        ``/`` and ``:``) ``<root>/=<hash>``."""
+        if _NAME.fullmatch(name):
+            return self._root / name
+        return self._root / (_REF_PREFIX + hashlib.sha256(name.encode()).hexdigest()[:40])
 
     def _current_default(self, fingerprint: str) -> Image | None:
         try:
@@ -230,7 +365,7 @@ class ImageStore:
 
     def _new_tmp(self, name: str) -> Path:
         # Beside the final directory (same filesystem), so that the last step is one rename.
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=self._root))
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{self._dir(name).name}-", dir=self._root))
         tmp.chmod(0o755)
         return tmp
 
@@ -239,14 +374,14 @@ class ImageStore:
 
         The caller holds the store lock, and deletes the old tree after releasing it.
         """
-        final = self._root / name
+        final = self._dir(name)
         if not final.exists():
             os.rename(tmp, final)
             return None
         if not replace:
             raise Conflict(f"image {name!r} already exists; remove it first or import with force")
-        old = Path(tempfile.mkdtemp(prefix=f".old-{name}-", dir=self._root))
-        os.rename(final, old / name)
+        old = Path(tempfile.mkdtemp(prefix=f".old-{final.name}-", dir=self._root))
+        os.rename(final, old / final.name)
         os.rename(tmp, final)
         return old
 
@@ -258,6 +393,9 @@ class ImageStore:
 
 
 def _check_name(name: str) -> None:
+    if references.is_reference(name):
+        references.parse(name)  # Invalid, saying what a reference looks like
+        return
     if not _NAME.fullmatch(name):
         raise Invalid(
             f"invalid image name {name!r}: use 1-63 characters of a-z, 0-9, '.', '_' and '-', "
@@ -265,7 +403,7 @@ def _check_name(name: str) -> None:
         )
 
 
-def _write_meta(directory: Path, image: Image, **extra: str | int) -> None:
+def _write_meta(directory: Path, image: Image, **extra: object) -> None:
     meta = {
         "name": image.name, "digest": image.digest, "bind_host_usr": image.bind_host_usr,
         "created_at": image.created_at, "source": image.source, **extra,

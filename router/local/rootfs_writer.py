@@ -13,9 +13,11 @@ import os
 import shutil
 import stat
 import tarfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from grove.errors import Invalid
+from router.local import overlay_layer
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 """Open a directory, never through a symlink."""
@@ -33,11 +35,19 @@ class RootfsWriter:
     are kept when running as root: the sandbox is isolated, and images rely on them.
     """
 
-    def __init__(self, rootfs: Path) -> None:
+    def __init__(self, rootfs: Path, *, overlay: bool = False, lowers: Sequence[Path] = ()) -> None:
+        """Write under ``rootfs``. With ``overlay``, ``rootfs`` is one layer of an overlay stack: whiteouts
+        are kept in overlayfs's own form (a 0/0 character device; a ``trusted.overlay.opaque`` directory)
+        instead of deleting from what is below, and a hardlink to a file of a lower layer (``lowers``,
+        topmost first) copies that file into this one."""
         self._root_fd = os.open(rootfs, DIR_FLAGS)
         self._as_root = os.geteuid() == 0
+        self._overlay = overlay
+        self._lowers = tuple(lowers)
         # Paths this layer wrote: whiteouts apply only to lower layers (OCI image spec, "Whiteouts").
         self._written: set[tuple[str, ...]] = set()
+        # Overlay whiteouts this layer made: an entry written over one must still hide what is below.
+        self._whited: set[tuple[str, ...]] = set()
         self.skipped = 0
 
     def __enter__(self) -> RootfsWriter:
@@ -57,7 +67,10 @@ class RootfsWriter:
         if not parts:  # the archive's own root: the rootfs already exists
             return
         if layer and parts[-1].startswith(_WH):
-            self._whiteout(member.name, parts)
+            if self._overlay:
+                self._overlay_whiteout(member.name, parts)
+            else:
+                self._whiteout(member.name, parts)
             return
         if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
             self.skipped += 1
@@ -66,6 +79,8 @@ class RootfsWriter:
         assert parent is not None
         try:
             self._add_entry(tf, member, parent, parts[-1])
+            if self._overlay and member.isdir() and parts in self._whited:
+                overlay_layer.make_opaque(parent, parts[-1])  # a directory over a whiteout replaces, never merges
         finally:
             os.close(parent)
         self._mark(parts)
@@ -106,6 +121,12 @@ class RootfsWriter:
         target_parent = self._open_parent(member.name, target[:-1], create=False)
         try:
             found = None if target_parent is None else _lstat(target[-1], target_parent)
+            if target in self._whited:
+                found = None  # this layer deleted it: there is nothing to link to
+            elif found is None and self._overlay and target not in self._whited:
+                _remove(parent, leaf, old)
+                if overlay_layer.copy_from_lowers(self._lowers, target, parent, leaf, self._own):
+                    return
             if found is None or stat.S_ISDIR(found.st_mode):
                 raise Invalid(
                     f"hardlink {member.name!r} points to {member.linkname!r}, which is not a file in the image"
@@ -131,6 +152,36 @@ class RootfsWriter:
                     raise Invalid(f"archive member {name!r} is a whiteout for no valid name")
                 if (*parts[:-1], hidden) not in self._written:
                     _remove(parent, hidden, _lstat(hidden, parent))
+        finally:
+            os.close(parent)
+
+    def _overlay_whiteout(self, name: str, parts: tuple[str, ...]) -> None:
+        """Record a whiteout in overlayfs's form; what it hides lies in lower layers, untouched."""
+        parent = self._open_parent(name, parts[:-1], create=True)
+        assert parent is not None
+        try:
+            if parts[-1] == _OPAQUE:
+                if parts[:-1]:
+                    dirname = parts[-2]
+                    up = self._open_parent(name, parts[:-2], create=False)
+                    assert up is not None
+                    try:
+                        overlay_layer.make_opaque(up, dirname)
+                    finally:
+                        os.close(up)
+                # An opaque marker on the image root itself hides nothing any image relies on.
+            elif not parts[-1].startswith(_WH + _WH):
+                hidden = parts[-1][len(_WH):]
+                if hidden in ("", ".", ".."):
+                    raise Invalid(f"archive member {name!r} is a whiteout for no valid name")
+                target = (*parts[:-1], hidden)
+                old = _lstat(hidden, parent)
+                if target not in self._written:
+                    _remove(parent, hidden, old)
+                    overlay_layer.make_whiteout(parent, hidden)
+                    self._whited.add(target)
+                elif old is not None and stat.S_ISDIR(old.st_mode):
+                    overlay_layer.make_opaque(parent, hidden)  # this layer's dir stays; the lower one goes
         finally:
             os.close(parent)
 
