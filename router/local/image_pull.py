@@ -29,9 +29,9 @@ def pull_image(store: ImageStore, ref: str, *, name: str | None = None, options:
     which sandboxes made from it keep."""
     parsed = references.parse(ref)
     options = options or PullOptions()
-    scratch = Path(tempfile.mkdtemp(prefix=".pull-", dir=store.root))
-    try:
-        with store.layers.importing():  # no collection of blobs while skopeo writes them
+    with store.layers.importing():  # no collection of blobs (or of this scratch dir) while skopeo writes them
+        scratch = Path(tempfile.mkdtemp(prefix=".pull-", dir=store.root))
+        try:
             pulled = pull(parsed, store.layers.blobs, scratch / "oci", options)
             config: dict[str, Any] = pulled.config.get("config") or {}
             platform = "/".join(str(pulled.config[k]) for k in ("os", "architecture", "variant")
@@ -43,8 +43,8 @@ def pull_image(store: ImageStore, ref: str, *, name: str | None = None, options:
                 config={k: config[k] for k in _CONFIG_KEYS if k in config},
                 blobs=[d.removeprefix("sha256:") for d in (pulled.digest, pulled.manifest_blob, pulled.config_blob)],
             )
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def write_authfile(directory: Path, registry: str, username: str, password: str) -> Path:

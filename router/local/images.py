@@ -48,6 +48,10 @@ _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 _META = "image.json"
 _RETIRED = ".retired"
 _REF_PREFIX = "="
+MAX_LAYERS = 128
+"""An image with more layers is stored flattened into one (still shared by images with the same layers).
+overlayfs stacks at most 500 lower layers and each one costs an idmapped mount per sandbox start;
+Docker itself refuses images deeper than 125 layers, so every image Docker builds stays layered."""
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 # Bumping this rebuilds every host's default image (its layout is code, not data).
 _DEFAULT_LAYOUT = 1
@@ -185,7 +189,12 @@ class ImageStore:
         chain = chain_ids([layer.diff_id for layer in layers])
         with self.layers.importing():
             skipped = 0
-            for i, layer in enumerate(layers):
+            if len(layers) > MAX_LAYERS:
+                # Beyond what an overlay should stack: one layer of its own, applied like a rootfs import.
+                flat = "sha256:" + hashlib.sha256(f"flattened {chain[-1]}".encode()).hexdigest()
+                skipped = self.layers.add_flattened(flat, [(layer.diff_id, layer.blob) for layer in layers])
+                chain = [flat]
+            for i, layer in enumerate(layers if len(chain) == len(layers) else ()):
                 lowers = [self.layers.path(c) for c in reversed(chain[:i])]
                 skipped += self.layers.add(chain[i], layer.diff_id, layer.blob, lowers)
             tmp = self._new_tmp(name)
@@ -234,7 +243,8 @@ class ImageStore:
                 meta = json.loads(path.read_text())
                 keep.update(meta.get("layers") or [])
                 keep_blobs.update(meta.get("blobs") or [])
-        return self.layers.remove_unused(keep, keep_blobs)
+        # A pull's scratch directory exists only while it holds the import lock: any seen here is a killed pull's.
+        return self.layers.remove_unused(keep, keep_blobs, scratch=list(self._root.glob(".pull-*")))
 
     def get(self, name: str) -> Image:
         """The image called ``name``; NotFound (listing the known names) if there is none."""

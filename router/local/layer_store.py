@@ -77,25 +77,40 @@ class LayerStore:
     def add(self, chain_id: str, diff_id: str, blob: Path, lowers: Sequence[Path]) -> int:
         """Unpack ``blob`` (a tar, plain or gzip/zstd-compressed, whose content must hash to ``diff_id``)
         as the layer ``chain_id`` over ``lowers`` (topmost first); return entries skipped (devices, ...)."""
-        if self.has(chain_id):
+        return self._add(chain_id, [(diff_id, blob)], overlay=True, lowers=lowers)
+
+    def add_flattened(self, key: str, layers: Sequence[tuple[str, Path]]) -> int:
+        """Apply ``layers`` (``(diff_id, blob)``, lowest first) one over the other into the one layer ``key``,
+        whiteouts applied: for an image with more layers than an overlay should stack."""
+        return self._add(key, layers, overlay=False, lowers=())
+
+    def _add(self, key: str, layers: Sequence[tuple[str, Path]], *, overlay: bool, lowers: Sequence[Path]) -> int:
+        if self.has(key):
             return 0
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self._root))
         try:
             tmp.chmod(0o755)
-            with RootfsWriter(tmp, overlay=True, lowers=lowers) as writer:
-                got = _unpack(blob, writer)
-            if got != diff_id:
-                raise Invalid(f"layer {blob.name}: its content hashes to {got}, but the image config says {diff_id}")
-            meta = {"chain_id": chain_id, "diff_id": diff_id, "size": disk_usage(tmp), "created_at": time.time(),
-                    "blob": blob.name if blob.parent.parent == self.blobs else None}
-            final = self.path(chain_id)
+            with RootfsWriter(tmp, overlay=overlay, lowers=lowers) as writer:
+                for diff_id, blob in layers:
+                    writer.start_layer()
+                    got = _unpack(blob, writer)
+                    if got != diff_id:
+                        raise Invalid(
+                            f"layer {blob.name}: its content hashes to {got}, but the image config says {diff_id}"
+                        )
+            # A flattened layer records no blob: its many blobs are not kept for it.
+            only = layers[0][1] if overlay else None
+            meta = {"chain_id": key, "diff_id": layers[0][0] if overlay else None, "size": disk_usage(tmp),
+                    "created_at": time.time(), "flattened": None if overlay else len(layers),
+                    "blob": only.name if only is not None and only.parent.parent == self.blobs else None}
+            final = self.path(key)
             try:
                 os.rename(tmp, final)
             except OSError:  # another import put the same layer in place first
                 if not final.is_dir():
                     raise
                 shutil.rmtree(tmp, ignore_errors=True)
-            _write_atomic(self._root / f"{_hex(chain_id)}.json", json.dumps(meta) + "\n")
+            _write_atomic(self._root / f"{_hex(key)}.json", json.dumps(meta) + "\n")
             return writer.skipped
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -112,9 +127,10 @@ class LayerStore:
             fcntl.flock(lock, fcntl.LOCK_SH)
             yield
 
-    def remove_unused(self, keep: set[str], keep_blobs: set[str]) -> list[str]:
+    def remove_unused(self, keep: set[str], keep_blobs: set[str], scratch: Sequence[Path] = ()) -> list[str]:
         """Delete the layers not in ``keep`` (and leftovers of killed imports), then the blobs neither a
-        kept layer nor ``keep_blobs`` (hex digests) records — unless an import runs now."""
+        kept layer nor ``keep_blobs`` (hex digests) records, and the ``scratch`` directories of killed
+        pulls — unless an import runs now."""
         with open(self._root / ".lock", "a") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -134,6 +150,8 @@ class LayerStore:
                 elif path.is_dir() and not (self._root / f"{path.name}.json").exists():
                     shutil.rmtree(path, ignore_errors=True)  # renamed in, record never written
             self._remove_blobs(keep_blobs)
+            for path in scratch:
+                shutil.rmtree(path, ignore_errors=True)
             return removed
 
     def _remove_blobs(self, keep: set[str]) -> None:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import stat
 import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -212,3 +214,35 @@ def test_whiteouts_opaque_dirs_and_hardlinks_become_overlay_form(
     # one inside its own layer stays a link.
     assert (top / "data" / "link").read_text() == "linked\n" and os.stat(top / "data" / "link").st_nlink == 1
     assert os.stat(top / "data" / "twin").st_ino == os.stat(top / "data" / "mine").st_ino
+
+
+def test_a_killed_pull_completes_on_retry_without_fetching_twice(
+    registry: Registry, store: ImageStore, tmp_path: Path
+) -> None:
+    # A small layer lands first while two big ones are still in flight: the kill interrupts those.
+    write_oci_layout(tmp_path / "big", [[{"small": b"s\n"}, {"big1": os.urandom(24 << 20)},
+                                         {"big2": os.urandom(24 << 20)}]])
+    registry.push(tmp_path / "big", "big:1")
+    ref = registry.ref("big:1")
+    argv = [str(Path(sys.executable).with_name("grove")), "image", "pull", "--insecure", ref,
+            "--state-dir", str(store.root.parent)]
+    blobs = store.root / "blobs" / "sha256"
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (blobs.is_dir() and any(blobs.iterdir())) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert proc.poll() is None, "the pull finished before it could be interrupted"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # grove and its skopeo
+        proc.wait()
+    fetched = {p.name: p.stat().st_ino for p in blobs.iterdir() if not p.name.startswith(".")}
+    assert fetched and store.list() == []
+
+    image = pull_image(store, ref, options=INSECURE)
+    assert [sorted(os.listdir(layer)) for layer in image.layers] == [["small"], ["big1"], ["big2"]]
+    after = {p.name: p.stat().st_ino for p in blobs.iterdir()}
+    assert all(after.get(name) == ino for name, ino in fetched.items())  # reused, not fetched again
+    # The killed pull's scratch directory goes with the next collection.
+    store.collect_layers()
+    assert leftovers(store) == []

@@ -1,0 +1,65 @@
+"""The layer store without a registry: deep images are flattened, layers are content-addressed by chain."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from grove.errors import Invalid
+from router.local.images import MAX_LAYERS, ImageStore, LayerSource
+from router.local.layer_store import chain_ids
+from tests.support.imagetools import layer_tar
+
+pytestmark = pytest.mark.fast
+
+
+def _layers(tmp_path: Path, layers: list[dict[str, bytes | str | None]]) -> list[LayerSource]:
+    out = []
+    for i, layer in enumerate(layers):
+        tar = layer_tar(layer)
+        blob = tmp_path / f"l{i}.tar.gz"
+        blob.write_bytes(gzip.compress(tar, mtime=0))
+        out.append(LayerSource(blob, "sha256:" + hashlib.sha256(tar).hexdigest()))
+    return out
+
+
+def _digest(n: int) -> str:
+    return "sha256:" + hashlib.sha256(str(n).encode()).hexdigest()
+
+
+def test_an_image_deeper_than_the_limit_is_flattened(tmp_path: Path) -> None:
+    store = ImageStore(tmp_path / "images")
+    deep: list[dict[str, bytes | str | None]] = [{"etc": None, "etc/keep": b"0\n", "etc/drop": b"x\n"}]
+    deep += [{f"f{i}": f"{i}\n".encode()} for i in range(1, MAX_LAYERS)]
+    deep.append({"etc/.wh.drop": b"", "f7": b"changed\n"})
+    image = store.add_layered("deep", _digest(1), _layers(tmp_path, deep), "test")
+    assert len(image.layers) == 1 and len(deep) == MAX_LAYERS + 1
+    root = image.layers[0]
+    assert (root / "etc" / "keep").read_text() == "0\n" and not (root / "etc" / "drop").exists()
+    assert (root / "f7").read_text() == "changed\n" and (root / f"f{MAX_LAYERS - 1}").exists()
+    # At the limit it stays layered.
+    shallow = store.add_layered("shallow", _digest(2), _layers(tmp_path, deep[:MAX_LAYERS]), "test")
+    assert len(shallow.layers) == MAX_LAYERS
+
+
+def test_layers_are_keyed_by_chain_and_checked_against_the_diff_id(tmp_path: Path) -> None:
+    store = ImageStore(tmp_path / "images")
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+    a = _layers(tmp_path / "a", [{"base": b"b\n"}, {"x": b"x\n"}])
+    b = _layers(tmp_path / "b", [{"other": b"o\n"}, {"x": b"x\n"}])
+    one = store.add_layered("one", _digest(1), a, "test")
+    two = store.add_layered("two", _digest(2), b, "test")
+    # The same top layer over a different base is a different layer: its unpacked form may differ.
+    assert one.layers[1] != two.layers[1] and len(store.layers.ids()) == 4
+    assert [p.name for p in one.layers] == [c.removeprefix("sha256:") for c in chain_ids([s.diff_id for s in a])]
+    lying = [LayerSource(a[0].blob, _digest(3))]
+    with pytest.raises(Invalid, match="hashes to"):
+        store.add_layered("liar", _digest(4), lying, "test")
+    assert [i.name for i in store.list()] == ["one", "two"]
+    store.remove("one")
+    store.remove("two")
+    assert store.collect_retired(set()) and store.layers.ids() == set()
