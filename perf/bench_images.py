@@ -8,8 +8,10 @@
    same images into the flattened store (``grove image import`` of their OCI tarballs). Bytes on disk
    of each (``du``: allocated blocks, hardlinks once).
 2. **Create → ready.** The real local backend (runtime bundle, zygote, cgroups, user namespaces) creates
-   sandboxes from three images with the same files: one flattened layer, 5 layers and 50 layers.
-   Interleaved (flat, 5, 50, flat, ...) so all three see the same machine load; each is deleted at once.
+   sandboxes from three images with the same files: one flattened layer, 5 layers and 50 layers (which
+   the store stacks as 24: see ``MAX_LAYERS`` in :mod:`router.local.images`).
+   Interleaved (each round the three in a shuffled order) so all three see the same machine load; each
+   is deleted at once.
 
 Writes ``perf/results/images.json`` and the "Layered images" section of ``perf/README.md``.
 """
@@ -21,6 +23,7 @@ import asyncio
 import gzip
 import hashlib
 import os
+import random
 import secrets
 import shutil
 import tempfile
@@ -103,8 +106,10 @@ async def measure_create(state: Path, work: Path, n: int) -> dict[str, Any]:
             started = await backend.create(spec)
             await backend.delete(spec.id, started.handle)
         times: dict[str, list[float]] = {name: [] for name in names}
+        order = list(names)
         for _ in range(n):
-            for name in names:
+            random.shuffle(order)  # no image always follows the same one's delete
+            for name in order:
                 spec = _spec(name)
                 t0 = time.perf_counter()
                 started = await backend.create(spec)
@@ -128,9 +133,11 @@ def _section(report: dict[str, Any], rows: list[Target]) -> str:
         "size of each distinct layer once).", "",
         "| image | create → ready p50 | p99 |", "|---|---|---|",
         *(f"| {name} | {c[name]['p50_ms']:.0f} ms | {c[name]['p99_ms']:.0f} ms |" for name in c), "",
-        "Each layer is one more idmapped bind mount in the sandbox's mount namespace at start; the overlay "
-        "names them relative to one directory, so the mount options stay short. Images deeper than 128 "
-        "layers are flattened at pull (Docker refuses more than 125).",
+        "A sandbox mounts the whole layer store once, idmapped, and names its image's layers through short "
+        "symlinks: the mount work is the same for 1 or 50 layers (a few ms). What grows with depth is "
+        "overlayfs's lookup of a name, which walks every layer that lacks it: 50 stacked layers started "
+        "1.25x slower than one. So an image stacks at most 24 layers: a deeper one (like `layers50` here) "
+        "keeps its lowest 23 — where a shared base is — and has the rest merged into one at pull.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -44,7 +44,7 @@ def cmd_image(args: argparse.Namespace) -> int:
     print(f"{'NAME':<40} {'DIGEST':<71} {'SIZE':>9} {'SHARED':>9}  SOURCE")
     for image in store.list():
         use = usage.get(image.name)
-        size, shared = (_mib(use.size), _mib(use.shared)) if use is not None else ("-", "-")
+        size, shared = (_mib(use.size), _mib(use.shared)) if use is not None and use.size else ("-", "-")
         print(f"{image.name:<40} {image.digest:<71} {size:>9} {shared:>9}  {image.source}")
     return 0
 
@@ -62,7 +62,9 @@ def _pull(store: Any, args: argparse.Namespace) -> int:
             authfile = write_authfile(Path(tmp), references.parse(args.ref).registry, args.username, password)
         options = PullOptions(platform=args.platform, insecure=args.insecure, authfile=authfile)
         image = pull_image(store, args.ref, name=args.name, options=options)
-    print(f"pulled {image.name} {image.digest} ({len(image.layers)} layers)")
+    # A re-pull that replaced an older version: its layers go now unless a sandbox of this state dir uses it.
+    store.collect_retired(_digests_in_use(state_dir(args) / "sandboxes"))
+    print(f"pulled {image.name} {image.digest} ({len(image.layers)} layer{'s' if len(image.layers) != 1 else ''})")
     return 0
 
 

@@ -77,20 +77,20 @@ class LayerStore:
     def add(self, chain_id: str, diff_id: str, blob: Path, lowers: Sequence[Path]) -> int:
         """Unpack ``blob`` (a tar, plain or gzip/zstd-compressed, whose content must hash to ``diff_id``)
         as the layer ``chain_id`` over ``lowers`` (topmost first); return entries skipped (devices, ...)."""
-        return self._add(chain_id, [(diff_id, blob)], overlay=True, lowers=lowers)
+        return self._add(chain_id, [(diff_id, blob)], lowers=lowers)
 
-    def add_flattened(self, key: str, layers: Sequence[tuple[str, Path]]) -> int:
-        """Apply ``layers`` (``(diff_id, blob)``, lowest first) one over the other into the one layer ``key``,
-        whiteouts applied: for an image with more layers than an overlay should stack."""
-        return self._add(key, layers, overlay=False, lowers=())
+    def add_merged(self, key: str, layers: Sequence[tuple[str, Path]], lowers: Sequence[Path]) -> int:
+        """Apply ``layers`` (``(diff_id, blob)``, lowest first) one over the other into the one layer ``key``
+        over ``lowers`` (topmost first): the top of an image deeper than a sandbox's overlay should stack."""
+        return self._add(key, layers, lowers=lowers)
 
-    def _add(self, key: str, layers: Sequence[tuple[str, Path]], *, overlay: bool, lowers: Sequence[Path]) -> int:
+    def _add(self, key: str, layers: Sequence[tuple[str, Path]], *, lowers: Sequence[Path]) -> int:
         if self.has(key):
             return 0
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self._root))
         try:
             tmp.chmod(0o755)
-            with RootfsWriter(tmp, overlay=overlay, lowers=lowers) as writer:
+            with RootfsWriter(tmp, overlay=True, lowers=lowers) as writer:
                 for diff_id, blob in layers:
                     writer.start_layer()
                     got = _unpack(blob, writer)
@@ -98,10 +98,10 @@ class LayerStore:
                         raise Invalid(
                             f"layer {blob.name}: its content hashes to {got}, but the image config says {diff_id}"
                         )
-            # A flattened layer records no blob: its many blobs are not kept for it.
-            only = layers[0][1] if overlay else None
-            meta = {"chain_id": key, "diff_id": layers[0][0] if overlay else None, "size": disk_usage(tmp),
-                    "created_at": time.time(), "flattened": None if overlay else len(layers),
+            # A merged layer records no blob: its many blobs are not kept for it.
+            only = layers[0][1] if len(layers) == 1 else None
+            meta = {"chain_id": key, "diff_id": layers[0][0] if only else None, "size": disk_usage(tmp),
+                    "created_at": time.time(), "merged": len(layers) if not only else None,
                     "blob": only.name if only is not None and only.parent.parent == self.blobs else None}
             final = self.path(key)
             try:

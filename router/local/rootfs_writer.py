@@ -161,6 +161,8 @@ class RootfsWriter:
         assert parent is not None
         try:
             if parts[-1] == _OPAQUE:
+                # What layers merged into this one before wrote here goes (see LayerStore.add_merged).
+                self._prune(parent, parts[:-1])
                 if parts[:-1]:
                     dirname = parts[-2]
                     up = self._open_parent(name, parts[:-2], create=False)

@@ -1,9 +1,11 @@
-"""The layer store without a registry: deep images are flattened, layers are content-addressed by chain."""
+"""The layer store without a registry: deep images have their top merged, layers are keyed by chain."""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from grove.errors import Invalid
 from router.local.images import MAX_LAYERS, ImageStore, LayerSource
 from router.local.layer_store import chain_ids
+from router.local.overlay_layer import OPAQUE_XATTR
 from tests.support.imagetools import layer_tar
 
 pytestmark = pytest.mark.fast
@@ -30,19 +33,25 @@ def _digest(n: int) -> str:
     return "sha256:" + hashlib.sha256(str(n).encode()).hexdigest()
 
 
-def test_an_image_deeper_than_the_limit_is_flattened(tmp_path: Path) -> None:
+def test_the_top_of_an_image_deeper_than_the_limit_is_merged_into_one_layer(tmp_path: Path) -> None:
     store = ImageStore(tmp_path / "images")
     deep: list[dict[str, bytes | str | None]] = [{"etc": None, "etc/keep": b"0\n", "etc/drop": b"x\n"}]
-    deep += [{f"f{i}": f"{i}\n".encode()} for i in range(1, MAX_LAYERS)]
-    deep.append({"etc/.wh.drop": b"", "f7": b"changed\n"})
+    deep += [{f"f{i}": f"{i}\n".encode()} for i in range(1, MAX_LAYERS + 3)]
+    deep.append({"opt": None, "opt/old": b"old\n", "f30": b"gone soon\n"})
+    deep.append({"etc/.wh.drop": b"", "f7": b"changed\n", "opt/.wh..wh..opq": b"", "opt/new": b"new\n",
+                 ".wh.f30": b""})
     image = store.add_layered("deep", _digest(1), _layers(tmp_path, deep), "test")
-    assert len(image.layers) == 1 and len(deep) == MAX_LAYERS + 1
-    root = image.layers[0]
-    assert (root / "etc" / "keep").read_text() == "0\n" and not (root / "etc" / "drop").exists()
-    assert (root / "f7").read_text() == "changed\n" and (root / f"f{MAX_LAYERS - 1}").exists()
-    # At the limit it stays layered.
-    shallow = store.add_layered("shallow", _digest(2), _layers(tmp_path, deep[:MAX_LAYERS]), "test")
-    assert len(shallow.layers) == MAX_LAYERS
+    assert len(image.layers) == MAX_LAYERS
+    shared = store.add_layered("shallow", _digest(2), _layers(tmp_path, deep[:MAX_LAYERS]), "test")
+    assert len(shared.layers) == MAX_LAYERS and shared.layers[:-1] == image.layers[:-1]  # the base is shared
+    top = image.layers[-1]
+    # In the merged layer: what a later merged layer deleted is gone, a whiteout hides the lower copy,
+    # an opaque directory holds only what came after its marker.
+    assert (top / f"f{MAX_LAYERS + 2}").read_text() == f"{MAX_LAYERS + 2}\n"
+    assert os.lstat(top / "etc" / "drop").st_rdev == os.makedev(0, 0)
+    assert stat.S_ISCHR(os.lstat(top / "f30").st_mode)
+    assert sorted(os.listdir(top / "opt")) == ["new"] and os.getxattr(top / "opt", OPAQUE_XATTR) == b"y"
+    assert not (top / "etc" / "keep").exists() and (image.layers[0] / "etc" / "keep").exists()
 
 
 def test_layers_are_keyed_by_chain_and_checked_against_the_diff_id(tmp_path: Path) -> None:

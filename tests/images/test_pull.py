@@ -6,6 +6,8 @@ them into a store of its own; one registry serves the whole module.
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import io
 import os
 import signal
@@ -24,7 +26,7 @@ from router.local.image_pull import pull_image, write_authfile
 from router.local.images import ImageStore
 from router.local.overlay_layer import OPAQUE_XATTR
 from router.local.registry_pull import PullOptions
-from tests.support.imagetools import ARCH, Layer, make_busybox_rootfs, make_oci_layout_tar, tar_directory
+from tests.support.imagetools import ARCH, Layer, layer_tar, make_busybox_rootfs, make_oci_layout_tar, tar_directory
 from tests.support.registry import PASSWORD, USER, Registry, du, registry_server, write_oci_layout
 
 INSECURE = PullOptions(insecure=True)
@@ -190,6 +192,9 @@ def test_images_sharing_a_base_store_it_once(
         use = usage[registry.ref(f"task{n}:1")]
         assert use.shared > 4 << 20 and use.size - use.shared < 100_000, use
     assert len(store.layers.ids()) == 2 + 3
+    # ... and the pulls fetched the base's blobs once: skopeo reuses what the shared blob dir holds.
+    layer_digest = "sha256:" + hashlib.sha256(gzip.compress(layer_tar(big), mtime=0)).hexdigest()
+    assert registry.blob_fetches(layer_digest) == 1
     # The flattened store (``grove image import`` of the same images as OCI tarballs) holds the base thrice.
     flat = ImageStore(tmp_path / "flat")
     for n in range(3):

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from grove.client import Grove
+from router.local.images import MAX_LAYERS
 from tests.images.test_pull import whiteout_layers
-from tests.support.imagetools import make_busybox_rootfs, tar_directory
+from tests.support.imagetools import Layer, make_busybox_rootfs, tar_directory
 from tests.support.registry import Registry, registry_server, write_oci_layout
 from tests.support.router_fixtures import RouterProcess, wait_for
 
@@ -108,3 +109,22 @@ def test_rm_while_a_sandbox_uses_the_image(
     keep.close()
     # Back to what other images of the module hold: every layer and blob of these two is gone.
     assert ({p.name for p in layers.iterdir() if p.is_dir()}, {p.name for p in blobs.iterdir()}) == initial
+
+
+def test_a_deep_image_runs_with_its_top_merged(
+    router: RouterProcess, grove: Grove, registry: Registry, base_layer: bytes, tmp_path: Path
+) -> None:
+    layers: list[Layer] = [base_layer, {"data": None, "data/keep": b"k\n", "data/drop": b"d\n"}]
+    layers += [{f"data/f{i}": f"{i}\n".encode()} for i in range(MAX_LAYERS + 4)]
+    # Whiteouts of a file of a kept layer (f5) and of one merged into the top (f25, 26 layers up).
+    layers.append({"data/.wh.drop": b"", "data/.wh.f5": b"", "data/.wh.f25": b"", "data/f3": b"changed\n"})
+    write_oci_layout(tmp_path / "deep", [layers])
+    registry.push(tmp_path / "deep", "deep:1")
+    _pull(router, registry.ref("deep:1"), "--name", "deep")
+    sb = grove.create("deep")
+    r = sb.exec("ls /data | wc -l; cat /data/keep /data/f3 /data/f27; test -e /data/drop || echo no-drop;"
+                " test -e /data/f5 || test -e /data/f25 || echo no-f5-f25")
+    assert r.stdout == f"{1 + MAX_LAYERS + 4 - 2}\nk\nchanged\n27\nno-drop\nno-f5-f25\n".encode(), r.stderr
+    listing = router.cli("image", "ls").stdout.decode().splitlines()
+    row = next(line.split() for line in listing if line.startswith("deep "))
+    assert row[1].startswith("sha256:") and row[2].endswith("M") and row[3].endswith("M"), row

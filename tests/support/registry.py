@@ -55,6 +55,12 @@ class Registry:
         done = subprocess.run(argv, capture_output=True, timeout=120, check=False)
         assert done.returncode == 0, done.stderr.decode()
 
+    def blob_fetches(self, digest: str) -> int:
+        """How many times a blob was served (from the registry's access log)."""
+        log = (self.storage.parent / "registry.log").read_text(errors="replace")
+        return sum(1 for line in log.splitlines() if f"/blobs/{digest} " in line and '" 200 ' in line
+                   and '"GET ' in line)
+
     def blob_file(self, digest: str) -> Path:
         """Where the registry keeps a blob's bytes (to corrupt it on purpose)."""
         hexa = digest.removeprefix("sha256:")
