@@ -35,7 +35,7 @@ def cmd_image(args: argparse.Namespace) -> int:
         for name in args.names:
             store.remove(name)
         # What no image and no sandbox of this state dir uses any more goes now; the rest stays for its sandboxes.
-        store.collect_retired(_digests_in_use(state_dir(args) / "sandboxes"))
+        store.collect_retired(_digests_in_use(StateDir(state_dir(args)).sandboxes))
         for name in args.names:
             print(f"removed {name} (sandboxes made from it keep their copy until they are deleted)")
         return 0
@@ -63,7 +63,7 @@ def _pull(store: Any, args: argparse.Namespace) -> int:
         options = PullOptions(platform=args.platform, insecure=args.insecure, authfile=authfile)
         image = pull_image(store, args.ref, name=args.name, options=options)
     # A re-pull that replaced an older version: its layers go now unless a sandbox of this state dir uses it.
-    store.collect_retired(_digests_in_use(state_dir(args) / "sandboxes"))
+    store.collect_retired(_digests_in_use(StateDir(state_dir(args)).sandboxes))
     print(f"pulled {image.name} {image.digest} ({len(image.layers)} layer{'s' if len(image.layers) != 1 else ''})")
     return 0
 

@@ -67,9 +67,9 @@ def test_sandbox_on_layers_under_a_user_namespace(
                 "rm /bin/ls && test ! -e /bin/ls && stat -c '%u:%g' /data/orig /home/dev/notes")
     assert r.exit_code == 0 and r.stdout == b"linked\nmore\n0:0\n1000:1000\n", r.stderr
     # The shared layers on disk are untouched.
-    layers = sorted((router.state_dir / "images" / "layers").glob("*/data/orig"))
+    layers = sorted((router.layout.images / "layers").glob("*/data/orig"))
     assert layers and all(p.read_text() == "linked\n" for p in layers)
-    assert (router.state_dir / "images" / "layers").glob("*/bin/ls")
+    assert any((router.layout.images / "layers").glob("*/bin/ls"))
     # A second sandbox of the same image sees none of the first one's changes.
     other = grove.create(ref)
     assert other.exec("cat /data/orig; test -e /bin/ls && echo ls").stdout == b"linked\nls\n"
@@ -78,7 +78,7 @@ def test_sandbox_on_layers_under_a_user_namespace(
 def test_rm_while_a_sandbox_uses_the_image(
     router: RouterProcess, grove: Grove, registry: Registry, base_layer: bytes, tmp_path: Path
 ) -> None:
-    layers, blobs = router.state_dir / "images" / "layers", router.state_dir / "images" / "blobs" / "sha256"
+    layers, blobs = router.layout.images / "layers", router.layout.images / "blobs" / "sha256"
     initial = ({p.name for p in layers.iterdir() if p.is_dir()} if layers.is_dir() else set(),
                {p.name for p in blobs.iterdir()} if blobs.is_dir() else set())
     for name, marker in (("keep", b"keep\n"), ("gone", b"gone\n")):
