@@ -133,11 +133,13 @@ def _section(report: dict[str, Any], rows: list[Target]) -> str:
         "size of each distinct layer once).", "",
         "| image | create → ready p50 | p99 |", "|---|---|---|",
         *(f"| {name} | {c[name]['p50_ms']:.0f} ms | {c[name]['p99_ms']:.0f} ms |" for name in c), "",
-        "A sandbox mounts the whole layer store once, idmapped, and names its image's layers through short "
-        "symlinks: the mount work is the same for 1 or 50 layers (a few ms). What grows with depth is "
-        "overlayfs's lookup of a name, which walks every layer that lacks it: 50 stacked layers started "
-        "1.25x slower than one. So an image stacks at most 24 layers: a deeper one (like `layers50` here) "
-        "keeps its lowest 23 — where a shared base is — and has the rest merged into one at pull.",
+        "A sandbox mounts each directory holding its layers once, idmapped (for a pulled image: the layer "
+        "store, one mount for any depth), and names the layers through short symlinks. Depth still costs: "
+        "with 50 layers stacked a start took 1.25x the flattened image's (an earlier run of this benchmark, "
+        "before the cap), most likely overlayfs walking every layer for each name it looks up. So a sandbox "
+        "stacks at most 24 layers: a deeper image (like `layers50` here) keeps its lowest 23 — where a "
+        "shared base is — and has the rest merged into one at pull. Runs on this shared 2-CPU machine vary "
+        "by ±15% between runs; the three images are interleaved so each run compares like with like.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -241,7 +241,7 @@ class ImageStore:
         # Images in place, retired, and half-way through a replace or remove (``.old-*/``, ``.rm-*/``);
         # never a file of an image's own tree (``<name>/rootfs/image.json`` is the image's content).
         metas = [*self._root.glob(f"*/{_META}"), *(
-            p for p in self._root.glob(f".*/*/{_META}") if p.parent.parent.name != "layers"
+            p for p in self._root.glob(f".*/*/{_META}") if p.parent.name != "rootfs"
         )]
         for path in metas:
             with suppress(OSError, ValueError):
