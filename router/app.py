@@ -251,8 +251,10 @@ def make_backend(settings: RouterSettings) -> Backend:
     """The configured backend (the only place that knows the names)."""
     if settings.backend == "local":
         from router.backends.local import LocalBackend
+        from router.local.registry_pull import PullPolicy
 
-        return LocalBackend(settings.state_dir)
+        pull = PullPolicy(settings.insecure_registries) if settings.pull_missing else None
+        return LocalBackend(settings.state_dir, pull=pull)
     if settings.backend == "knative":
         from router.backends.knative import KnativeBackend
         from router.knative.options import KnativeOptions

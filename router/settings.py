@@ -47,6 +47,11 @@ class RouterSettings:
     """Object storage for trajectories and artifacts; None starts an embedded S3 server on loopback."""
     knative: KnativeOptions | None = None
     """The ``knative`` backend's options (namespace, cluster credentials, runtime image, ...)."""
+    pull_missing: bool = False
+    """Local backend: a create naming a registry reference the store lacks pulls it first (404 or 502
+    naming the registry's answer when that fails). Off by default: a create never reaches out unasked."""
+    insecure_registries: tuple[str, ...] = ()
+    """Registries (``host:port``) such pulls may reach over plain HTTP (a registry on loopback)."""
 
     @property
     def layout(self) -> StateDir:

@@ -44,6 +44,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         artifact_retention_days=_days(args.artifact_retention_days, "GROVE_ARTIFACT_RETENTION_DAYS"),
         trajectory_retention_days=_days(args.trajectory_retention_days, "GROVE_TRAJECTORY_RETENTION_DAYS"),
         artifact_url_expires_s=args.artifact_url_expires,
+        pull_missing=args.pull_missing,
+        insecure_registries=tuple(args.insecure_registry or ()),
     )
     asyncio.run(serve(settings, new_key=new_key, ready_file=args.ready_file))
     return 0
@@ -204,6 +206,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                          "$GROVE_TRAJECTORY_RETENTION_DAYS, else left alone: kept for ever)")
     up.add_argument("--artifact-url-expires", type=float, default=3600.0, metavar="SECONDS",
                     help="lifetime of the presigned GET URLs the router hands out (default 3600)")
+    up.add_argument("--pull-missing", action="store_true",
+                    help="local backend: a create naming a registry image not in the store pulls it first")
+    up.add_argument("--insecure-registry", action="append", metavar="HOST:PORT",
+                    help="a registry those pulls may reach over plain HTTP (repeatable; for loopback)")
     up.add_argument("--ready-file", help=argparse.SUPPRESS)
     add_cluster_options(up)
     up.set_defaults(func=cmd_up)

@@ -23,13 +23,15 @@ from typing import Any
 from grove.errors import BadGateway, GroveError, Invalid, NotFound, Unavailable
 from grove.statedir import StateDir
 from router.backends.base import Endpoint, SandboxSpec, Started
-from router.local import disk, procs
+from router.local import disk, procs, references
 from router.local.cgroups import CgroupSet, Limits, instance_ids, remove_instance
 from router.local.egress_rules import parse_allow
 from router.local.hogs import HogWatch
 from router.local.hostlimits import raise_file_max
+from router.local.image_pull import pull_image
 from router.local.images import Image, ImageStore
 from router.local.network import EgressNetwork
+from router.local.registry_pull import PullPolicy
 from router.local.uids import UidRanges, shift_owners
 from router.local.zygote import Zygote
 from sandbox_image.bundle import Bundle, build_bundle, collect_retired
@@ -56,7 +58,9 @@ class LocalBackend:
     # A SIGKILLed PID 1 first waits for every process of its namespace to die (longer under load).
     exit_grace_s = 2.0
 
-    def __init__(self, state_dir: Path, *, concurrent_starts: int | None = None) -> None:
+    def __init__(
+        self, state_dir: Path, *, concurrent_starts: int | None = None, pull: PullPolicy | None = None
+    ) -> None:
         self._state = state_dir
         layout = StateDir(state_dir)
         self._sandboxes = layout.sandboxes
@@ -71,6 +75,8 @@ class LocalBackend:
         self._starts = asyncio.Semaphore(concurrent_starts or _STARTS_PER_CPU * len(os.sched_getaffinity(0)))
         self._uids: UidRanges | None = None
         self._hogs: asyncio.Task[None] | None = None
+        self._pull = pull
+        self._pulls: dict[str, asyncio.Lock] = {}
 
     async def open(self) -> None:
         """Build (or reuse) the runtime bundle and the default image."""
@@ -113,12 +119,26 @@ class LocalBackend:
             parse_allow(spec.network.allow)
 
     async def image_digest(self, image: str) -> str:
-        """The digest of a local image (NotFound names the images there are)."""
-        return self.images.get(image).digest
+        """The digest of a local image (NotFound names the images there are); with a pull policy, a
+        registry reference the store lacks is pulled first."""
+        return (await self._image(image)).digest
+
+    async def _image(self, name: str) -> Image:
+        try:
+            return self.images.get(name)
+        except NotFound:
+            if self._pull is None or not references.is_reference(name):
+                raise
+        # One pull per reference at a time: concurrent creates of a new image wait for the first one's.
+        async with self._pulls.setdefault(name, asyncio.Lock()):
+            with contextlib.suppress(NotFound):
+                return self.images.get(name)
+            options = self._pull.options(references.parse(name).registry)
+            return await asyncio.to_thread(pull_image, self.images, name, options=options)
 
     async def create(self, spec: SandboxSpec) -> Started:
         """Make the directories and cgroups, then start the tree."""
-        image = self.images.get(spec.image)
+        image = await self._image(spec.image)
         base = self._dir(spec.id)
         try:
             for sub in ("merged", "lower"):

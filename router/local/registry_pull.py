@@ -41,6 +41,20 @@ class PullOptions:
     """Allow plain HTTP and unverified TLS (for a registry on loopback)."""
     authfile: Path | None = None
     """A containers-auth.json / docker config.json to read credentials from (default: skopeo's search)."""
+    quiet: bool = False
+    """No progress lines (a pull made by the router, whose output is its log)."""
+
+
+@dataclass(frozen=True)
+class PullPolicy:
+    """Whether and how the local backend pulls an image a create names but the store lacks."""
+
+    insecure: tuple[str, ...] = ()
+    """Registries (``host:port``) reached over plain HTTP."""
+
+    def options(self, registry: str) -> PullOptions:
+        """The options for a pull from ``registry``."""
+        return PullOptions(insecure=registry in self.insecure, quiet=True)
 
 
 @dataclass(frozen=True)
@@ -82,7 +96,8 @@ def pull(ref: Reference, blobs: Path, layout: Path, options: PullOptions) -> Pul
     elif doc.get("schemaVersion") == 1:
         raise Invalid(f"{ref.given} is a schema 1 image, which registries deprecated in 2017; push it again")
     _skopeo(
-        ["copy", "--dest-shared-blob-dir", str(blobs), *_source_flags(options, "src-"),
+        ["copy", *(["--quiet"] if options.quiet else []), "--dest-shared-blob-dir", str(blobs),
+         *_source_flags(options, "src-"),
          f"docker://{ref.at(digest)}", f"oci:{layout}:image"],
         ref,
     )

@@ -448,14 +448,17 @@ def new_state_dir() -> Path:
 
 
 @contextlib.contextmanager
-def router_state(*, start: bool = True, disk_mb: int | None = None) -> Iterator[RouterProcess]:
+def router_state(
+    *, start: bool = True, disk_mb: int | None = None, up_args: tuple[str, ...] = ()
+) -> Iterator[RouterProcess]:
     """A router on a fresh state dir for the block; at exit every trace of it is checked and removed.
 
     ``disk_mb``: the state dir is a tmpfs of that size (and the router's log lives beside it, not on it).
+    ``up_args``: more options for ``grove up``.
     """
     state = new_state_dir()
     instance_of(state)  # remembered now, while the state dir exists
-    router = RouterProcess(state, key="gk-" + secrets.token_hex(16))
+    router = RouterProcess(state, key="gk-" + secrets.token_hex(16), up_args=up_args)
     if disk_mb is not None:
         router.log_file = state.with_name(state.name + ".log")
     try:
