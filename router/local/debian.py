@@ -54,7 +54,8 @@ def build_debian(
             line.split("\t", 1) for line in versions.read_text().splitlines() if "\t" in line
         )
         extra = {"debian": {"suite": suite, "mirror": mirror, "requested": packages, "packages": installed}}
-        return store.import_image(name, out, force=True, extra=extra)
+        label = f"debian:{suite} ({','.join(packages) or 'minbase'})"
+        return store.import_image(name, out, force=True, extra=extra, label=label)
 
 
 def host_mirror() -> str:

@@ -145,12 +145,14 @@ class ImageStore:
         return image
 
     def import_image(
-        self, name: str, source: Path, *, force: bool = False, extra: dict[str, Any] | None = None
+        self, name: str, source: Path, *, force: bool = False, extra: dict[str, Any] | None = None,
+        label: str | None = None,
     ) -> Image:
         """Import ``source`` (directory, rootfs tarball, ``docker save`` or OCI layout) as ``name``.
 
         The import is built beside the store's images and renamed into place at the end, so a failed
-        import leaves nothing behind. ``force`` replaces an existing image of that name.
+        import leaves nothing behind. ``force`` replaces an existing image of that name. ``extra`` is
+        recorded in the image's ``image.json``; ``label`` is its ``source`` (default: the path imported from).
         """
         _check_name(name)
         if name == DEFAULT:
@@ -164,7 +166,7 @@ class ImageStore:
             fmt, skipped = fill(tmp / "rootfs", source, tmp)
             image = Image(
                 name, self._dir(name) / "rootfs", _tree_digest(tmp / "rootfs"), False, time.time(),
-                str(source.absolute()),
+                label or str(source.absolute()),
             )
             _write_meta(tmp, image, format=fmt, skipped_special_files=skipped, size=disk_usage(tmp / "rootfs"),
                         **(extra or {}))
