@@ -16,6 +16,7 @@ from executor.archive import extract_tar, stream_tar
 from executor.dedup import Deduplicator
 from executor.files import delete, listing, open_for_read, parse_mode, write_atomic
 from executor.models import ExecRequest
+from executor.outputs import KeptOutputs, read_kept
 from executor.paths import PathResolver
 from executor.push import check_items, put_file, require_files
 from executor.runner import Chunk, Runner
@@ -43,7 +44,8 @@ def create_app(settings: ExecutorSettings | None = None) -> Flask:
     app = Flask("grove-executor")
     app.config["MAX_CONTENT_LENGTH"] = None  # streamed bodies are capped by each handler instead
     paths = PathResolver(settings.root, settings.workdir)
-    runner = Runner(settings, paths)
+    outputs = KeptOutputs()
+    runner = Runner(settings, paths, outputs)
     dedup = Deduplicator(settings.dedup_entries)
     token = settings.token.encode()
 
@@ -122,6 +124,13 @@ def create_app(settings: ExecutorSettings | None = None) -> Flask:
     def files_list() -> Response:
         api = paths.api_path(request.args.get("path", "") or ".")
         return _reply({"path": api, "entries": listing(paths, api)})
+
+    @app.get("/v1/outputs")
+    def kept_output() -> Response:
+        # The full output of a truncated exec, from the descriptor it was written through (outputs.py).
+        output = outputs.take(paths.api_path(request.args.get("path", "")))
+        headers = {"Content-Length": str(output.size), "X-Grove-Sha256": output.sha256}
+        return Response(read_kept(output), mimetype="application/octet-stream", headers=headers)
 
     @app.post("/v1/artifacts/push")
     def artifacts_push() -> Response:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from executor.outputs import KeptOutput
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,9 @@ class OutputCapture:
     (the command's banner, the first error) and the end (the summary) far more than the middle.
     """
 
-    def __init__(self, limit: int, spill_path: str, api_spill_path: str) -> None:
+    def __init__(
+        self, limit: int, spill_path: str, api_spill_path: str, keep: Callable[[str, KeptOutput], None] | None = None
+    ) -> None:
         self._limit = limit
         self._buf = bytearray()
         self._tail = bytearray()
@@ -44,6 +49,7 @@ class OutputCapture:
         self._spill: int | None = None
         self._spill_error: str | None = None
         self._overflowed = False
+        self._keep = keep
 
     def feed(self, chunk: bytes) -> None:
         """Take the next chunk the command wrote."""
@@ -70,7 +76,7 @@ class OutputCapture:
         try:
             os.makedirs(os.path.dirname(self._spill_path), exist_ok=True)
             # A fresh name (the exec id is random): never through a link or into a FIFO the sandbox put there.
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
             self._spill = os.open(self._spill_path, flags, 0o600)
         except OSError as exc:
             self._spill_error = f"could not keep the full output: {exc.strerror}"
@@ -90,7 +96,12 @@ class OutputCapture:
     def finish(self) -> Captured:
         """Close the spill file and return what the response carries."""
         if self._spill is not None:
-            os.close(self._spill)
+            if self._keep is not None and self._overflowed:
+                # The router stores the full output from this descriptor, not from the path (outputs.py).
+                self._keep(self._api_spill_path, KeptOutput(self._spill, self._total, self._hash.hexdigest()))
+            else:
+                os.close(self._spill)
+            self._spill = None
         if not self._overflowed:
             return Captured(bytes(self._buf), False, self._total, self._hash.hexdigest(), None)
         tail = bytes(self._tail[-self._tail_len :])

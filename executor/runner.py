@@ -14,6 +14,7 @@ from typing import Any
 from executor import reaper
 from executor.capture import Captured, OutputCapture
 from executor.models import ExecRequest
+from executor.outputs import KeptOutputs
 from executor.paths import PathResolver
 from executor.proctree import kill_tree
 from executor.settings import ExecutorSettings
@@ -53,9 +54,10 @@ def _oom_kills(path: str | None) -> int:
 class Runner:
     """Runs commands for one executor; holds only settings and the path resolver."""
 
-    def __init__(self, settings: ExecutorSettings, paths: PathResolver) -> None:
+    def __init__(self, settings: ExecutorSettings, paths: PathResolver, outputs: KeptOutputs | None = None) -> None:
         self._settings = settings
         self._paths = paths
+        self._outputs = outputs
 
     def run(self, req: ExecRequest) -> Iterator[Chunk | dict[str, Any]]:
         """Start the command (errors raise here), then iterate: output chunks as they come, the result last."""
@@ -74,6 +76,7 @@ class Runner:
                 req.max_output_bytes,
                 os.path.join(out_dir, f"{exec_id}.{name}"),
                 f"{settings.output_dir.rstrip('/')}/{exec_id}.{name}",
+                self._outputs.keep if self._outputs is not None else None,
             )
             for name in ("stdout", "stderr")
         }

@@ -17,9 +17,9 @@ from aiohttp import web
 
 from artifacts.catalog import artifact_key
 from grove import wire
-from grove.errors import TooLarge, Unavailable
+from grove.errors import TooLarge
+from router.fulloutputs import full_outputs_of, store_full_outputs
 from router.proxy import forward
-from router.pushing import push_artifacts
 from router.registry import SandboxRecord
 from router.service import SandboxService
 
@@ -85,7 +85,7 @@ async def exec_handler(request: web.Request) -> web.StreamResponse:
     step = _exec_step(body, request, bytes(answer), response.status, started)
     # A failed call is always a step; a result is one step however often a retry fetched it.
     if step is not None and ("error" in step or _first_time(record, step.get("request_id"))):
-        full = {step[f"{s}_file"]: s for s in ("stdout", "stderr") if isinstance(step.get(f"{s}_file"), str)}
+        full = full_outputs_of(step)
         for stream in ("stdout", "stderr"):
             if isinstance(path := step.get(f"{stream}_file"), str):
                 step[f"{stream}_artifact"] = artifact_key(record.id, path)
@@ -93,22 +93,8 @@ async def exec_handler(request: web.Request) -> web.StreamResponse:
         if full:
             # The full text of a truncated output goes to S3 beside the step that links it, at the pace
             # of the router's budget for it (the host, not the sandbox, pays for storing it).
-            size = sum(int(step.get(f"{s}_bytes") or 0) for s in ("stdout", "stderr") if step.get(f"{s}_file"))
-            service.background(_store_full_output(service, record, full, size), f"full output of {record.id}")
+            service.background(store_full_outputs(service, record, full), f"full output of {record.id}")
     return response
-
-
-async def _store_full_output(service: SandboxService, record: SandboxRecord, kinds: dict[str, str], size: int) -> None:
-    try:
-        waited = await service.full_outputs.spend(size)
-    except Unavailable:
-        log.warning("full output of %s not stored, the router stopped first; it stays in the sandbox: %s",
-                    record.id, ", ".join(kinds))
-        return
-    if waited and record.status == "deleted":
-        return  # its files went with it while this waited its turn
-    # Indexed like a pushed file (kind stdout/stderr): listed and fetched by the same routes.
-    await push_artifacts(service, record, list(kinds), kinds=kinds)
 
 
 _REMEMBERED_REQUESTS = 4096
