@@ -12,7 +12,7 @@ import aiohttp
 
 from artifacts import catalog
 from grove import wire
-from grove.errors import BadGateway, Unavailable, error_from_body
+from grove.errors import BadGateway, GroveError, TooLarge, Unavailable, error_from_body
 from router.registry import SandboxRecord
 from router.service import SandboxService
 
@@ -30,6 +30,10 @@ async def push_artifacts(
 
     A sandbox with egress denied has no route to the object store at all, so the router streams the
     file out of the executor and into the same presigned URL — the sandbox still never sees a credential.
+    An upload the executor reports is believed only once the object is there with the reported size and
+    sha256: whatever answered the executor's PUT may have been a process of the sandbox (issue 18, finding
+    7). Where the store's address is the sandbox's own loopback (the local backend) the executor is not
+    asked at all.
     """
     store, index = service.objects, service.artifacts
     if store is None or index is None:
@@ -41,23 +45,21 @@ async def push_artifacts(
     endpoint = await service.endpoint(record)
     session, base = service.upstreams.session(endpoint)
     auth = {"Authorization": f"Bearer {endpoint.token}", "Accept": wire.JSON}
-    payload = {"items": [{"path": p, "url": urls[p]} for p in paths]}
-    try:
-        async with session.post(base + "/v1/artifacts/push", json=payload, headers=auth) as resp:
-            answer = await resp.json(content_type=None)
-            if resp.status >= 400:
-                raise error_from_body(resp.status, answer)
-    except aiohttp.ClientError as exc:
-        raise BadGateway(f"the sandbox's executor went away: {exc}") from exc
+    if service.backend.executor_reaches_storage:
+        answered = await _executor_push(session, base, auth, [(p, urls[p]) for p in paths])
+    else:
+        answered = [{"path": p, "uploaded": False} for p in paths]
+    # A real file is never larger than the sandbox's disk quota; a sparse one can claim any size.
+    cap = record.request.disk_mb * 1024 * 1024
     expires = url_expires_s or service.settings.artifact_url_expires_s
     meta = record.request.metadata
     results = []
-    for path, item in zip(paths, answer["items"], strict=True):
-        if not item.get("uploaded"):
-            relayed = await _relay(session, base, auth, path, urls[path])
-            item = {"path": item.get("path", path), **relayed, "via": "router"}
-        else:
+    for path, item in zip(paths, answered, strict=True):
+        if item.get("uploaded") and await asyncio.to_thread(_holds, store, keys[path], item):
             item = {**item, "via": "executor"}
+        else:
+            relayed = await _relay(session, base, auth, path, urls[path], cap)
+            item = {"path": item.get("path", path), **relayed, "via": "router"}
         # The size is S3's own; the sha256 is what the uploader hashed on the way (a later GET checks it).
         stored = await asyncio.to_thread(store.stat, keys[path])
         entry = catalog.Entry(
@@ -72,8 +74,44 @@ async def push_artifacts(
     return results
 
 
+async def _executor_push(
+    session: aiohttp.ClientSession, base: str, auth: dict[str, str], items: list[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    payload = {"items": [{"path": p, "url": u} for p, u in items]}
+    try:
+        async with session.post(base + "/v1/artifacts/push", json=payload, headers=auth) as resp:
+            answer = await resp.json(content_type=None)
+            if resp.status >= 400:
+                raise error_from_body(resp.status, answer)
+    except aiohttp.ClientError as exc:
+        raise BadGateway(f"the sandbox's executor went away: {exc}") from exc
+    found = answer.get("items") if isinstance(answer, dict) else None
+    if not isinstance(found, list) or len(found) != len(items) or not all(isinstance(i, dict) for i in found):
+        raise BadGateway("the sandbox's executor answered the push with something else than one item per path")
+    return found
+
+
+def _holds(store: Any, key: str, item: dict[str, Any]) -> bool:
+    """Whether the bucket has ``key`` with the size and sha256 the executor reported (read back)."""
+    size, sha = item.get("size"), item.get("sha256")
+    if not isinstance(size, int) or not isinstance(sha, str):
+        return False
+    digest = hashlib.sha256()
+    seen = 0
+    try:
+        with store.get_stream(key) as reader:
+            while block := reader.read(1024 * 1024):
+                seen += len(block)
+                digest.update(block)
+                if seen > size:
+                    return False
+    except GroveError:
+        return False
+    return seen == size and digest.hexdigest() == sha
+
+
 async def _relay(
-    session: aiohttp.ClientSession, base: str, auth: dict[str, str], path: str, url: str
+    session: aiohttp.ClientSession, base: str, auth: dict[str, str], path: str, url: str, cap: int
 ) -> dict[str, Any]:
     digest = hashlib.sha256()
     size = 0
@@ -83,12 +121,16 @@ async def _relay(
         async for chunk in src.iter_chunked(1024 * 1024):
             digest.update(chunk)
             size += len(chunk)
+            if size > cap:
+                raise TooLarge(f"{path} is larger than the sandbox's disk quota ({cap} bytes): not stored")
             yield chunk
 
     async with session.get(base + "/v1/files", params={"path": path}, headers=auth) as src:
         if src.status >= 400:
             raise error_from_body(src.status, await src.json(content_type=None))
         length = src.headers.get("Content-Length")
+        if length is not None and length.isdigit() and int(length) > cap:
+            raise TooLarge(f"{path} has {length} bytes, more than the sandbox's disk quota ({cap}): not stored")
         headers = {"Content-Length": length} if length else {}
         try:
             async with aiohttp.ClientSession() as out, out.put(url, data=chunks(src.content), headers=headers) as put:
@@ -96,6 +138,8 @@ async def _relay(
                 if put.status >= 300:
                     raise Unavailable(f"object storage refused {path}: {put.status} {detail[:300]}")
         except aiohttp.ClientError as exc:
+            if size > cap:
+                raise TooLarge(f"{path} is larger than the sandbox's disk quota ({cap} bytes): not stored") from exc
             raise Unavailable(f"object storage unreachable while storing {path}: {exc}") from exc
     return {"uploaded": True, "size": size, "sha256": digest.hexdigest(), "status": 200}
 

@@ -71,6 +71,10 @@ class Backend(Protocol):
     exit_grace_s: float
     """How long a sandbox whose executor just vanished may still look running (its process exiting):
     a call that lost its executor looks this long before concluding the executor is alive."""
+    executor_reaches_storage: bool
+    """Whether the object store's address means the same server inside a sandbox as in the router. Not on
+    the local backend: there a presigned URL names 127.0.0.1, which inside is the sandbox's own loopback,
+    where its processes can listen and answer the executor's upload (so the router relays instead)."""
 
     async def open(self) -> None:
         """Prepare (images, runtime bundle, clients); called once before any other call."""

@@ -41,6 +41,7 @@ class KnativeBackend:
 
     name = "knative"
     exit_grace_s = 0.0  # is_running reads the watch cache: a pod that is gone is gone
+    executor_reaches_storage = True
 
     def __init__(self, options: KnativeOptions, *, kube: Kube | None = None) -> None:
         self.options = options
