@@ -38,17 +38,21 @@ How steps become messages, in order:
 sandbox_id, task_id, model, harness, harness_version, image, image_digest, result, ``resolved``
 (result == "pass"; None without an outcome or for ``infra_error``), reward (the outcome's, else the last
 reward event's; none for ``infra_error``) and ``infra_errors`` (the reasons of environment faults the
-router noted: a ``fail`` beside them may be the environment's doing, not the policy's).
+router noted: a ``fail`` beside them may be the environment's doing, not the policy's), and ``bad_steps``
+when a stored step had a shape no writer makes (skipped; the rest of the record is exported).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import shlex
 from collections.abc import Iterable
 from typing import IO, Any, Protocol
 
 from artifacts import trajectory as tj
+
+log = logging.getLogger("grove.export")
 
 BASH_TOOL: dict[str, Any] = {
     "type": "function",
@@ -105,8 +109,12 @@ def to_chat(record: dict[str, Any]) -> dict[str, Any]:
     rewards: list[Any] = []
     result_event: dict[str, Any] | None = None
     bracket: str | None = None  # inside a setup or grading bracket: not the agent's doing
-    for step in record.get("steps") or []:
+    bad_steps: list[int] = []
+    for index, step in enumerate(tj.readable_steps(record.get("steps") or [])):
         kind = step.get("type")
+        if kind == "bad_step":
+            bad_steps.append(index)
+            continue
         data = step.get("data") if isinstance(step.get("data"), dict) else {}
         event = step.get("kind")
         if kind == "event" and event in _BRACKETS:
@@ -116,27 +124,12 @@ def to_chat(record: dict[str, Any]) -> dict[str, Any]:
             result_event = data
         if bracket is not None:
             continue
-        if kind == "exec":
-            conv.tools["bash"] = BASH_TOOL
-            conv.call("bash", {"command": _command_text(step.get("command"))}, None, _observation(step))
-            continue
-        if kind in _FILE_TOOLS:
-            _file_call(conv, step)
-            continue
-        if kind != "event":
-            continue
-        if event == "message":
-            conv.message(data)
-        elif event == "tool_call" and isinstance(data.get("name"), str):
-            conv.tools.setdefault(data["name"], _tool_schema(data["name"], data))
-            output = None if data.get("output") is None else _text(data["output"])
-            conv.call(data["name"], data.get("arguments") or {}, data.get("id"), output)
-        elif event == "tool_result":
-            call_id = data.get("tool_call_id") or data.get("id")
-            conv.messages.append({"role": "tool", "tool_call_id": call_id, "content": _content(data.get("content"))})
-        elif event == "reward":
-            rewards.append(data.get("reward", data.get("value")))
-    outcome = record.get("outcome") or result_event or {}
+        try:
+            _add_step(conv, step, kind, event, data, rewards)
+        except (TypeError, ValueError, AttributeError, RecursionError):
+            bad_steps.append(index)  # a shape no writer makes: skipped and named, the rest still exported
+    outcome = record.get("outcome") if isinstance(record.get("outcome"), dict) else None
+    outcome = outcome or result_event or {}
     reward = outcome.get("reward")
     result = outcome.get("result")
     if reward is None and rewards and result != "infra_error":
@@ -153,14 +146,46 @@ def to_chat(record: dict[str, Any]) -> dict[str, Any]:
         "infra_errors": [str(e.get("reason")) for e in outcome.get("infra_errors") or [] if isinstance(e, dict)],
         "labels": tj.meta(record, "labels") or {},
     }
+    if bad_steps:
+        metadata["bad_steps"] = bad_steps  # indexes of steps no reader could take (skipped, not guessed at)
     return {"messages": conv.messages, "tools": list(conv.tools.values()), "metadata": metadata}
 
 
+def _add_step(conv: _Conversation, step: dict[str, Any], kind: Any, event: Any, data: dict[str, Any],
+              rewards: list[Any]) -> None:
+    """One step of the agent's own into the conversation (and a reward event into ``rewards``)."""
+    if kind == "exec":
+        conv.tools["bash"] = BASH_TOOL
+        conv.call("bash", {"command": _command_text(step.get("command"))}, None, _observation(step))
+    elif kind in _FILE_TOOLS:
+        _file_call(conv, step)
+    elif kind != "event":
+        return
+    elif event == "message":
+        conv.message(data)
+    elif event == "tool_call" and isinstance(data.get("name"), str):
+        conv.tools.setdefault(data["name"], _tool_schema(data["name"], data))
+        output = None if data.get("output") is None else _text(data["output"])
+        conv.call(data["name"], data.get("arguments") or {}, data.get("id"), output)
+    elif event == "tool_result":
+        call_id = data.get("tool_call_id") or data.get("id")
+        conv.messages.append({"role": "tool", "tool_call_id": call_id, "content": _content(data.get("content"))})
+    elif event == "reward":
+        rewards.append(data.get("reward", data.get("value")))
+
+
 def write_jsonl(records: Iterable[dict[str, Any]], out: IO[str]) -> int:
-    """Write one JSON line per record to ``out``; return how many."""
+    """Write one JSON line per record to ``out``; return how many. A record that cannot be exported at all
+    (not a map, or not encodable) is left out with a warning, never the end of the export."""
     count = 0
     for record in records:
-        out.write(json.dumps(to_chat(record), ensure_ascii=False, default=str) + "\n")
+        try:
+            line = json.dumps(to_chat(record), ensure_ascii=False, default=str)
+        except (TypeError, ValueError, AttributeError, RecursionError) as exc:
+            sid = record.get("sandbox", {}).get("id") if isinstance(record, dict) else None
+            log.warning("trajectory %s left out of the export: %s: %s", sid, type(exc).__name__, exc)
+            continue
+        out.write(line + "\n")
         count += 1
     return count
 

@@ -164,6 +164,42 @@ def encode(record: dict[str, Any]) -> bytes:
         raise Invalid(f"trajectory record cannot be encoded: {exc}") from exc
 
 
+MAX_EVENT_DEPTH = 32
+"""Deepest nesting of an event's data the router accepts (a map or list in a map counts two)."""
+_MAX_STEP_DEPTH = MAX_EVENT_DEPTH + 4  # the step around an event's data, an artifacts step's items
+
+
+def nests_deeper(value: Any, limit: int) -> bool:
+    """Whether maps and lists in ``value`` nest more than ``limit`` levels (iterative: any depth is safe)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list | tuple) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def readable_steps(steps: Any) -> list[dict[str, Any]]:
+    """The steps as every reader can take them: one that is not a map, or nests deeper than any the router
+    accepts (written before the limit), becomes ``{"type": "bad_step", "error"}`` in its place."""
+    if not isinstance(steps, list):
+        return [{"type": "bad_step", "error": f"the record's steps are a {type(steps).__name__}, not a list"}]
+    readable: list[dict[str, Any]] = []
+    for step in steps:
+        if not isinstance(step, dict):
+            readable.append({"type": "bad_step", "error": f"a step that is a {type(step).__name__}, not a map"})
+        elif nests_deeper(step, _MAX_STEP_DEPTH):
+            readable.append({"type": "bad_step", "error": f"a step nested deeper than {_MAX_STEP_DEPTH} levels",
+                             "t": step.get("t") if isinstance(step.get("t"), int | float) else None})
+        else:
+            readable.append(step)
+    return readable
+
+
 def decode(data: bytes) -> dict[str, Any]:
     """A record from msgpack (Invalid if it is not one)."""
     try:
@@ -172,6 +208,7 @@ def decode(data: bytes) -> dict[str, Any]:
         raise Invalid(f"not a msgpack trajectory record: {exc}") from exc
     if not isinstance(record, dict) or record.get("version") != VERSION:
         raise Invalid("not a version-1 trajectory record")
+    record["steps"] = readable_steps(record.get("steps", []))
     return record
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import msgpack
 
+from artifacts.trajectory import readable_steps
 from grove.errors import NotFound
 from grove.statedir import StateDir
 from router.registry import ID_RE
@@ -134,7 +135,8 @@ class Journal:
                     steps.append(entry)
         except (ValueError, msgpack.exceptions.ExtraData):
             pass  # a torn last write after a crash: keep everything before it
-        return {"version": RECORD_VERSION, "sandbox": sandbox, "steps": steps, "outcome": _with_infra(outcome, infra)}
+        return {"version": RECORD_VERSION, "sandbox": sandbox, "steps": readable_steps(steps),
+                "outcome": _with_infra(outcome, infra)}
 
     def stamp(self, sandbox_id: str) -> tuple[int, int, int, int] | None:
         """What changes whenever :meth:`record` would (file identity, size and time, held entries); None if

@@ -8,10 +8,12 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from artifacts.trajectory import MAX_EVENT_DEPTH
 from grove import wire
-from grove.errors import BadRequest, Unavailable
+from grove.errors import BadRequest, Invalid, Unavailable
 from grove.schema import parse
 from router.datapath import service_of
+from router.events import check_event
 from router.models import EventsRequest, PushRequest
 from router.pushing import push_artifacts
 from router.replies import reply
@@ -41,10 +43,15 @@ async def post_events(request: web.Request) -> web.Response:
     """POST /v1/sandboxes/{id}/events — append harness events; a ``result`` event sets the outcome."""
     service = service_of(request)
     record = service.registry.get(request.match_info["id"])
-    body = wire.decode(await request.read(), request.content_type)
+    try:
+        body = wire.decode(await request.read(), request.content_type)
+    except RecursionError as exc:
+        raise Invalid(f"event data nests deeper than {MAX_EVENT_DEPTH} levels") from exc
     if isinstance(body, dict) and "kind" in body and "events" not in body:
         body = {"events": [body]}  # one event on its own is fine too
     events = parse(EventsRequest, body)
+    for index, event in enumerate(events.events):
+        check_event(index, event.kind, event.data)
     service.touch(record)
     outcome = service.record_events(record, [{"kind": e.kind, "data": e.data} for e in events.events])
     return reply(request, {"id": record.id, "appended": len(events.events), "outcome": outcome})
