@@ -61,6 +61,13 @@ class MethodNotAllowed(GroveError):
     status = 405
 
 
+class RequestTimeout(GroveError):
+    """The caller stopped sending its request body part-way (the server does not wait for ever)."""
+
+    code = "request_timeout"
+    status = 408
+
+
 class Conflict(GroveError):
     """The request conflicts with the current state (e.g. a deleted sandbox)."""
 
@@ -139,6 +146,7 @@ _BY_CODE: dict[str, type[GroveError]] = {
         Forbidden,
         NotFound,
         MethodNotAllowed,
+        RequestTimeout,
         Conflict,
         TooLarge,
         RangeNotSatisfiable,

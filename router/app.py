@@ -12,12 +12,20 @@ from aiohttp import web
 from artifacts.artifact_index import ArtifactIndex
 from grove import wire
 from grove.api import ExecBody
-from grove.errors import BadRequest, GroveError, InternalError, MethodNotAllowed, NotFound, TooLarge
+from grove.errors import (
+    BadRequest,
+    GroveError,
+    InternalError,
+    MethodNotAllowed,
+    NotFound,
+    RequestTimeout,
+    TooLarge,
+)
 from grove.schema import parse
 from router.artifacts_api import get_artifact, list_artifacts, list_sandbox_artifacts
 from router.auth import KeyRing
 from router.backends.base import Backend
-from router.datapath import exec_handler, transfer
+from router.datapath import exec_handler, read_capped, transfer
 from router.journal import Journal
 from router.models import (
     ArtifactQuery,
@@ -72,10 +80,7 @@ class Route:
 
 async def read_model(request: web.Request, model: type[Any]) -> Any:
     """Decode and validate a lifecycle body."""
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge as exc:
-        raise TooLarge(f"request body exceeds {request.app[SERVICE].settings.max_body_bytes} bytes") from exc
+    raw = await read_capped(request, request.app[SERVICE].settings.max_body_bytes)
     return parse(model, wire.decode(raw, request.content_type))
 
 
@@ -214,6 +219,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             log.exception("unhandled error on %s %s", request.method, request.path)
             err = InternalError(f"router error: {type(exc).__name__}: {exc}")
     response = reply(request, err.to_body(), status=err.status)
+    if isinstance(err, RequestTimeout):
+        response.force_close()  # the rest of a stalled body must not hold the connection (or a place) open
     if err.retry_after is not None:
         response.headers["Retry-After"] = str(max(1, round(err.retry_after)))
     return response

@@ -6,6 +6,7 @@ journal after the answer is sent. Neither calls the backend, except to wake a sa
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
@@ -17,7 +18,7 @@ from aiohttp import web
 
 from artifacts.catalog import artifact_key
 from grove import wire
-from grove.errors import TooLarge
+from grove.errors import RequestTimeout, TooLarge
 from router.fulloutputs import full_outputs_of, store_full_outputs
 from router.proxy import forward
 from router.registry import SandboxRecord
@@ -64,21 +65,28 @@ async def call_executor(
     return record, response, started
 
 
-async def read_capped(request: web.Request, limit: int) -> bytes:
-    """The whole request body, refusing more than ``limit`` bytes (413)."""
+async def read_capped(request: web.Request, limit: int, what: str = "request body") -> bytes:
+    """The whole request body, refusing more than ``limit`` bytes (413) and a sender that stalls for
+    longer than the router's ``body_timeout_s`` between chunks (408: a slow body holds a connection)."""
     if request.content_length is not None and request.content_length > limit:
-        raise TooLarge(f"exec body of {request.content_length} bytes exceeds {limit}")
+        raise TooLarge(f"{what} of {request.content_length} bytes exceeds {limit}")
+    idle = service_of(request).settings.body_timeout_s
     data = bytearray()
-    async for chunk in request.content.iter_chunked(256 * 1024):
+    while True:
+        try:
+            chunk = await asyncio.wait_for(request.content.readany(), idle)
+        except TimeoutError as exc:
+            raise RequestTimeout(f"no part of the {what} arrived for {idle:g}s after {len(data)} bytes") from exc
+        if not chunk:
+            return bytes(data)
         data += chunk
         if len(data) > limit:
-            raise TooLarge(f"exec body exceeds {limit} bytes")
-    return bytes(data)
+            raise TooLarge(f"{what} exceeds {limit} bytes")
 
 
 async def exec_handler(request: web.Request) -> web.StreamResponse:
     """POST /v1/sandboxes/{id}/exec — forwarded whole; the result recorded as an exec step."""
-    body = await read_capped(request, MAX_EXEC_BODY)
+    body = await read_capped(request, MAX_EXEC_BODY, "exec body")
     answer = bytearray()
     record, response, started = await call_executor(request, "/v1/exec", body=body, response_tap=answer.extend)
     service = service_of(request)

@@ -12,7 +12,7 @@ from artifacts.trajectory import MAX_EVENT_DEPTH
 from grove import wire
 from grove.errors import BadRequest, Invalid, Unavailable
 from grove.schema import parse
-from router.datapath import service_of
+from router.datapath import read_capped, service_of
 from router.events import check_event
 from router.models import EventsRequest, PushRequest
 from router.pushing import push_artifacts
@@ -44,7 +44,7 @@ async def post_events(request: web.Request) -> web.Response:
     service = service_of(request)
     record = service.registry.get(request.match_info["id"])
     try:
-        body = wire.decode(await request.read(), request.content_type)
+        body = wire.decode(await read_capped(request, service.settings.max_body_bytes), request.content_type)
     except RecursionError as exc:
         raise Invalid(f"event data nests deeper than {MAX_EVENT_DEPTH} levels") from exc
     if isinstance(body, dict) and "kind" in body and "events" not in body:
@@ -93,7 +93,8 @@ async def post_artifacts(request: web.Request) -> web.Response:
     indexed for listing; keys, sizes, sha256 and GET URLs back."""
     service = service_of(request)
     record = service.registry.get(request.match_info["id"])
-    push = parse(PushRequest, wire.decode(await request.read(), request.content_type))
+    raw = await read_capped(request, service.settings.max_body_bytes)
+    push = parse(PushRequest, wire.decode(raw, request.content_type))
     if not push.paths or not all(push.paths):
         raise BadRequest("'paths' must be a non-empty list of paths in the sandbox")
     service.touch(record)

@@ -3,24 +3,56 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import resource
 import signal
 import sys
 
 from aiohttp import web
 
 from grove.runfile import remove_run_file, write_run_file
+from router import logs
 from router.app import SERVICE, create_app
+from router.connections import ConnectionGuard
 from router.settings import RouterSettings
+
+log = logging.getLogger("grove.router")
+_LINGER_S = 1.0
+_SPARE_FDS = 512
+"""Descriptors kept out of the connection cap: executors, S3, journals, the backend's own work."""
+
+
+def connection_cap(wanted: int) -> int:
+    """``wanted`` connections, or fewer if the descriptor limit (raised to its hard limit) cannot hold them
+    beside the router's own files: past the cap the router sheds load; past the limit it would fail."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    room = max(64, soft - _SPARE_FDS)
+    if wanted > room:
+        log.warning("max_connections %d lowered to %d to fit the descriptor limit (%d)", wanted, room, soft)
+    return min(wanted, room)
 
 
 async def serve(settings: RouterSettings, *, new_key: str | None = None, ready_file: str | None = None) -> None:
     """Serve until a signal; sandboxes keep running after exit and are re-adopted on the next start."""
+    logs.configure()
     app = create_app(settings)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # After an error answer (408, 413) aiohttp reads what is left of the body before closing, by default for
+    # 10 s: a stalled sender would keep its place under the connection cap that long.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=settings.idle_timeout_s,
+                           lingering_time=_LINGER_S)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, backlog=2048)
-    await site.start()
-    port = runner.addresses[0][1] if runner.addresses else settings.port
+    assert runner.server is not None
+    guard = ConnectionGuard(runner.server, max_connections=connection_cap(settings.max_connections),
+                            header_timeout_s=settings.header_timeout_s)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(guard.protocol, settings.host, settings.port, backlog=2048, reuse_address=True)
+    port = server.sockets[0].getsockname()[1] if server.sockets else settings.port
     url = f"http://{settings.host}:{port}"
     print(f"grove router listening on {url} (backend {settings.backend}, state dir {settings.state_dir})", flush=True)
     print(f"  viewer: {url}/ui/ (log in with an API key)", flush=True)
@@ -33,7 +65,6 @@ async def serve(settings: RouterSettings, *, new_key: str | None = None, ready_f
         with open(ready_file, "w", encoding="utf-8") as fh:
             fh.write(url)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
@@ -46,4 +77,5 @@ async def serve(settings: RouterSettings, *, new_key: str | None = None, ready_f
               file=sys.stderr, flush=True)
     else:
         print("grove router stopping (no sandbox running)", file=sys.stderr, flush=True)
+    server.close()
     await runner.cleanup()

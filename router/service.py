@@ -387,19 +387,31 @@ class SandboxService:
             self._last_flush = now
             await asyncio.to_thread(self.trajectories.flush_spool)
         for record in self.registry.live():
-            req = record.request
-            if record.status in ("deleting", "pending"):
-                continue
-            if now - record.created_at > req.ttl_s:
-                await self.delete(record.id, reason=f"ttl of {req.ttl_s:g}s expired")
-            elif record.inflight == 0 and now - record.last_activity > req.heartbeat_timeout_s:
-                # A client waiting on a call in flight is alive, however long the command runs.
-                await self.delete(record.id, reason=f"no heartbeat for {req.heartbeat_timeout_s:g}s")
-            elif record.status == "ready" and record.inflight == 0 and now - record.last_activity > req.idle_timeout_s:
-                await self._to_idle(record)
-            elif record.status == "ready" and not await self.backend.is_running(record.id, record.handle):
-                await self._to_idle(record, error="the executor exited unexpectedly; restarted on the next call")
-                self.record_infra_error(record, "the executor exited unexpectedly between calls")
+            # One sandbox failing (its delete hit EMFILE under an attack, say) must not skip the others.
+            try:
+                await self._reap(record, now)
+            except Exception:
+                log.exception("reaping %s failed; the next pass tries again", record.id)
+
+    async def _reap(self, record: SandboxRecord, now: float) -> None:
+        req = record.request
+        if record.status == "pending":
+            return
+        if record.status == "deleting":
+            # A delete that failed part-way (or was cut off) is finished by a later pass, not left stuck.
+            if not self._lock(record.id).locked():
+                await self.delete(record.id, reason=record.end_reason or "delete retried")
+            return
+        if now - record.created_at > req.ttl_s:
+            await self.delete(record.id, reason=f"ttl of {req.ttl_s:g}s expired")
+        elif record.inflight == 0 and now - record.last_activity > req.heartbeat_timeout_s:
+            # A client waiting on a call in flight is alive, however long the command runs.
+            await self.delete(record.id, reason=f"no heartbeat for {req.heartbeat_timeout_s:g}s")
+        elif record.status == "ready" and record.inflight == 0 and now - record.last_activity > req.idle_timeout_s:
+            await self._to_idle(record)
+        elif record.status == "ready" and not await self.backend.is_running(record.id, record.handle):
+            await self._to_idle(record, error="the executor exited unexpectedly; restarted on the next call")
+            self.record_infra_error(record, "the executor exited unexpectedly between calls")
 
 
 

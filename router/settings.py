@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from artifacts.s3config import S3Config
 from grove.statedir import StateDir
+from grove.errors import Invalid
 from router.knative.options import KnativeOptions
 
 
@@ -43,6 +47,15 @@ class RouterSettings:
     """The same for trajectory records and their index entries (their own rule: usually longer, or none)."""
     artifact_url_expires_s: float = 3600.0
     """Lifetime of the presigned GET URLs the router hands out (after a push, and for ``?redirect=1``)."""
+    header_timeout_s: float = 30.0
+    """A new connection must send its first request's complete headers within this (slowloris)."""
+    idle_timeout_s: float = 75.0
+    """A kept-alive connection with no complete request for this long is closed."""
+    body_timeout_s: float = 60.0
+    """Longest wait for the next chunk of a request body the router reads itself (408 past it)."""
+    max_connections: int = 4096
+    """Most client connections at once (lowered to fit the process's descriptor limit). Past it the oldest
+    one still without a request is closed to make room, or the newcomer gets 503 with Retry-After."""
     s3: S3Config | None = None
     """Object storage for trajectories and artifacts; None starts an embedded S3 server on loopback."""
     knative: KnativeOptions | None = None
@@ -57,3 +70,18 @@ class RouterSettings:
     def layout(self) -> StateDir:
         """Paths inside the state dir."""
         return StateDir(self.state_dir)
+
+    def with_env(self, env: Mapping[str, str]) -> RouterSettings:
+        """These settings with the connection limits named in ``GROVE_ROUTER_<FIELD>`` (e.g.
+        ``GROVE_ROUTER_HEADER_TIMEOUT_S=5``), for operators and tests; the CLI calls this at start."""
+        changed: dict[str, Any] = {}
+        for name in ("header_timeout_s", "idle_timeout_s", "body_timeout_s", "max_connections", "reap_interval_s"):
+            if (raw := env.get(f"GROVE_ROUTER_{name.upper()}")) is not None:
+                kind = int if name == "max_connections" else float
+                try:
+                    changed[name] = kind(raw)
+                except ValueError as exc:
+                    raise Invalid(f"GROVE_ROUTER_{name.upper()}={raw!r} is not a number") from exc
+                if changed[name] <= 0:
+                    raise Invalid(f"GROVE_ROUTER_{name.upper()} must be > 0, got {raw!r}")
+        return dataclasses.replace(self, **changed)

@@ -46,7 +46,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         artifact_url_expires_s=args.artifact_url_expires,
         pull_missing=args.pull_missing,
         insecure_registries=tuple(args.insecure_registry or ()),
-    )
+    ).with_env(os.environ)
     asyncio.run(serve(settings, new_key=new_key, ready_file=args.ready_file))
     return 0
 
