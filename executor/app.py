@@ -15,6 +15,7 @@ from werkzeug.exceptions import HTTPException
 from executor.archive import extract_tar, stream_tar
 from executor.dedup import Deduplicator
 from executor.files import delete, listing, open_for_read, parse_mode, write_atomic
+from executor.jsonfit import JSON_FACTOR, escaped_size, fit_for_json
 from executor.models import ExecRequest
 from executor.outputs import KeptOutputs, read_kept
 from executor.paths import PathResolver
@@ -84,6 +85,7 @@ def create_app(settings: ExecutorSettings | None = None) -> Flask:
                 earlier = dedup.wait(entry, req.timeout_s + 30)
                 if earlier is None:
                     raise BadRequest(f"request_id {req.request_id!r} belongs to a call that failed or still runs")
+                earlier = earlier if _wants_msgpack() else fit_for_json(earlier, req.max_output_bytes)
                 return _stream_of([earlier]) if stream else _reply(earlier)
             try:
                 started = runner.run(req)
@@ -93,6 +95,8 @@ def create_app(settings: ExecutorSettings | None = None) -> Flask:
             events = _remember(started, dedup, req.request_id, entry)
         else:
             events = runner.run(req)
+        if not _wants_msgpack():
+            events = _fitted(events, req.max_output_bytes)
         if stream:
             return _stream_of(events)
         result: dict[str, Any] = {}
@@ -177,6 +181,19 @@ def _remember(
             yield event
     finally:
         dedup.finish(request_id, entry, result)
+
+
+def _fitted(events: Iterator[Chunk | dict[str, Any]], max_output_bytes: int) -> Iterator[Chunk | dict[str, Any]]:
+    """The events, the result's streams cut to fit their budget once escaped for JSON (jsonfit.py); streamed
+    chunks stop once a stream's escaped chunks reach it (the result still carries head and tail)."""
+    spent = {"stdout": 0, "stderr": 0}
+    for event in events:
+        if isinstance(event, dict):
+            yield fit_for_json(event, max_output_bytes)
+            continue
+        spent[event.stream] += escaped_size(event.data)
+        if spent[event.stream] <= JSON_FACTOR * max_output_bytes:
+            yield event
 
 
 def _wants_msgpack() -> bool:
