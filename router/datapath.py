@@ -18,9 +18,17 @@ from aiohttp import web
 
 from artifacts.catalog import artifact_key
 from grove import wire
-from grove.errors import RequestTimeout, TooLarge
+from grove.errors import (
+    BadGateway,
+    GroveError,
+    InternalError,
+    RequestTimeout,
+    TooLarge,
+    Unavailable,
+    UpstreamTimeout,
+)
 from router.fulloutputs import full_outputs_of, store_full_outputs
-from router.proxy import forward
+from router.proxy import StreamAborted, forward
 from router.registry import SandboxRecord
 from router.service import SandboxService
 
@@ -88,9 +96,22 @@ async def exec_handler(request: web.Request) -> web.StreamResponse:
     """POST /v1/sandboxes/{id}/exec — forwarded whole; the result recorded as an exec step."""
     body = await read_capped(request, MAX_EXEC_BODY, "exec body")
     answer = bytearray()
-    record, response, started = await call_executor(request, "/v1/exec", body=body, response_tap=answer.extend)
     service = service_of(request)
+    started = time.time()
+    try:
+        record, response, started = await call_executor(request, "/v1/exec", body=body, response_tap=answer.extend)
+    except (BadGateway, UpstreamTimeout, Unavailable, InternalError, StreamAborted) as exc:
+        # The exec that lost the executor is a step of the trajectory too, with what went wrong: the
+        # sandbox may have caused it (its memory exhausted), and then the record must say which command.
+        lost = service.registry.lookup(request.match_info["id"])
+        status, message = (exc.status, exc.message) if isinstance(exc, GroveError) else (502, str(exc))
+        failed = _exec_step(body, request, message.encode(), status, started)
+        if lost is not None and lost.status != "deleted" and failed is not None and "error" in failed:
+            service.record_step(lost, failed)
+        raise
     step = _exec_step(body, request, bytes(answer), response.status, started)
+    if step is not None and step.get("oom_killed") is True:
+        await service.note_own_fault(record, rebase=True)  # a command died of it, the executor lived on
     # A failed call is always a step; a result is one step however often a retry fetched it.
     if step is not None and ("error" in step or _first_time(record, step.get("request_id"))):
         full = full_outputs_of(step)

@@ -117,6 +117,7 @@ class Journal:
         steps: list[dict[str, Any]] = []
         outcome: dict[str, Any] | None = None
         infra: list[dict[str, Any]] = []
+        own: list[dict[str, Any]] = []
         unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
         unpacker.feed(raw)
         try:
@@ -129,6 +130,8 @@ class Journal:
                     outcome = entry["outcome"]
                 elif "infra_error" in entry:
                     infra.append(entry["infra_error"])
+                elif "sandbox_error" in entry:
+                    own.append(entry["sandbox_error"])
                 elif "ended" in entry:
                     sandbox.update(entry["ended"])
                 else:
@@ -136,7 +139,7 @@ class Journal:
         except (ValueError, msgpack.exceptions.ExtraData):
             pass  # a torn last write after a crash: keep everything before it
         return {"version": RECORD_VERSION, "sandbox": sandbox, "steps": readable_steps(steps),
-                "outcome": _with_infra(outcome, infra)}
+                "outcome": _with_faults(outcome, infra, own)}
 
     def stamp(self, sandbox_id: str) -> tuple[int, int, int, int] | None:
         """What changes whenever :meth:`record` would (file identity, size and time, held entries); None if
@@ -158,14 +161,19 @@ class Journal:
         return {p.stem for p in self.dir.glob("sb-*.msgpack")}
 
 
-def _with_infra(outcome: dict[str, Any] | None, infra: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The outcome a trainer can trust: with no task result, an environment fault makes it ``infra_error``;
-    with one, the faults ride along in ``infra_errors`` so the result can be weighed (or dropped)."""
-    if not infra:
+def _with_faults(
+    outcome: dict[str, Any] | None, infra: list[dict[str, Any]], own: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The outcome a trainer can trust. With no task result, an environment fault makes it ``infra_error``
+    and a fault the sandbox caused itself (its memory exhausted, its executor lost with it) makes it
+    ``fail``: the policy's doing, never hidden as the environment's. With a result, the faults ride along
+    in ``infra_errors`` and ``sandbox_errors`` so the result can be weighed."""
+    if not infra and not own:
         return outcome
     if outcome is None:
-        outcome = {"result": "infra_error", "reward": None, "reason": infra[0].get("reason")}
-    return {**outcome, "infra_errors": infra}
+        first = (infra or own)[0]
+        outcome = {"result": "infra_error" if infra else "fail", "reward": None, "reason": first.get("reason")}
+    return {**outcome, **({"infra_errors": infra} if infra else {}), **({"sandbox_errors": own} if own else {})}
 
 
 def _pack(entry: dict[str, Any]) -> bytes:

@@ -48,6 +48,9 @@ class SandboxRecord:
     # Not persisted: after a restart every sandbox counts as just used.
     last_activity: float = field(default_factory=time.time)
     inflight: int = 0
+    own_fault: str | None = None
+    """Why the executor was just lost through the sandbox's own doing (set by ``SandboxService.lost``, taken by
+    the call that lost it), so the fault is recorded as the sandbox's, not as an infra error."""
     recorded_requests: dict[str, None] = field(default_factory=dict)
     """Request ids of execs already in the trajectory (a retry the executor answered again is one step)."""
 

@@ -281,11 +281,30 @@ class SandboxService:
         try:
             yield
         except StreamAborted as exc:
-            self.record_infra_error(record, f"{what}: {exc}")
+            self._record_fault(record, f"{what}: {exc}")
             raise
         except (BadGateway, Unavailable, UpstreamTimeout, InternalError) as exc:
-            self.record_infra_error(record, f"{what}: {exc.code}: {exc.message}")
+            self._record_fault(record, f"{what}: {exc.code}: {exc.message}")
             raise
+
+    def _record_fault(self, record: SandboxRecord, reason: str) -> None:
+        """An infra error, unless the loss was the sandbox's own doing (``record.own_fault``): a sandbox
+        must not turn its own failure into ``infra_error``, which training drops (issue 18, finding 6)."""
+        own, record.own_fault = record.own_fault, None
+        if own is None:
+            self.record_infra_error(record, reason)
+            return
+        log.info("sandbox %s lost its executor by its own doing: %s", record.id, own)
+        self.journal.append(record.id, {"sandbox_error": {"t": time.time(), "reason": f"{reason}: {own}"}})
+
+    async def note_own_fault(self, record: SandboxRecord, *, rebase: bool = False) -> str | None:
+        """Ask the backend whether the sandbox caused its executor's loss; remember it for the call."""
+        try:
+            record.own_fault = await self.backend.own_fault(record.id, record.handle, rebase=rebase)
+        except Exception:
+            log.exception("could not tell whether %s caused its own fault", record.id)
+            record.own_fault = None
+        return record.own_fault
 
     def record_events(self, record: SandboxRecord, events: list[dict[str, Any]]) -> dict[str, Any] | None:
         """Append harness events; a ``result`` event sets the trajectory's outcome, which is returned."""
@@ -350,13 +369,16 @@ class SandboxService:
 
         A killed executor can take a moment to be gone (``Backend.exit_grace_s``): look again for that
         long, or the next call would find the same dead socket instead of a restarted sandbox."""
+        # First, while the evidence is there: an OOM kill in the sandbox since the last look is its doing,
+        # whichever of its processes the kernel chose (PID 1 with everything, or the executor alone).
+        own = await self.note_own_fault(record)
         deadline = time.monotonic() + self.backend.exit_grace_s
         while record.status == "ready" and await self.backend.is_running(record.id, record.handle):
             if time.monotonic() >= deadline:
                 return  # still running: the connection broke, not the executor
             await asyncio.sleep(0.02)
         if record.status == "ready":
-            await self._to_idle(record, error="the executor exited unexpectedly; restarted on the next call")
+            await self._to_idle(record, error=_lost_error(own))
 
     async def _to_idle(self, record: SandboxRecord, *, error: str | None = None) -> None:
         async with self._lock(record.id):
@@ -410,9 +432,15 @@ class SandboxService:
         elif record.status == "ready" and record.inflight == 0 and now - record.last_activity > req.idle_timeout_s:
             await self._to_idle(record)
         elif record.status == "ready" and not await self.backend.is_running(record.id, record.handle):
-            await self._to_idle(record, error="the executor exited unexpectedly; restarted on the next call")
-            self.record_infra_error(record, "the executor exited unexpectedly between calls")
+            own = await self.note_own_fault(record)
+            await self._to_idle(record, error=_lost_error(own))
+            self._record_fault(record, "the executor exited between calls")
 
+
+
+def _lost_error(own: str | None) -> str:
+    why = f"exited ({own})" if own else "exited unexpectedly"
+    return f"the executor {why}; restarted on the next call"
 
 
 def outcome_of(data: Any) -> dict[str, Any]:

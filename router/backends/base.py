@@ -103,5 +103,10 @@ class Backend(Protocol):
     async def is_running(self, sandbox_id: str, handle: dict[str, Any]) -> bool:
         """Whether the sandbox's executor process still exists (for re-adoption and crash detection)."""
 
+    async def own_fault(self, sandbox_id: str, handle: dict[str, Any], *, rebase: bool = False) -> str | None:
+        """Why the sandbox's executor was lost through the sandbox's own doing (its processes used all of
+        its memory and the OOM killer took the executor or PID 1), or None if nothing says so. With
+        ``rebase``: forget the faults so far (a command was OOM-killed and the executor lived on)."""
+
     async def collect_orphans(self, known_ids: set[str]) -> list[str]:
         """Delete whatever this backend finds that belongs to no known sandbox; return what was removed."""

@@ -164,6 +164,10 @@ class KnativeBackend:
         pod = handle.get("pod")
         return not pod or pod in self._pod_endpoints(str(handle.get("revision", "")))
 
+    async def own_fault(self, sandbox_id: str, handle: dict[str, Any], *, rebase: bool = False) -> str | None:
+        """Nothing tells here (a pod's OOMKilled is not told from a node's eviction): None, an infra error."""
+        return None
+
     async def collect_orphans(self, known_ids: set[str]) -> list[str]:
         """Delete this instance's Services, Secrets and policies that belong to no known sandbox."""
         kube, services = self._api()

@@ -203,7 +203,7 @@ class LocalBackend:
         started = procs.start_time(pid)
         if started is None:
             raise BadGateway(f"sandbox {spec.id} exited right after it started; see {base / 'executor.log'}")
-        handle = {"pid": pid, "start_time": started}
+        handle = {"pid": pid, "start_time": started, "oom_kills": cgroups.oom_kills()}
         if spec.network.egress == "allow":  # before ready: a sandbox never answers without its network
             await self._attach_network(spec, base, handle)
         await self._wait_ready(socket_path, spec.id, base)
@@ -319,6 +319,18 @@ class LocalBackend:
         if bundles:
             collect_retired(runtime, stamps)
         self.images.collect_retired(digests)
+
+    async def own_fault(self, sandbox_id: str, handle: dict[str, Any], *, rebase: bool = False) -> str | None:
+        """An OOM kill in the sandbox's memory cgroup since it started (or the last ``rebase``): its commands
+        used the memory, and the kernel's choice of victim (the executor, PID 1) is no fault of the host."""
+        kills = CgroupSet(self.instance, sandbox_id).oom_kills()
+        before = handle.get("oom_kills")
+        if rebase:
+            handle["oom_kills"] = kills
+            return None
+        if isinstance(before, int) and kills > before:
+            return f"the sandbox's processes used all of its memory: the out-of-memory killer struck {kills - before}x"
+        return None
 
     async def is_running(self, sandbox_id: str, handle: dict[str, Any]) -> bool:
         """Whether PID 1 of the sandbox still runs."""

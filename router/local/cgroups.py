@@ -87,6 +87,17 @@ class CgroupSet:
         """Host path of the memory cgroup's ``memory.oom_control`` (its ``oom_kill`` counter)."""
         return str(self.path("memory") / "memory.oom_control")
 
+    def oom_kills(self) -> int:
+        """How many processes the OOM killer ended in this cgroup so far (0 if it cannot be read)."""
+        try:
+            text = Path(self.oom_control()).read_text(encoding="ascii")
+        except OSError:
+            return 0
+        for line in text.splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+        return 0
+
     def destroy(self, timeout_s: float = 5.0) -> None:
         """Kill whatever is left in the cgroups and remove them."""
         deadline = time.monotonic() + timeout_s
