@@ -79,7 +79,10 @@ def test_executor_lost_mid_command_is_an_infra_error_not_a_failure(router: Route
     outcome = record["outcome"]
     assert outcome["result"] == "infra_error" and outcome["reward"] is None
     assert "executor went away" in outcome["reason"] and outcome["infra_errors"]
-    assert [s["stdout"] for s in record["steps"] if s["type"] == "exec"] == [b"before\n", b"after\n"]
+    assert [s["stdout"] for s in record["steps"] if s["type"] == "exec" and "error" not in s] == [b"before\n",
+                                                                                               b"after\n"]
+    # The exec that lost the executor is a step too, with its error.
+    assert any(s["type"] == "exec" and s["error"]["status"] == 502 for s in record["steps"] if "error" in s)
     metadata_out = to_chat(record)["metadata"]
     assert metadata_out["result"] == "infra_error" and metadata_out["resolved"] is None
     assert metadata_out["reward"] is None and metadata_out["infra_errors"]
