@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from artifacts.s3config import S3Config
-from grove.statedir import StateDir
 from grove.errors import Invalid
+from grove.statedir import StateDir
 from router.knative.options import KnativeOptions
 
 

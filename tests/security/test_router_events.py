@@ -15,8 +15,8 @@ import msgpack
 
 from artifacts.export import to_chat, write_jsonl
 from artifacts.trajectory import MAX_EVENT_DEPTH
-from router.client import Grove
-from tests.router_fixtures import RouterProcess, error_of
+from grove.client import Grove
+from tests.support.router_fixtures import RouterProcess, error_of
 
 
 def _nested(depth: int) -> str:

@@ -11,8 +11,8 @@ import json
 
 import msgpack
 
-from router.client import Sandbox
-from tests.router_fixtures import RouterProcess
+from grove.client import Sandbox
+from tests.support.router_fixtures import RouterProcess
 
 MiB = 1024 * 1024
 LIMIT = 4 * MiB

@@ -18,8 +18,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from router.client import Grove
-from tests.router_fixtures import RouterProcess, cgroup_procs, wait_for
+from grove.client import Grove
+from tests.support.router_fixtures import RouterProcess, cgroup_procs, wait_for
 
 
 def _cmdline(pid: int) -> bytes:

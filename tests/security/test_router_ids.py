@@ -9,7 +9,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from tests.router_fixtures import RouterProcess, error_of
+from tests.support.router_fixtures import RouterProcess, error_of
 
 # A trajectory-looking file outside the journals directory: what the traversal used to read.
 _PLANTED = {"sandbox": {"id": "planted"}, "secret": "the router must not serve this"}

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.router_fixtures import RouterProcess, router_state, wait_for
+from tests.support.router_fixtures import RouterProcess, router_state, wait_for
 
 HEADER_TIMEOUT_S = 2.0
 BODY_TIMEOUT_S = 2.0

@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from artifacts.store import ObjectStore
-from router.client import Grove
-from tests.router_fixtures import RouterProcess, wait_for
-from tests.test_router_record import s3_of
+from grove.client import Grove
+from tests.router.test_record import s3_of
+from tests.support.router_fixtures import RouterProcess, wait_for
 
 
 @pytest.fixture(scope="module")
