@@ -190,9 +190,7 @@ def test_one_sandbox_cannot_fill_the_host_file_table(router: RouterProcess, grov
 # -- paths where the router trusts what a sandbox wrote --------------------------------------------------
 
 
-# Fixed by the sec-router branch (669cd91, a relay stops at the disk quota): remove this marker when it is merged.
-@pytest.mark.xfail(strict=True, reason="finding A5: POST /artifacts relays a sparse file of any apparent size: "
-                   "a 64 MiB-disk sandbox makes the router store 256 MiB (1 GiB took 28 s) on the host disk")
+# Finding A5 (POST /artifacts relayed a sparse file of any apparent size): a relay stops at the disk quota.
 def test_an_artifact_cannot_outgrow_the_sandbox_disk(grove: Grove) -> None:
     sb = grove.create(heartbeat=False, disk_mb=64)
     assert sb.exec(["truncate", "-s", "256M", "/workspace/report.json"]).exit_code == 0
