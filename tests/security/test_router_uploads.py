@@ -31,6 +31,12 @@ def bucket(router: RouterProcess) -> Iterator[ObjectStore]:
     store.close()
 
 
+def _exec_step(grove: Grove, sandbox_id: str) -> dict[str, object]:
+    """The last exec step (a ``full_output`` step may already follow it: the store runs in the background)."""
+    steps = grove.request("GET", f"/v1/sandboxes/{sandbox_id}/trajectory")["steps"]
+    return next(s for s in reversed(steps) if s["type"] == "exec")
+
+
 def _du(path: Path) -> int:
     """Bytes the files under ``path`` really take on disk (sparse holes cost nothing)."""
     return sum(p.lstat().st_blocks * 512 for p in path.rglob("*") if p.is_file() and not p.is_symlink())
@@ -43,8 +49,7 @@ def test_a_swapped_spill_file_is_not_relayed(router: RouterProcess, grove: Grove
     result = sandbox.exec(["sh", "-c", "truncate -s 2G /tmp/big; head -c 2000000 /dev/zero; sleep 0.5; "
                            "for f in /tmp/grove-output/*.stdout; do mv /tmp/big $f; done"], max_output_bytes=4096)
     assert result.stdout_truncated and result.stdout_bytes == 2_000_000
-    step = grove.request("GET", f"/v1/sandboxes/{sandbox.id}/trajectory")["steps"][-1]
-    key = step["stdout_artifact"]
+    key = _exec_step(grove, sandbox.id)["stdout_artifact"]
     wait_for(lambda: bucket.exists(key), timeout=30, what="the full output in S3")
     time.sleep(2)  # a relay of the swapped file would still be writing
     stored = bucket.get_bytes(key)
@@ -64,8 +69,7 @@ def test_a_rewritten_spill_file_is_recorded_not_stored(router: RouterProcess, gr
                            "for f in /tmp/grove-output/*.stdout; do printf x | dd of=$f conv=notrunc 2>/dev/null; "
                            "done"], max_output_bytes=4096)
     assert result.stdout_truncated
-    steps = grove.request("GET", f"/v1/sandboxes/{sandbox.id}/trajectory")["steps"]
-    key = steps[-1]["stdout_artifact"]
+    key = _exec_step(grove, sandbox.id)["stdout_artifact"]
 
     def mismatch() -> dict[str, object] | None:
         found = grove.request("GET", f"/v1/sandboxes/{sandbox.id}/trajectory")["steps"]
