@@ -1,8 +1,7 @@
 """Gaps an independent attacker's pass found beyond the twelve findings of issue 18.
 
-Each test runs the attack against a real router and asserts the *safe* behaviour, so it fails
-today; it is marked ``xfail(strict=True)`` with the finding it reproduces, so the suite stays green
-until the fix lands and then turns red until the marker is removed.
+Each test runs the attack against a real router and asserts the *safe* behaviour; each failed before
+the fix of the finding it names (they were marked ``xfail(strict=True)`` until then).
 
 Kernel-wide counters: a hog in sandbox ``a`` takes what it can and holds it (it writes
 ``/tmp/filled`` and waits for ``/tmp/release``, at most 20 s) while sandbox ``b`` (and the host,
@@ -21,8 +20,6 @@ import time
 from collections.abc import Iterator
 from http.client import IncompleteRead
 from pathlib import Path
-
-import pytest
 
 from grove.client import Grove, Sandbox
 from grove.errors import NotFound
