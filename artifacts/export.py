@@ -115,7 +115,8 @@ def to_chat(record: dict[str, Any]) -> dict[str, Any]:
         if kind == "bad_step":
             bad_steps.append(index)
             continue
-        data = step.get("data") if isinstance(step.get("data"), dict) else {}
+        raw = step.get("data")
+        data: dict[str, Any] = raw if isinstance(raw, dict) else {}
         event = step.get("kind")
         if kind == "event" and event in _BRACKETS:
             bracket = event if data.get("status") == "started" else None
