@@ -39,7 +39,7 @@ from router.models import (
 from router.openapi import build_spec, canonical_path
 from router.proxy import StreamAborted, Upstreams
 from router.records_api import get_live_trajectory, get_trajectory, list_trajectories, post_artifacts, post_events
-from router.registry import ID_RE, Registry, SandboxRecord
+from router.registry import SAFE_ID_RE, Registry, SandboxRecord
 from router.replies import reply
 from router.runs_api import get_run_file, list_run_files, put_run_file
 from router.service import SandboxService
@@ -253,10 +253,12 @@ _ID_PARTS = ("id", "sandbox_id")
 
 @web.middleware
 async def ids_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The one check of a sandbox id in a route: anything but ``sb-`` and 16 hex digits is a 404 before a
-    handler sees it, so no id ever reaches a file name or an object key (``..%2F..`` decodes to a path)."""
-    for part in _ID_PARTS:
-        if (value := request.match_info.get(part)) is not None and not ID_RE.fullmatch(value):
+    """The one check of a sandbox id in a route: anything but ``sb-`` and lowercase letters and digits is a
+    404 before a handler sees it, so no id ever reaches a file name or an object key (``..%2F..`` decodes to
+    a path)."""
+    # The viewer's HTML pages only carry the id to their script, whose API call is checked here.
+    for part in _ID_PARTS if not request.path.startswith("/ui/") or request.path.startswith("/ui/api/") else ():
+        if (value := request.match_info.get(part)) is not None and not SAFE_ID_RE.fullmatch(value):
             raise NotFound(f"{value[:80]!r} is not a sandbox id (they look like sb-0123456789abcdef)")
     return await handler(request)
 

@@ -26,7 +26,7 @@ import msgpack
 from artifacts.trajectory import readable_steps
 from grove.errors import NotFound
 from grove.statedir import StateDir
-from router.registry import ID_RE
+from router.registry import SAFE_ID_RE
 from router.statedisk import is_no_space
 
 RECORD_VERSION = 1
@@ -43,7 +43,7 @@ class Journal:
         """Packed entries of a journal that did not fit on the disk yet, in order."""
 
     def _path(self, sandbox_id: str) -> Path:
-        if not ID_RE.fullmatch(sandbox_id):  # never a file name made of what a caller chose
+        if not SAFE_ID_RE.fullmatch(sandbox_id):  # never a file name made of what a caller chose
             raise NotFound(f"{sandbox_id[:80]!r} is not a sandbox id")
         return self.dir / f"{sandbox_id}.msgpack"
 

@@ -21,6 +21,9 @@ from router.backends.base import Endpoint, SandboxSpec
 from router.models import CreateRequest, Metadata, NetworkModel
 
 ID_RE = re.compile(r"^sb-[0-9a-f]{16}$")
+SAFE_ID_RE = re.compile(r"sb-[0-9a-z]{1,64}")
+"""What any id in a route or a file name must look like (``fullmatch``): the router makes ``sb-`` and 16 hex
+digits, records from elsewhere (imported, test samples) may carry other letters; none can hold a path."""
 _TOMBSTONES = 10_000
 
 

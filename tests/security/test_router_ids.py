@@ -20,7 +20,7 @@ _SHAPES = [
     "%2E%2E%2F%2E%2E%2Fplanted",
     "sb-0123456789abcdef%2F..%2F..%2F..%2Fplanted",
     "sb-0123456789ABCDEF",
-    "sb-0123456789abcdef0",
+    "sb-" + "a" * 65,
     "sb-%00123456789abcde",
     "x" * 300,
 ]

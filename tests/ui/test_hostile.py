@@ -65,7 +65,7 @@ def test_a_hostile_record_renders_as_text_in_search_and_comparison(viewer: Viewe
     assert_nothing_ran(viewer)
     # Ids in URLs are data too: a payload there is only a sandbox that does not exist.
     viewer.open("/ui/trajectories/%22%3E%3Cimg%20src%3Dx%20onerror%3D%22window.__pwned%3D9%22%3E")
-    viewer.wait(lambda: "no stored trajectory" in viewer.text("#error"), what="the error")
+    viewer.wait(lambda: "not a sandbox id" in viewer.text("#error"), what="the error")
     assert_nothing_ran(viewer)
 
 
