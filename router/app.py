@@ -9,7 +9,6 @@ from typing import Any
 
 from aiohttp import web
 
-from artifacts.artifact_index import ArtifactIndex
 from grove import wire
 from grove.api import ExecBody
 from grove.errors import (
@@ -22,6 +21,7 @@ from grove.errors import (
     TooLarge,
 )
 from grove.schema import parse
+from router.appkeys import SERVICE, service_of
 from router.artifacts_api import get_artifact, list_artifacts, list_sandbox_artifacts
 from router.auth import KeyRing
 from router.backends.base import Backend
@@ -38,6 +38,7 @@ from router.models import (
 )
 from router.openapi import build_spec, canonical_path
 from router.proxy import StreamAborted, Upstreams
+from router.recorder import Recorder
 from router.records_api import get_live_trajectory, get_trajectory, list_trajectories, post_artifacts, post_events
 from router.registry import SAFE_ID_RE, Registry, SandboxRecord
 from router.replies import reply
@@ -52,7 +53,6 @@ from router.ui import install as install_viewer
 
 log = logging.getLogger("grove.router")
 
-SERVICE = web.AppKey("service", SandboxService)
 KEYS = web.AppKey("keys", KeyRing)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -84,12 +84,8 @@ async def read_model(request: web.Request, model: type[Any]) -> Any:
     return parse(model, wire.decode(raw, request.content_type))
 
 
-def _service(request: web.Request) -> SandboxService:
-    return request.app[SERVICE]
-
-
 def _record(request: web.Request) -> SandboxRecord:
-    return _service(request).registry.get(request.match_info["id"])
+    return service_of(request).registry.get(request.match_info["id"])
 
 
 # -- lifecycle handlers ----------------------------------------------------------------------------------
@@ -97,7 +93,7 @@ def _record(request: web.Request) -> SandboxRecord:
 
 async def create_sandbox(request: web.Request) -> web.Response:
     req = await read_model(request, CreateRequest)
-    record = await _service(request).create(req)
+    record = await service_of(request).create(req)
     return reply(request, record.public(), status=201)
 
 
@@ -109,13 +105,14 @@ async def list_sandboxes(request: web.Request) -> web.Response:
             raise BadRequest(f"label filter {raw!r} must look like key=value")
         labels[key] = value
     status = request.query.get("status")
-    records = [r for r in _service(request).registry.live() if r.matches(labels) and (not status or r.status == status)]
+    live = service_of(request).registry.live()
+    records = [r for r in live if r.matches(labels) and (not status or r.status == status)]
     return reply(request, {"sandboxes": [r.public() for r in sorted(records, key=lambda r: r.created_at)]})
 
 
 async def get_sandbox(request: web.Request) -> web.Response:
     sandbox_id = request.match_info["id"]
-    registry = _service(request).registry
+    registry = service_of(request).registry
     record = registry.lookup(sandbox_id)
     if record is None:
         registry.get(sandbox_id)  # raises the right NotFound
@@ -124,19 +121,19 @@ async def get_sandbox(request: web.Request) -> web.Response:
 
 
 async def delete_sandbox(request: web.Request) -> web.Response:
-    record = await _service(request).delete(request.match_info["id"])
+    record = await service_of(request).delete(request.match_info["id"])
     return reply(request, record.public())
 
 
 async def heartbeat(request: web.Request) -> web.Response:
     await read_model(request, Empty)
     record = _record(request)
-    _service(request).touch(record)
+    service_of(request).touch(record)
     return reply(request, {"id": record.id, "status": record.status, "last_activity": record.last_activity})
 
 
 async def healthz(request: web.Request) -> web.Response:
-    service = _service(request)
+    service = service_of(request)
     return reply(request, {"ok": True, "backend": service.backend.name, "sandboxes": len(service.registry.live())})
 
 
@@ -288,26 +285,18 @@ def make_backend(settings: RouterSettings) -> Backend:
 def create_app(settings: RouterSettings, backend: Backend | None = None) -> web.Application:
     """Build the router; the backend is opened (and sandboxes re-adopted) when the app starts."""
     app = web.Application(middlewares=MIDDLEWARES, client_max_size=settings.max_body_bytes)
-    service = SandboxService(
-        settings,
-        backend or make_backend(settings),
-        Registry(settings.state_dir),
-        Upstreams(),
-        Journal(settings.state_dir),
-    )
-    app[SERVICE] = service
+    backend = backend or make_backend(settings)
     app[KEYS] = KeyRing(list(settings.api_keys), settings.layout.api_keys)
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
     install_viewer(app, app[KEYS])
 
     async def lifetime(_: web.Application) -> AsyncIterator[None]:
-        async with open_storage(settings) as (objects, archive):
-            service.objects, service.trajectories = objects, archive
-            service.artifacts = ArtifactIndex(objects)
-            # A backend that keeps state in object storage (Knative's snapshots) asks for it by this method.
-            if callable(attach := getattr(service.backend, "attach_storage", None)):
-                attach(objects)
+        # The service is made once its storage is open: every collaborator in its constructor.
+        async with open_storage(settings) as storage:
+            recorder = Recorder(Journal(settings.state_dir), backend.name)
+            service = SandboxService(settings, backend, Registry(settings.state_dir), Upstreams(), recorder, storage)
+            app[SERVICE] = service
             await service.start()
             yield
             await service.close()

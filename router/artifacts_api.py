@@ -9,7 +9,7 @@ for ``If-Range``.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
+from typing import Any
 
 from aiohttp import web
 
@@ -19,10 +19,10 @@ from artifacts.artifact_index import ArtifactIndex, Page
 from artifacts.catalog import Entry, Query
 from artifacts.store import ObjectStore
 from artifacts.streams import CHUNK
-from grove.errors import Conflict, GroveError, NotFound, RangeNotSatisfiable, Unavailable
+from grove.errors import Conflict, GroveError, NotFound, RangeNotSatisfiable
 from grove.schema import parse_query
 from router import ranges
-from router.datapath import service_of
+from router.appkeys import service_of
 from router.models import ArtifactQuery, FetchQuery, SandboxArtifactQuery
 from router.proxy import StreamAborted
 from router.replies import reply
@@ -125,15 +125,9 @@ async def _require_known(request: web.Request, sandbox_id: str) -> None:
 
 
 def _index(request: web.Request) -> ArtifactIndex:
-    index = service_of(request).artifacts
-    if index is None:
-        raise Unavailable("object storage is not ready yet", retry_after=1)
-    return index
+    return service_of(request).artifacts
 
 
 def _store(request: web.Request) -> ObjectStore:
-    store = service_of(request).objects
-    if store is None:
-        raise Unavailable("object storage is not ready yet", retry_after=1)
-    return cast(ObjectStore, store)
+    return service_of(request).objects
 

@@ -72,7 +72,7 @@ async def store_full_outputs(service: SandboxService, record: SandboxRecord, out
         except Exception as exc:  # each reason is recorded; an aborted upload may come back wrapped
             reason = str(exc) or type(exc).__name__
             log.warning("full output %s of %s not stored: %s", output.path, record.id, reason)
-            service.record_step(record, {"type": "full_output", "t": time.time(), "path": output.path,
+            service.recorder.step(record, {"type": "full_output", "t": time.time(), "path": output.path,
                                          "stored": False, "error": reason})
 
 

@@ -10,9 +10,10 @@ from aiohttp import web
 
 from artifacts.trajectory import MAX_EVENT_DEPTH
 from grove import wire
-from grove.errors import BadRequest, Invalid, Unavailable
+from grove.errors import BadRequest, Invalid
 from grove.schema import parse
-from router.datapath import read_capped, service_of
+from router.appkeys import service_of
+from router.datapath import read_capped
 from router.events import check_event
 from router.models import EventsRequest, PushRequest
 from router.pushing import push_artifacts
@@ -53,7 +54,7 @@ async def post_events(request: web.Request) -> web.Response:
     for index, event in enumerate(events.events):
         check_event(index, event.kind, event.data)
     service.touch(record)
-    outcome = service.record_events(record, [{"kind": e.kind, "data": e.data} for e in events.events])
+    outcome = service.recorder.events(record, [{"kind": e.kind, "data": e.data} for e in events.events])
     return reply(request, {"id": record.id, "appended": len(events.events), "outcome": outcome})
 
 
@@ -82,10 +83,7 @@ async def get_trajectory(request: web.Request) -> web.Response:
 
 
 def _reader(request: web.Request) -> TrajectoryReader:
-    reader = service_of(request).trajectories
-    if reader is None:
-        raise Unavailable("trajectory storage is not ready yet", retry_after=1)
-    return reader  # type: ignore[return-value]
+    return service_of(request).trajectories  # type: ignore[return-value]
 
 
 async def post_artifacts(request: web.Request) -> web.Response:
@@ -98,9 +96,9 @@ async def post_artifacts(request: web.Request) -> web.Response:
     if not push.paths or not all(push.paths):
         raise BadRequest("'paths' must be a non-empty list of paths in the sandbox")
     service.touch(record)
-    with service.infra_faults(record, "pushing artifacts"):  # S3 or the executor failing is the environment's
+    with service.recorder.faults(record, "pushing artifacts"):  # S3 or the executor failing is the environment's
         items = await push_artifacts(service, record, push.paths, url_expires_s=push.url_expires_s)
-    service.record_step(record, {"type": "artifacts", "t": time.time(), "items": items})
+    service.recorder.step(record, {"type": "artifacts", "t": time.time(), "items": items})
     return reply(request, {"artifacts": items})
 
 

@@ -54,8 +54,6 @@ class SandboxRecord:
     own_fault: str | None = None
     """Why the executor was just lost through the sandbox's own doing (set by ``SandboxService.lost``, taken by
     the call that lost it), so the fault is recorded as the sandbox's, not as an infra error."""
-    recorded_requests: dict[str, None] = field(default_factory=dict)
-    """Request ids of execs already in the trajectory (a retry the executor answered again is one step)."""
 
     def spec(self) -> SandboxSpec:
         """What the backend needs to (re)start this sandbox."""
@@ -118,7 +116,7 @@ class SandboxRecord:
         return cls(request=CreateRequest(**req), **data)
 
 
-_MEMORY_ONLY = ("last_activity", "inflight", "recorded_requests")
+_MEMORY_ONLY = ("last_activity", "inflight")
 _DISK_FIELDS = tuple(f for f in dataclasses.fields(SandboxRecord) if f.name not in _MEMORY_ONLY)
 
 

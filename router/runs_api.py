@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from grove.errors import BadRequest, Unavailable
-from router.datapath import service_of
+from router.appkeys import service_of
 from router.replies import reply
 
 RUNS_PREFIX = "runs/"

@@ -12,7 +12,8 @@ from aiohttp import web
 
 from grove.runfile import remove_run_file, write_run_file
 from router import logs
-from router.app import SERVICE, create_app
+from router.app import create_app
+from router.appkeys import SERVICE
 from router.connections import ConnectionGuard
 from router.settings import RouterSettings
 

@@ -12,15 +12,17 @@ from collections.abc import Coroutine, Iterator
 from typing import Any, Protocol
 
 from artifacts.artifact_index import ArtifactIndex
-from grove.errors import BadGateway, Conflict, GroveError, InternalError, Invalid, Unavailable, UpstreamTimeout
+from artifacts.store import ObjectStore
+from grove.errors import Conflict, GroveError, InternalError, Invalid, Unavailable
 from router.backends.base import Backend, Endpoint
-from router.journal import Journal
 from router.models import CreateRequest
 from router.outflow import ByteBudget
-from router.proxy import StreamAborted, Upstreams
+from router.proxy import Upstreams
+from router.recorder import Recorder
 from router.registry import Registry, SandboxRecord, new_id
 from router.settings import RouterSettings
 from router.statedisk import is_no_space, storage_error
+from router.storage import Storage
 
 log = logging.getLogger("grove.router")
 _FLUSH_EVERY_S = 10.0
@@ -45,18 +47,21 @@ class SandboxService:
         backend: Backend,
         registry: Registry,
         upstreams: Upstreams,
-        journal: Journal,
+        recorder: Recorder,
+        storage: Storage,
     ) -> None:
         self.settings = settings
         self.backend = backend
         self.registry = registry
         self.upstreams = upstreams
-        self.journal = journal
-        # Set by the app once object storage is up (before start()).
-        self.trajectories: TrajectoryStore | None = None
-        self.objects: Any = None
-        self.artifacts: ArtifactIndex | None = None
-        """The artifact index in the same bucket (set with ``objects``)."""
+        self.recorder = recorder
+        self.journal = recorder.journal
+        self.objects: ObjectStore = storage.objects
+        self.trajectories: TrajectoryStore = storage.trajectories
+        self.artifacts: ArtifactIndex = storage.artifacts
+        """The artifact index in the same bucket."""
+        # A backend that keeps state in object storage (Knative's snapshots) presigns with it.
+        backend.attach_storage(storage.objects)
         self._last_flush = 0.0
         self._locks: dict[str, asyncio.Lock] = {}
         self._creating: dict[str, asyncio.Task[None]] = {}
@@ -142,7 +147,7 @@ class SandboxService:
             # Written before anything tracks it: a full state disk fails the call here and leaves nothing.
             self.registry.save(record)
             try:
-                self.journal.start(record.id, self._trajectory_meta(record))
+                self.recorder.start(record)
             except BaseException:
                 self.registry.unlink(record.id)
                 self.journal.remove(record.id)
@@ -161,13 +166,13 @@ class SandboxService:
             started = await self.backend.create(record.spec())
         except GroveError as exc:
             record.status, record.error = "failed", exc.message
-            self.record_infra_error(record, f"the sandbox failed to start: {exc.message}")
+            self.recorder.infra_error(record, f"the sandbox failed to start: {exc.message}")
         except Exception as exc:  # a full disk, or a backend bug: keep the router up, say what happened
             full = storage_error(exc, self.settings.state_dir)
             if full is None:
                 log.exception("creating %s failed", record.id)
             record.status, record.error = "failed", full.message if full else f"{type(exc).__name__}: {exc}"
-            self.record_infra_error(record, f"the sandbox failed to start: {record.error}")
+            self.recorder.infra_error(record, f"the sandbox failed to start: {record.error}")
         else:
             if record.status == "deleting":  # deleted while it was starting
                 await self.backend.delete(record.id, started.handle)
@@ -175,7 +180,7 @@ class SandboxService:
             record.status = "ready"
             record.handle, record.endpoint_url = started.handle, started.endpoint.url
             if started.image_digest != record.image_digest:
-                self.journal.append(record.id, {"sandbox_update": {"image_digest": started.image_digest}})
+                self.recorder.note(record, {"sandbox_update": {"image_digest": started.image_digest}})
             record.image_digest = started.image_digest
             record.ready_at = time.time()
             record.last_activity = time.time()
@@ -196,7 +201,7 @@ class SandboxService:
         # Failed before the first await: no caller may see it ready, not even while it is taken down.
         record.status, record.error, record.handle, record.endpoint_url = "failed", error, {}, None
         self.registry.unlink(record.id)
-        self.record_infra_error(record, f"the sandbox failed to start: {error}")
+        self.recorder.infra_error(record, f"the sandbox failed to start: {error}")
         if started:
             await self.upstreams.drop(endpoint_url)
             await self.backend.delete(record.id, handle)
@@ -223,7 +228,7 @@ class SandboxService:
             await self.upstreams.drop(record.endpoint_url)
             await self.backend.delete(sandbox_id, record.handle)
             record.status, record.ended_at, record.endpoint_url = "deleted", time.time(), None
-            self.journal.append(sandbox_id, {"ended": {"ended_at": record.ended_at, "end_reason": reason}})
+            self.recorder.ended(sandbox_id, record.ended_at, reason)
             await self._store_trajectory(sandbox_id)
             self.registry.forget(record)
         self._locks.pop(sandbox_id, None)
@@ -249,54 +254,6 @@ class SandboxService:
         log.info("trajectory of %s stored (%s)", sandbox_id, where)
         self.journal.remove(sandbox_id)
 
-    def _trajectory_meta(self, record: SandboxRecord) -> dict[str, Any]:
-        req = record.request
-        summary = req.summary()
-        meta = summary.pop("metadata")
-        return {
-            "id": record.id,
-            **{k: meta[k] for k in ("task_id", "model", "harness", "harness_version")},
-            "labels": meta["labels"],
-            **summary,
-            "image_digest": record.image_digest,
-            "backend": self.backend.name,
-            "env_keys": sorted(req.env),
-            "created_at": record.created_at,
-        }
-
-    def record_step(self, record: SandboxRecord, step: dict[str, Any]) -> None:
-        """Append one step to the sandbox's trajectory journal."""
-        self.journal.append(record.id, step)
-
-    def record_infra_error(self, record: SandboxRecord, reason: str) -> None:
-        """Note a fault of the environment (not of the policy) in the trajectory: its outcome becomes
-        ``infra_error`` unless the harness posts a result, which then carries the fault in ``infra_errors``."""
-        log.warning("infra error in %s: %s", record.id, reason)
-        self.journal.append(record.id, {"infra_error": {"t": time.time(), "reason": reason}})
-
-    @contextlib.contextmanager
-    def infra_faults(self, record: SandboxRecord, what: str) -> Iterator[None]:
-        """Record the environment faults raised in the block (executor lost, sandbox not resumable, a
-        service timeout), then let them propagate."""
-        try:
-            yield
-        except StreamAborted as exc:
-            self._record_fault(record, f"{what}: {exc}")
-            raise
-        except (BadGateway, Unavailable, UpstreamTimeout, InternalError) as exc:
-            self._record_fault(record, f"{what}: {exc.code}: {exc.message}")
-            raise
-
-    def _record_fault(self, record: SandboxRecord, reason: str) -> None:
-        """An infra error, unless the loss was the sandbox's own doing (``record.own_fault``): a sandbox
-        must not turn its own failure into ``infra_error``, which training drops (issue 18, finding 6)."""
-        own, record.own_fault = record.own_fault, None
-        if own is None:
-            self.record_infra_error(record, reason)
-            return
-        log.info("sandbox %s lost its executor by its own doing: %s", record.id, own)
-        self.journal.append(record.id, {"sandbox_error": {"t": time.time(), "reason": f"{reason}: {own}"}})
-
     async def note_own_fault(self, record: SandboxRecord, *, rebase: bool = False) -> str | None:
         """Ask the backend whether the sandbox caused its executor's loss; remember it for the call."""
         try:
@@ -305,16 +262,6 @@ class SandboxService:
             log.exception("could not tell whether %s caused its own fault", record.id)
             record.own_fault = None
         return record.own_fault
-
-    def record_events(self, record: SandboxRecord, events: list[dict[str, Any]]) -> dict[str, Any] | None:
-        """Append harness events; a ``result`` event sets the trajectory's outcome, which is returned."""
-        outcomes = [outcome_of(e["data"]) if e["kind"] == "result" else None for e in events]  # validate first
-        now = time.time()
-        for event, outcome in zip(events, outcomes, strict=True):
-            self.journal.append(record.id, {"type": "event", "t": now, "kind": event["kind"], "data": event["data"]})
-            if outcome is not None:
-                self.journal.append(record.id, {"outcome": outcome})
-        return next((o for o in reversed(outcomes) if o is not None), None)
 
     def background(self, work: Coroutine[Any, Any, Any], what: str) -> None:
         """Run work after the answer was sent; failures are logged, never lost silently."""
@@ -328,6 +275,17 @@ class SandboxService:
         task = asyncio.create_task(run())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    @contextlib.contextmanager
+    def calling(self, record: SandboxRecord) -> Iterator[None]:
+        """A data-path call in flight: the sandbox is busy (never idle, never reaped) until it ends."""
+        self.touch(record)
+        record.inflight += 1
+        try:
+            yield
+        finally:
+            record.inflight -= 1
+            self.touch(record)
 
     def touch(self, record: SandboxRecord) -> None:
         """Any API call or heartbeat: not idle, client alive."""
@@ -354,7 +312,7 @@ class SandboxService:
                     record.handle = await self.backend.stop(record.id, started.handle)
                     record.status, record.endpoint_url = "idle", None
                     raise
-                self.journal.append(record.id, {"type": "lifecycle", "t": time.time(), "event": "resumed"})
+                self.recorder.note(record, {"type": "lifecycle", "t": time.time(), "event": "resumed"})
         if record.status == "failed":
             raise Conflict(f"sandbox {record.id} failed: {record.error}; delete it and create another")
         if record.status in ("deleting", "deleted"):
@@ -389,7 +347,7 @@ class SandboxService:
             record.status, record.endpoint_url, record.error = "idle", None, error
             self.registry.save(record)
             event = {"type": "lifecycle", "t": time.time(), "event": "scaled_to_zero", "error": error}
-            self.journal.append(record.id, event)
+            self.recorder.note(record, event)
 
     # -- the reaper ----------------------------------------------------------------------------------
 
@@ -434,22 +392,10 @@ class SandboxService:
         elif record.status == "ready" and not await self.backend.is_running(record.id, record.handle):
             own = await self.note_own_fault(record)
             await self._to_idle(record, error=_lost_error(own))
-            self._record_fault(record, "the executor exited between calls")
+            self.recorder.fault(record, "the executor exited between calls")
 
 
 
 def _lost_error(own: str | None) -> str:
     why = f"exited ({own})" if own else "exited unexpectedly"
     return f"the executor {why}; restarted on the next call"
-
-
-def outcome_of(data: Any) -> dict[str, Any]:
-    """Validate a ``result`` event's data into the trajectory outcome (the task's result, never the infra's)."""
-    if not isinstance(data, dict) or data.get("result") not in ("pass", "fail", "infra_error"):
-        raise Invalid(
-            "a 'result' event needs data {\"result\": \"pass\"|\"fail\"|\"infra_error\"} (and optionally \"reward\")"
-        )
-    reward = data.get("reward")
-    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, int | float)):
-        raise Invalid("'reward' of a result event must be a number")
-    return {"result": data["result"], "reward": reward, "reason": data.get("reason")}

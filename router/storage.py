@@ -10,10 +10,12 @@ import os
 import signal
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from artifacts import retention, s3proc
 from artifacts.archive import TrajectoryArchive
+from artifacts.artifact_index import ArtifactIndex
 from artifacts.retention import Retention
 from artifacts.s3config import S3Config
 from artifacts.s3server import EmbeddedS3
@@ -25,8 +27,17 @@ log = logging.getLogger("grove.router")
 _RETENTION_RETRY_S = 10.0
 
 
+@dataclass(frozen=True)
+class Storage:
+    """The router's object storage, open: the bucket, its trajectory archive and its artifact index."""
+
+    objects: ObjectStore
+    trajectories: TrajectoryArchive
+    artifacts: ArtifactIndex
+
+
 @contextlib.asynccontextmanager
-async def open_storage(settings: RouterSettings) -> AsyncIterator[tuple[ObjectStore, TrajectoryArchive]]:
+async def open_storage(settings: RouterSettings) -> AsyncIterator[Storage]:
     """Yield the object store and trajectory archive; an embedded server lives exactly as long."""
     embedded: EmbeddedS3 | None = None
     config = settings.s3
@@ -49,7 +60,7 @@ async def open_storage(settings: RouterSettings) -> AsyncIterator[tuple[ObjectSt
     try:
         if wanted.wanted() and not await _set_retention(store, wanted):
             keeper = asyncio.create_task(_keep_trying(store, wanted))
-        yield store, archive
+        yield Storage(store, archive, ArtifactIndex(store))
     finally:
         if keeper is not None:
             keeper.cancel()

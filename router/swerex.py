@@ -19,7 +19,8 @@ from typing import Any
 from aiohttp import web
 
 from grove.errors import NotFound
-from router.datapath import call_executor, read_capped, service_of
+from router.appkeys import service_of
+from router.datapath import call_executor, read_capped
 
 MAX_BODY = 256 * 1024 * 1024
 # What of an answer is kept for the record (the executor caps a command's output at 1 MiB by default).
@@ -89,7 +90,7 @@ async def swerex_handler(request: web.Request) -> web.StreamResponse:
         record, response, started = await call_executor(request, upstream, body=body, response_tap=answer)
         step = _step(call, body, answer, response.status, started)
     if step is not None:
-        service_of(request).record_step(record, step)
+        service_of(request).recorder.step(record, step)
     return response
 
 

@@ -76,6 +76,10 @@ class Backend(Protocol):
     the local backend: there a presigned URL names 127.0.0.1, which inside is the sandbox's own loopback,
     where its processes can listen and answer the executor's upload (so the router relays instead)."""
 
+    def attach_storage(self, storage: Any) -> None:
+        """Object storage (``artifacts.store.ObjectStore``) for a backend that keeps state there (Knative's
+        workspace snapshots); called once, before :meth:`open`. A backend that keeps none ignores it."""
+
     async def open(self) -> None:
         """Prepare (images, runtime bundle, clients); called once before any other call."""
 

@@ -79,6 +79,9 @@ class LocalBackend:
         self._pull = pull
         self._pulls: dict[str, asyncio.Lock] = {}
 
+    def attach_storage(self, storage: Any) -> None:
+        """Local sandboxes keep their files on this host: nothing to keep in object storage."""
+
     async def open(self) -> None:
         """Build (or reuse) the runtime bundle and the default image."""
         for path in (self._state,):

@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from grove.errors import BadRequest, NotFound, Unavailable
-from router.datapath import service_of
+from router.appkeys import service_of
 from router.runs_api import RUNS_PREFIX
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

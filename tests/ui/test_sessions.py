@@ -93,11 +93,11 @@ def test_bad_searches_say_what_is_wrong(query: Query, needle: str) -> None:
 def test_a_live_record_is_read_again_exactly_when_its_journal_changed(tmp_path: Path) -> None:
     journal = Journal(tmp_path)
     cache = RecordCache()
-    journal.start("sb-1", {"id": "sb-1"})
-    first = cache.live(journal, "sb-1")
-    assert first["steps"] == [] and cache.live(journal, "sb-1") is first  # unchanged: not decoded again
-    journal.append("sb-1", {"type": "exec", "command": "ls"})
-    second = cache.live(journal, "sb-1")
+    journal.start("sb-00000000000000a1", {"id": "sb-00000000000000a1"})
+    first = cache.live(journal, "sb-00000000000000a1")
+    assert first["steps"] == [] and cache.live(journal, "sb-00000000000000a1") is first  # unchanged: not decoded again
+    journal.append("sb-00000000000000a1", {"type": "exec", "command": "ls"})
+    second = cache.live(journal, "sb-00000000000000a1")
     assert second is not first and [s["command"] for s in second["steps"]] == ["ls"]
-    journal.append("sb-1", {"type": "exec", "command": "pwd"})
-    assert [s["command"] for s in cache.live(journal, "sb-1")["steps"]] == ["ls", "pwd"]
+    journal.append("sb-00000000000000a1", {"type": "exec", "command": "pwd"})
+    assert [s["command"] for s in cache.live(journal, "sb-00000000000000a1")["steps"]] == ["ls", "pwd"]
