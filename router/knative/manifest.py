@@ -15,7 +15,7 @@ from typing import Any
 
 from grove.errors import Invalid
 from router.backends.base import Network, SandboxSpec
-from router.egress import parse_allow
+from router.knative import egress
 from router.knative import labels as L
 from router.knative.options import KnativeOptions
 from sandbox_image.bundle import DEFAULT_MOUNT_POINT, Bundle
@@ -80,7 +80,7 @@ def build(
             "stringData": _secret_data(spec, snapshot_urls),
         },
         service=_service(spec, options, image, meta(spec.id, _service_labels(spec))),
-        policy=_policy(spec, meta(policy_name(spec.id), {})) if spec.network.egress == "allow" else None,
+        policy=_policy(spec, options, meta(policy_name(spec.id), {})) if spec.network.egress == "allow" else None,
     )
 
 
@@ -108,6 +108,13 @@ def autoscaling_annotations(idle_timeout_s: float, options: KnativeOptions) -> d
         "autoscaling.knative.dev/scale-to-zero-pod-retention-period": f"{retention}s",
         "serving.knative.dev/progress-deadline": f"{options.progress_deadline_s}s",
     }
+
+
+def exec_timeout_limit(request_timeout_s: int) -> int:
+    """The longest ``timeout_s`` an exec may ask for: its result must reach queue-proxy before the revision's
+    ``timeoutSeconds`` cuts the call (a 504 the caller could not tell from a lost sandbox). The margin is
+    the time to kill the command's tree and send its output: a tenth of the timeout, 1 to 30 s."""
+    return max(1, request_timeout_s - min(30, max(1, request_timeout_s // 10)))
 
 
 def executor_command() -> list[str]:
@@ -139,7 +146,8 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
         {"name": "GROVE_EXECUTOR_WORKDIR", "value": spec.workdir},
         {"name": "GROVE_EXECUTOR_SNAPSHOT_DIR", "value": spec.workdir},
         {"name": "GROVE_EXECUTOR_IDLE_SNAPSHOT_S", "value": f"{options.idle_snapshot_s:g}"},
-        {"name": "GROVE_EXECUTOR_MAX_TIMEOUT_S", "value": str(options.request_timeout_s)},
+        # A command ends (and its result is sent) before queue-proxy would cut the call at timeoutSeconds.
+        {"name": "GROVE_EXECUTOR_MAX_TIMEOUT_S", "value": str(exec_timeout_limit(options.request_timeout_s))},
     ]
     container = {
         "name": "sandbox",
@@ -154,7 +162,9 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
             "requests": {"cpu": f"{cpu_m}m", "memory": f"{spec.memory_mb}Mi", "ephemeral-storage": "0"},
             "limits": {"cpu": f"{cpu_m}m", "memory": f"{spec.memory_mb}Mi", "ephemeral-storage": f"{spec.disk_mb}Mi"},
         },
-        "readinessProbe": {"httpGet": {"path": "/healthz"}, "periodSeconds": 1},
+        # periodSeconds 0: queue-proxy probes every 50 ms until the executor answers, so a cold start
+        # is ready the moment it can serve (with 1, up to a second later: the kubelet's period).
+        "readinessProbe": {"httpGet": {"path": "/healthz"}, "periodSeconds": 0},
         "securityContext": {"allowPrivilegeEscalation": False, "seccompProfile": {"type": "RuntimeDefault"}},
         "volumeMounts": [{"name": RUNTIME_VOLUME, "mountPath": DEFAULT_MOUNT_POINT, "readOnly": True}],
     }
@@ -180,7 +190,13 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
                 },
                 "spec": {
                     "containerConcurrency": 0,
+                    # A plain exec answers only when its command ends: queue-proxy and the activator must
+                    # wait for the first byte as long as for the whole call. Unset, the webhook defaults
+                    # the response-start timeout to 300 s (revision-response-start-timeout-seconds) and
+                    # any command over 5 minutes would end in a 504.
                     "timeoutSeconds": options.request_timeout_s,
+                    "responseStartTimeoutSeconds": options.request_timeout_s,
+                    "idleTimeoutSeconds": options.request_timeout_s,
                     # The sandbox runs unreviewed code: no cluster credentials, no service env flood.
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
@@ -194,7 +210,7 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
     }
 
 
-def _policy(spec: SandboxSpec, metadata: dict[str, Any]) -> dict[str, Any]:
+def _policy(spec: SandboxSpec, options: KnativeOptions, metadata: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -202,30 +218,11 @@ def _policy(spec: SandboxSpec, metadata: dict[str, Any]) -> dict[str, Any]:
         "spec": {
             "podSelector": {"matchLabels": {L.SANDBOX: spec.id}},
             "policyTypes": ["Egress"],
-            "egress": egress_rules(spec.network),
+            "egress": egress_rules(spec.network, options.cluster_cidrs),
         },
     }
 
 
-def egress_rules(network: Network) -> list[dict[str, Any]]:
-    """NetworkPolicy egress rules for an ``allow`` policy: the listed destinations (all but link-local
-    metadata addresses when none are listed) and cluster DNS, so names resolve."""
-    rules: list[dict[str, Any]] = []
-    if not network.allow:
-        rules.append({"to": [
-            {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}},
-            {"ipBlock": {"cidr": "::/0", "except": ["fe80::/10"]}},
-        ]})
-    for destination in parse_allow(network.allow):
-        rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": str(destination.network)}}]}
-        if destination.port is not None:  # as on the local backend: TCP and UDP
-            rule["ports"] = [{"protocol": proto, "port": destination.port} for proto in ("TCP", "UDP")]
-        rules.append(rule)
-    rules.append({
-        "to": [{
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-        }],
-        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-    })
-    return rules
+def egress_rules(network: Network, cluster_cidrs: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """NetworkPolicy egress rules for an ``allow`` policy (:mod:`router.knative.egress`)."""
+    return egress.rules(tuple(network.allow), cluster_cidrs)

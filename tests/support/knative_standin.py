@@ -60,6 +60,10 @@ class Pod:
     proc: subprocess.Popen[bytes]
     port: int
     root: str
+    probes: int = 0
+    """Readiness probes sent before it was ready."""
+    probe_interval: float = 0.0
+    """Seconds between them."""
 
 
 @dataclass
@@ -94,6 +98,8 @@ class KnativeStandin:
         self.procs: set[subprocess.Popen[bytes]] = set()
         """Every pod process not yet reaped (killed at close, whatever state its pod is in)."""
         self._session: aiohttp.ClientSession | None = None
+        self.timeouts = 0
+        """Calls the activator/queue-proxy ended with its timeout (a 504, or a cut response)."""
 
     def install(self) -> KnativeStandin:
         """Hook into the API server's services."""
@@ -105,8 +111,11 @@ class KnativeStandin:
     # -- the webhook -----------------------------------------------------------------------------------
 
     def webhook(self, body: Obj, field_validation: str) -> tuple[int, str] | None:
-        """None, or (status, message) as the API server would answer the create."""
+        """None, or (status, message) as the API server would answer the create; defaults ``body`` in place
+        (the mutating webhook runs first)."""
         name = body.get("metadata", {}).get("name", "")
+        if isinstance(body.get("spec", {}).get("template", {}).get("spec"), dict):
+            apply_defaults(body["spec"]["template"]["spec"], self.config.get("config-defaults", {}))
         problems = validate(body, self.schema)
         unknown = [p for p in problems if "unknown field" in p]
         if unknown and field_validation == "Strict":
@@ -229,22 +238,27 @@ class KnativeStandin:
         log.close()
         self.procs.add(proc)
         ks.pod, ks.starts, ks.last = Pod(proc, port, root), ks.starts + 1, time.monotonic()
-        if not await self._ready(ks.pod):
+        if not await self._ready(ks.pod, container.get("readinessProbe") or {}):
             tail = Path(root, ".pod.log").read_bytes()[-600:].decode(errors="replace")
             await self._stop_pod(ks)
             raise RuntimeError(f"Container failed with: {tail.strip()}")
         self._endpoints(ks)
 
-    async def _ready(self, pod: Pod, timeout: float = 30.0) -> bool:
-        """The readiness probe: GET /healthz until it answers (or the container exits)."""
+    async def _ready(self, pod: Pod, probe: Obj, timeout: float = 30.0) -> bool:
+        """The readiness probe as queue-proxy runs it (``pkg/queue/readiness/probe.go``): with
+        ``periodSeconds: 0`` every 50 ms until it passes; otherwise once per kubelet period."""
         session = self._client()
+        pod.probe_interval = probe_interval(probe)
+        path = probe.get("httpGet", {}).get("path", "/")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and pod.proc.poll() is None:
-            with contextlib.suppress(aiohttp.ClientError, OSError):
-                async with session.get(f"http://127.0.0.1:{pod.port}/healthz") as resp:
-                    if resp.status == 200:
+            pod.probes += 1
+            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                async with session.get(f"http://127.0.0.1:{pod.port}{path}",
+                                       timeout=aiohttp.ClientTimeout(total=probe_timeout(probe))) as resp:
+                    if 200 <= resp.status < 400:
                         return True
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(pod.probe_interval)
         return False
 
     async def _stop_pod(self, ks: KService, grace: float = 30.0) -> None:
@@ -317,17 +331,8 @@ class KnativeStandin:
                         await self._start_pod(ks)  # cold start: the request waits, like at the activator
                 assert ks.pod is not None
                 headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-                session = self._client()
                 data = request.content if request.can_read_body else None
-                async with session.request(request.method, f"http://127.0.0.1:{ks.pod.port}{request.path_qs}",
-                                           headers=headers, data=data, auto_decompress=False) as upstream:
-                    out = web.StreamResponse(status=upstream.status, headers={
-                        k: v for k, v in upstream.headers.items() if k.lower() not in _HOP})
-                    await out.prepare(request)
-                    async for chunk in upstream.content.iter_any():
-                        await out.write(chunk)
-                    await out.write_eof()
-                    return out
+                return await self._proxy(ks, request, headers, data)
             finally:
                 ks.inflight -= 1
                 ks.last = time.monotonic()
@@ -339,6 +344,45 @@ class KnativeStandin:
         await web.TCPSite(ks.proxy, "127.0.0.1", 0).start()
         ks.address = f"http://127.0.0.1:{ks.proxy.addresses[0][1]}"
 
+    async def _proxy(self, ks: KService, request: web.Request, headers: dict[str, str],
+                     data: object) -> web.StreamResponse:
+        """Forward to the pod under queue-proxy's timeouts (``pkg/http/handler/timeout.go``): a 504 when no
+        byte came within the response-start (or idle) timeout; at ``timeoutSeconds`` the call is cut, a
+        started response getting the message appended and ending."""
+        assert ks.pod is not None
+        spec = ks.obj["spec"]["template"]["spec"]
+        total = float(spec.get("timeoutSeconds") or 300)
+        start = float(spec.get("responseStartTimeoutSeconds") or 0)
+        idle = float(spec.get("idleTimeoutSeconds") or 0)
+        began = time.monotonic()
+        first = min(t for t in (total, start or total, idle or total))
+        upstream_cm = self._client().request(request.method, f"http://127.0.0.1:{ks.pod.port}{request.path_qs}",
+                                             headers=headers, data=data, auto_decompress=False)
+        try:
+            upstream = await asyncio.wait_for(upstream_cm.__aenter__(), first)
+        except TimeoutError:
+            self.timeouts += 1
+            return web.Response(status=504, text="request timeout")
+        try:
+            out = web.StreamResponse(status=upstream.status, headers={
+                k: v for k, v in upstream.headers.items() if k.lower() not in _HOP})
+            await out.prepare(request)
+            while True:
+                left = total - (time.monotonic() - began)
+                try:
+                    chunk = await asyncio.wait_for(upstream.content.readany(), max(0.0, min(left, idle or left)))
+                except TimeoutError:
+                    self.timeouts += 1
+                    await out.write(b"request timeout")
+                    break
+                if not chunk:
+                    break
+                await out.write(chunk)
+            await out.write_eof()
+            return out
+        finally:
+            await upstream_cm.__aexit__(None, None, None)
+
     async def _autoscale(self, ks: KService) -> None:
         notes = ks.obj["spec"]["template"]["metadata"]["annotations"]
         idle = (_seconds(notes.get("autoscaling.knative.dev/window", "60s"))
@@ -348,6 +392,35 @@ class KnativeStandin:
             if ks.pod and not ks.inflight and time.monotonic() - ks.last > idle * self.time_scale:
                 async with ks.lock:
                     await self._stop_pod(ks)
+
+
+def probe_interval(probe: Obj) -> float:
+    """Seconds between readiness probes: queue-proxy's aggressive 50 ms when ``periodSeconds`` is 0 (or unset,
+    Knative's default), else the kubelet's period, during which a pod that is up waits unseen."""
+    period = float(probe.get("periodSeconds") or 0)
+    return 0.05 if period == 0 else period
+
+
+def probe_timeout(probe: Obj) -> float:
+    """One probe's timeout: 100 ms when aggressive, else ``timeoutSeconds`` (1 by default)."""
+    return 0.1 if not probe.get("periodSeconds") else float(probe.get("timeoutSeconds") or 1)
+
+
+def apply_defaults(spec: Obj, defaults: dict[str, str]) -> None:
+    """Knative's defaulting of a revision's timeouts (``pkg/apis/serving/v1/revision_defaults.go``, config
+    from ``pkg/apis/config/defaults.go``): ``timeoutSeconds`` from ``revision-timeout-seconds`` (300); the
+    response-start timeout from ``revision-response-start-timeout-seconds`` (default: the revision timeout
+    default, i.e. 300) and the idle timeout from ``revision-idle-timeout-seconds`` (0), each only when
+    unset, non-zero and below the revision's timeout."""
+    revision = int(defaults.get("revision-timeout-seconds", "300"))
+    if not spec.get("timeoutSeconds"):
+        spec["timeoutSeconds"] = revision
+    start = int(defaults.get("revision-response-start-timeout-seconds", str(revision)))
+    if "responseStartTimeoutSeconds" not in spec and 0 < start < spec["timeoutSeconds"]:
+        spec["responseStartTimeoutSeconds"] = start
+    idle = int(defaults.get("revision-idle-timeout-seconds", "0"))
+    if "idleTimeoutSeconds" not in spec and 0 < idle < spec["timeoutSeconds"]:
+        spec["idleTimeoutSeconds"] = idle
 
 
 def _seconds(duration: str) -> float:
