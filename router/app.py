@@ -19,6 +19,7 @@ from router.auth import KeyRing
 from router.backends.base import Backend
 from router.datapath import exec_handler, transfer
 from router.journal import Journal
+from router.keepwarm import keep_warm
 from router.models import (
     ArtifactQuery,
     CreateRequest,
@@ -127,6 +128,7 @@ async def heartbeat(request: web.Request) -> web.Response:
     await read_model(request, Empty)
     record = _record(request)
     _service(request).touch(record)
+    keep_warm(_service(request), record)
     return reply(request, {"id": record.id, "status": record.status, "last_activity": record.last_activity})
 
 

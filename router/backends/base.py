@@ -71,6 +71,10 @@ class Backend(Protocol):
     exit_grace_s: float
     """How long a sandbox whose executor just vanished may still look running (its process exiting):
     a call that lost its executor looks this long before concluding the executor is alive."""
+    warm_by_traffic: bool
+    """Whether only traffic keeps a sandbox running (Knative's autoscaler sees requests, not the router's
+    records): then a heartbeat is also sent to the executor, so "no API call and no heartbeat this long:
+    scale to zero" holds on every backend."""
 
     async def open(self) -> None:
         """Prepare (images, runtime bundle, clients); called once before any other call."""
