@@ -18,11 +18,13 @@ from router.backends.base import Network, SandboxSpec
 from router.knative import egress
 from router.knative import labels as L
 from router.knative.options import KnativeOptions
-from sandbox_image.bundle import DEFAULT_MOUNT_POINT, Bundle
+from sandbox_image.bundle import DEFAULT_MOUNT_POINT, PORTABLE_LOADER, Bundle
 
 PORT = 8080
 DEFAULT_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
 RUNTIME_VOLUME = "grove-runtime"
+DROPPED_CAPABILITIES = ("NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SYS_CHROOT")
+"""Capabilities of the container runtime's default set that no command needs."""
 # Knative's own bounds for the autoscaling window (6 s to 1 h); the retention period fills the rest.
 _WINDOW_MIN_S, _WINDOW_MAX_S = 6, 3600
 
@@ -119,7 +121,8 @@ def exec_timeout_limit(request_timeout_s: int) -> int:
 
 def executor_command() -> list[str]:
     """The task container's command: the bundled Python through the bundled loader, serving the executor."""
-    bundle = Bundle(Path(DEFAULT_MOUNT_POINT), stamp="")
+    # Through the bundle's arch-neutral loader link: the same Service runs on amd64 and arm64 nodes.
+    bundle = Bundle(Path(DEFAULT_MOUNT_POINT), stamp="", loader=PORTABLE_LOADER)
     return [*bundle.python_argv(DEFAULT_MOUNT_POINT), "-m", "executor", "--bind", f"0.0.0.0:{PORT}"]
 
 
@@ -147,6 +150,8 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
         {"name": "GROVE_EXECUTOR_SNAPSHOT_DIR", "value": spec.workdir},
         {"name": "GROVE_EXECUTOR_IDLE_SNAPSHOT_S", "value": f"{options.idle_snapshot_s:g}"},
         # A command ends (and its result is sent) before queue-proxy would cut the call at timeoutSeconds.
+        # grove's own seccomp filter on the executor and its commands, as under the local backend's PID 1.
+        {"name": "GROVE_EXECUTOR_SECCOMP", "value": "1"},
         {"name": "GROVE_EXECUTOR_MAX_TIMEOUT_S", "value": str(exec_timeout_limit(options.request_timeout_s))},
     ]
     container = {
@@ -165,7 +170,13 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
         # periodSeconds 0: queue-proxy probes every 50 ms until the executor answers, so a cold start
         # is ready the moment it can serve (with 1, up to a second later: the kubelet's period).
         "readinessProbe": {"httpGet": {"path": "/healthz"}, "periodSeconds": 0},
-        "securityContext": {"allowPrivilegeEscalation": False, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False, "privileged": False, "seccompProfile": {"type": "RuntimeDefault"},
+            # Commands run as the image's root (package installs, chown, switching users): only what no
+            # task needs goes — raw sockets (spoofing on the node's network), device nodes, audit, file
+            # capabilities and chroot.
+            "capabilities": {"drop": list(DROPPED_CAPABILITIES)},
+        },
         "volumeMounts": [{"name": RUNTIME_VOLUME, "mountPath": DEFAULT_MOUNT_POINT, "readOnly": True}],
     }
     init = {
@@ -177,6 +188,11 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
             "limits": {"cpu": options.init_cpu, "memory": options.init_memory},
         },
         "volumeMounts": [{"name": RUNTIME_VOLUME, "mountPath": "/mnt/grove"}],
+        # It only copies files into the emptyDir: no capability, no privilege, a read-only root.
+        "securityContext": {
+            "allowPrivilegeEscalation": False, "privileged": False, "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+        },
     }
     return {
         "apiVersion": "serving.knative.dev/v1",

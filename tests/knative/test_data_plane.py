@@ -109,3 +109,21 @@ def test_a_sandbox_is_probed_aggressively_so_a_cold_start_is_ready_at_once(clust
         await backend.delete(sb.id, {})
 
     run(cluster, body)
+
+
+def test_commands_run_under_groves_seccomp_filter(cluster: Cluster) -> None:
+    """The executor installs the same filter the local backend's PID 1 does: a user namespace is refused."""
+    sb = spec()
+
+    async def body(backend: KnativeBackend) -> None:
+        started = await backend.create(sb)
+        url, token = started.endpoint.url, started.endpoint.token
+        status, result = await _exec(url, token, {"command": "grep '^Seccomp:' /proc/self/status"})
+        assert status == 200 and result["stdout"].split() == ["Seccomp:", "2"], result
+        unshare = ("import ctypes; c = ctypes.CDLL(None, use_errno=True); "
+                   "print(c.unshare(0x10000000), ctypes.get_errno())")
+        status, result = await _exec(url, token, {"command": f'python3 -c "{unshare}"'})
+        assert status == 200 and result["stdout"] == "-1 1\n", result  # CLONE_NEWUSER: EPERM
+        await backend.delete(sb.id, {})
+
+    run(cluster, body)
