@@ -149,6 +149,7 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
         {"name": "GROVE_EXECUTOR_WORKDIR", "value": spec.workdir},
         {"name": "GROVE_EXECUTOR_SNAPSHOT_DIR", "value": spec.workdir},
         {"name": "GROVE_EXECUTOR_IDLE_SNAPSHOT_S", "value": f"{options.idle_snapshot_s:g}"},
+        {"name": "GROVE_EXECUTOR_SNAPSHOT_STREAMED", "value": "1" if options.snapshot_streamed else "0"},
         # A command ends (and its result is sent) before queue-proxy would cut the call at timeoutSeconds.
         # grove's own seccomp filter on the executor and its commands, as under the local backend's PID 1.
         {"name": "GROVE_EXECUTOR_SECCOMP", "value": "1"},

@@ -43,6 +43,10 @@ class KnativeOptions:
     """``serving.knative.dev/progress-deadline``: when Knative declares a revision that never got ready failed."""
     idle_snapshot_s: float = 60.0
     """The executor snapshots its workspace after this long without a request (0: only on SIGTERM)."""
+    snapshot_streamed: bool = True
+    """Executors stream snapshots to S3 (chunked PUT, as MinIO and SeaweedFS accept): no copy on the pod's
+    disk. Off for AWS S3, which refuses chunked PUTs: then a snapshot over 8 MiB is staged in the pod's
+    /tmp and counts against its ephemeral-storage limit (``disk_mb``) a second time."""
     create_qps: float = 20.0
     """Sustained Kubernetes write calls per second for creates (token bucket rate)."""
     create_burst: int = 40

@@ -39,6 +39,7 @@ def test_files_survive_scale_to_zero_through_s3(knative_router: RouterProcess, c
         assert sb.exec("echo hello").stdout == b"hello\n"
         sb.write_file("notes/plan.txt", b"step 1\n")
         sb.exec("mkdir -p src && echo 'print(1)' > src/main.py && chmod 700 src")
+        sb.exec("echo lost > ../outside-workdir.txt")  # outside the workdir: the container's layer only
         first_pod = cluster.knative.services[sb.id].pod
         assert first_pod is not None
 
@@ -51,6 +52,7 @@ def test_files_survive_scale_to_zero_through_s3(knative_router: RouterProcess, c
         assert second_pod is not None and second_pod.proc.pid != first_pod.proc.pid
         assert sb.exec("cat src/main.py && stat -c %a src").stdout == b"print(1)\n700\n"
         assert cluster.knative.services[sb.id].starts == 2
+        assert sb.exec("cat ../outside-workdir.txt").exit_code != 0  # exactly the workdir survives
 
         steps = knative_router.http("GET", f"/v1/sandboxes/{sb.id}/trajectory").json()
         assert sum(1 for s in steps["steps"] if s.get("type") == "exec") >= 3
@@ -104,3 +106,19 @@ def test_a_failed_revision_is_reported_by_the_api(knative_router: RouterProcess,
     while cluster.leftovers() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not cluster.leftovers()
+
+
+def test_a_workspace_near_its_disk_limit_snapshots_without_eviction(knative_router: RouterProcess,
+                                                                   cluster: Cluster) -> None:
+    """Streamed to S3, a snapshot adds nothing to the pod's disk: 40 MiB in a 64 MiB sandbox survives
+    scale-to-zero (staged in /tmp it would be 80 MiB, and the kubelet would evict the pod mid-snapshot)."""
+    with knative_router.client() as grove:
+        sb = grove.create("python:3.11-slim", heartbeat=False, disk_mb=64)
+        digest = sb.exec("head -c 40M /dev/urandom > big.bin && sha256sum big.bin").stdout
+        cluster.knative.scale_to_zero(sb.id)
+        assert cluster.knative.evictions == 0
+        assert sb.exec("sha256sum big.bin").stdout == digest
+        # Past the limit, the stand-in's kubelet evicts the pod, as a real one would.
+        sb.exec("head -c 30M /dev/urandom > more.bin", timeout_s=30)
+        wait_for(lambda: cluster.knative.evictions == 1, 10, 0.05, "the eviction")
+        sb.close()

@@ -98,6 +98,8 @@ class KnativeStandin:
         self.procs: set[subprocess.Popen[bytes]] = set()
         """Every pod process not yet reaped (killed at close, whatever state its pod is in)."""
         self._session: aiohttp.ClientSession | None = None
+        self.evictions = 0
+        """Pods the kubelet evicted for outgrowing their ephemeral-storage limit."""
         self.timeouts = 0
         """Calls the activator/queue-proxy ended with its timeout (a 504, or a cut response)."""
 
@@ -232,12 +234,17 @@ class KnativeStandin:
                 env[item["name"]] = base64.b64decode(value).decode()
         argv = [a.replace(DEFAULT_MOUNT_POINT, str(self.bundle.path), 1) if a.startswith(DEFAULT_MOUNT_POINT)
                 else a.replace("0.0.0.0:8080", f"127.0.0.1:{port}") for a in container["command"]]
+        env["TMPDIR"] = os.path.join(root, "tmp")  # the container's /tmp is on its writable layer
+        os.makedirs(env["TMPDIR"])
         log = open(os.path.join(root, ".pod.log"), "wb")  # noqa: SIM115 - the child owns it
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 start_new_session=True)
         log.close()
         self.procs.add(proc)
         ks.pod, ks.starts, ks.last = Pod(proc, port, root), ks.starts + 1, time.monotonic()
+        limit = _bytes(container.get("resources", {}).get("limits", {}).get("ephemeral-storage", "0"))
+        if limit:
+            asyncio.get_running_loop().create_task(self._kubelet_storage(ks, ks.pod, limit))
         if not await self._ready(ks.pod, container.get("readinessProbe") or {}):
             tail = Path(root, ".pod.log").read_bytes()[-600:].decode(errors="replace")
             await self._stop_pod(ks)
@@ -278,6 +285,24 @@ class KnativeStandin:
             os.killpg(pod.proc.pid, signal.SIGKILL)  # whatever commands it left
         self.procs.discard(pod.proc)
         shutil.rmtree(pod.root, ignore_errors=True)  # the container's filesystem goes with it
+
+    async def _kubelet_storage(self, ks: KService, pod: Pod, limit: int) -> None:
+        """The kubelet's ephemeral-storage eviction: a pod whose writable layer (here: its root, /tmp
+        included) outgrows the limit is evicted, with a 1 s grace, terminating or not."""
+        while pod.proc.poll() is None:
+            await asyncio.sleep(0.1)
+            if await asyncio.to_thread(_disk_usage, pod.root, pod.proc.pid) <= limit:
+                continue
+            self.evictions += 1
+            if ks.pod is pod:
+                ks.pod = None
+                self._endpoints(ks)
+            with contextlib.suppress(ProcessLookupError):
+                pod.proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(1.0)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pod.proc.pid, signal.SIGKILL)
+            return
 
     def _endpoints(self, ks: KService) -> None:
         ns = ks.obj["metadata"]["namespace"]
@@ -421,6 +446,37 @@ def apply_defaults(spec: Obj, defaults: dict[str, str]) -> None:
     idle = int(defaults.get("revision-idle-timeout-seconds", "0"))
     if "idleTimeoutSeconds" not in spec and 0 < idle < spec["timeoutSeconds"]:
         spec["idleTimeoutSeconds"] = idle
+
+
+def _bytes(quantity: str) -> int:
+    """A Kubernetes quantity in bytes (the binary suffixes grove writes, or plain bytes)."""
+    for suffix, factor in (("Ki", 1 << 10), ("Mi", 1 << 20), ("Gi", 1 << 30)):
+        if quantity.endswith(suffix):
+            return int(float(quantity[:-2]) * factor)
+    return int(float(quantity or 0))
+
+
+def _disk_usage(root: str, session: int) -> int:
+    """Bytes allocated under ``root``, with files deleted but still open by the pod's processes (those of
+    the executor's session): a filesystem quota on the writable layer counts them, as it would a
+    spooled temporary file."""
+    total = 0
+    for top, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(top, name)).st_blocks * 512
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                raw = fh.read()
+            if int(raw[raw.rfind(b")") + 2:].split()[3]) != session:
+                continue
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith(root + "/") and target.endswith(" (deleted)"):
+                        total += os.stat(f"/proc/{pid}/fd/{fd}").st_blocks * 512
+    return total
 
 
 def _seconds(duration: str) -> float:
