@@ -23,9 +23,10 @@ from tests.support.knative_fixtures import NAMESPACE, Cluster
 from tests.support.knative_standin import apply_defaults, probe_interval, probe_timeout
 
 
-async def _exec(url: str, token: str, body: dict[str, Any]) -> tuple[int, Any]:
+async def _exec(cluster: Cluster, url: str, token: str, body: dict[str, Any]) -> tuple[int, Any]:
     async with aiohttp.ClientSession() as session, session.post(
         url + "/v1/exec", json=body, headers={"Authorization": f"Bearer {token}"},
+        proxy=cluster.knative.gateway if ".svc." in url else None,
     ) as resp:
         return resp.status, (await resp.json() if resp.content_type == "application/json" else await resp.text())
 
@@ -53,14 +54,14 @@ def test_an_exec_longer_than_the_response_start_default_answers(cluster: Cluster
         assert template["responseStartTimeoutSeconds"] == template["timeoutSeconds"] == 4
         url, token = started.endpoint.url, started.endpoint.token
         # 2 s of silence: past the cluster's 1 s response-start default, within the revision's own.
-        status, result = await _exec(url, token, {"command": "sleep 2; echo done"})
+        status, result = await _exec(cluster, url, token, {"command": "sleep 2; echo done"})
         assert status == 200 and result["stdout"] == "done\n", result
         # Past what the revision allows: refused at once, naming the limit (not a 504 after the wait).
-        status, result = await _exec(url, token, {"command": "true", "timeout_s": 4})
+        status, result = await _exec(cluster, url, token, {"command": "true", "timeout_s": 4})
         assert status == 422 and f"<= {limit}" in result["error"]["message"], result
         # A command that runs to the limit ends with its own timed-out result before queue-proxy cuts.
         began = time.monotonic()
-        status, result = await _exec(url, token, {"command": "sleep 30", "timeout_s": limit})
+        status, result = await _exec(cluster, url, token, {"command": "sleep 30", "timeout_s": limit})
         assert status == 200 and result["timed_out"] and time.monotonic() - began < 4, result
         await backend.delete(sb.id, {})
 
@@ -78,7 +79,7 @@ def test_queue_proxy_cuts_a_call_past_the_response_start_timeout(cluster: Cluste
         ks = cluster.knative.services[sb.id]
         del ks.obj["spec"]["template"]["spec"]["responseStartTimeoutSeconds"]
         apply_defaults(ks.obj["spec"]["template"]["spec"], cluster.knative.config["config-defaults"])
-        status, text = await _exec(started.endpoint.url, started.endpoint.token, {"command": "sleep 2"})
+        status, text = await _exec(cluster, started.endpoint.url, started.endpoint.token, {"command": "sleep 2"})
         assert status == 504 and text == "request timeout"
         await backend.delete(sb.id, {})
 
@@ -102,7 +103,7 @@ def test_a_sandbox_is_probed_aggressively_so_a_cold_start_is_ready_at_once(clust
         # Cold again, then woken by a call: ready within a few 50 ms probes of the executor listening.
         await asyncio.to_thread(cluster.knative.scale_to_zero, sb.id)
         started = await backend.resume(sb, {})
-        status, result = await _exec(started.endpoint.url, started.endpoint.token, {"command": "echo warm"})
+        status, result = await _exec(cluster, started.endpoint.url, started.endpoint.token, {"command": "echo warm"})
         assert status == 200 and result["stdout"] == "warm\n"
         woken = cluster.knative.services[sb.id].pod
         assert woken is not None and woken is not pod and woken.probe_interval == 0.05
@@ -118,11 +119,11 @@ def test_commands_run_under_groves_seccomp_filter(cluster: Cluster) -> None:
     async def body(backend: KnativeBackend) -> None:
         started = await backend.create(sb)
         url, token = started.endpoint.url, started.endpoint.token
-        status, result = await _exec(url, token, {"command": "grep '^Seccomp:' /proc/self/status"})
+        status, result = await _exec(cluster, url, token, {"command": "grep '^Seccomp:' /proc/self/status"})
         assert status == 200 and result["stdout"].split() == ["Seccomp:", "2"], result
         unshare = ("import ctypes; c = ctypes.CDLL(None, use_errno=True); "
                    "print(c.unshare(0x10000000), ctypes.get_errno())")
-        status, result = await _exec(url, token, {"command": f'python3 -c "{unshare}"'})
+        status, result = await _exec(cluster, url, token, {"command": f'python3 -c "{unshare}"'})
         assert status == 200 and result["stdout"] == "-1 1\n", result  # CLONE_NEWUSER: EPERM
         await backend.delete(sb.id, {})
 

@@ -13,10 +13,14 @@
   the env resolved from the Secret, snapshot URLs included.
 * **activator + autoscaler**: ``status.address.url`` is a loopback proxy per Service that wakes a
   scaled-to-zero pod on the next request and counts traffic; after the annotations' window and
-  retention (times ``time_scale``) without any, the pod gets SIGTERM (it snapshots) and is gone. A real
-  cluster answers on ``http://<revision>.<ns>.svc.cluster.local`` instead; tests use ``address`` mode.
-* An EndpointSlice ``<revision>-private-…`` lists the pod while it runs (its port is the executor's;
-  on a cluster it is the queue-proxy's 8012).
+  retention (times ``time_scale``) without any, the pod gets SIGTERM (it snapshots) and is gone.
+  ``gateway`` is the cluster's Service network: an HTTP proxy routing ``<revision>.<ns>.svc.cluster.local``
+  by Host header to the same activator path (``revision`` endpoint mode).
+* **queue-proxy**: each pod has a loopback address of its own (its "pod IP") with queue-proxy on 8012,
+  which its EndpointSlice ``<revision>-private-…`` lists while it runs (``pod`` endpoint mode). Every path
+  to the executor goes through queue-proxy's timeouts (response start, idle, ``timeoutSeconds``).
+* **kubelet**: readiness probing as queue-proxy does it, and eviction of a pod whose files outgrow its
+  ephemeral-storage limit.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import base64
 import contextlib
 import hashlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -44,6 +49,8 @@ from tests.support.crd_schema import load_schema, validate
 from tests.support.k8s_standin import KubeStandin, Obj
 
 REPO = Path(__file__).resolve().parent.parent.parent
+QUEUE_PORT = 8012
+"""queue-proxy's port, the one a revision's private EndpointSlice lists."""
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host", "content-length"}
 
 
@@ -62,6 +69,9 @@ class Pod:
     root: str
     probes: int = 0
     """Readiness probes sent before it was ready."""
+    address: str = "127.0.0.1"
+    """The pod's IP (a loopback address of its own): its queue-proxy listens there on 8012."""
+    queue: web.AppRunner | None = None
     probe_interval: float = 0.0
     """Seconds between them."""
 
@@ -98,6 +108,9 @@ class KnativeStandin:
         self.procs: set[subprocess.Popen[bytes]] = set()
         """Every pod process not yet reaped (killed at close, whatever state its pod is in)."""
         self._session: aiohttp.ClientSession | None = None
+        self.gateway = ""
+        """``http://127.0.0.1:port``: the cluster network, routing by Host (use as the HTTP proxy of revision URLs)."""
+        self._gateway: web.AppRunner | None = None
         self.evictions = 0
         """Pods the kubelet evicted for outgrowing their ephemeral-storage limit."""
         self.timeouts = 0
@@ -108,6 +121,7 @@ class KnativeStandin:
         self.api.validators["services"] = self.webhook
         self.api.on_create["services"] = self.created
         self.api.on_delete["services"] = self.deleted
+        self.api.run(self._start_gateway())
         return self
 
     # -- the webhook -----------------------------------------------------------------------------------
@@ -249,6 +263,7 @@ class KnativeStandin:
             tail = Path(root, ".pod.log").read_bytes()[-600:].decode(errors="replace")
             await self._stop_pod(ks)
             raise RuntimeError(f"Container failed with: {tail.strip()}")
+        await self._start_queue_proxy(ks, ks.pod)
         self._endpoints(ks)
 
     async def _ready(self, pod: Pod, probe: Obj, timeout: float = 30.0) -> bool:
@@ -273,6 +288,8 @@ class KnativeStandin:
         if pod is None:
             return
         self._endpoints(ks)
+        if pod.queue is not None:
+            await pod.queue.cleanup()
         with contextlib.suppress(ProcessLookupError):
             pod.proc.send_signal(signal.SIGTERM if grace else signal.SIGKILL)  # SIGTERM: it snapshots
         try:
@@ -297,6 +314,8 @@ class KnativeStandin:
             if ks.pod is pod:
                 ks.pod = None
                 self._endpoints(ks)
+            if pod.queue is not None:
+                await pod.queue.cleanup()
             with contextlib.suppress(ProcessLookupError):
                 pod.proc.send_signal(signal.SIGTERM)
             await asyncio.sleep(1.0)
@@ -306,13 +325,13 @@ class KnativeStandin:
 
     def _endpoints(self, ks: KService) -> None:
         ns = ks.obj["metadata"]["namespace"]
-        ready = [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}] if ks.pod else []
+        ready = [{"addresses": [ks.pod.address], "conditions": {"ready": True}}] if ks.pod else []
         self.api.put("endpointslices", ns, {
             "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
             "metadata": {"name": f"{ks.revision}-private-x7k2p", "namespace": ns, "labels": {
                 "kubernetes.io/service-name": f"{ks.revision}-private", "serving.knative.dev/revision": ks.revision,
                 "networking.internal.knative.dev/serviceType": "Private"}},
-            "endpoints": ready, "ports": [{"name": "http", "port": ks.pod.port if ks.pod else 8012, "protocol": "TCP"}],
+            "endpoints": ready, "ports": [{"name": "http", "port": QUEUE_PORT, "protocol": "TCP"}],
         })
 
     def _client(self) -> aiohttp.ClientSession:
@@ -338,6 +357,8 @@ class KnativeStandin:
                     await ks.proxy.cleanup()
             if self._session is not None:
                 await self._session.close()
+            if self._gateway is not None:
+                await self._gateway.cleanup()
         self.api.run(down())
         for proc in list(self.procs):  # pods whose termination was still under way
             with contextlib.suppress(ProcessLookupError):
@@ -347,20 +368,68 @@ class KnativeStandin:
 
     # -- activator and autoscaler ----------------------------------------------------------------------
 
-    async def _start_proxy(self, ks: KService) -> None:
-        async def forward(request: web.Request) -> web.StreamResponse:
-            ks.inflight += 1
+    async def _activate(self, ks: KService, request: web.Request) -> web.StreamResponse:
+        """The activator: hold the request through a cold start, then hand it to the pod's queue-proxy."""
+        ks.inflight += 1
+        try:
+            async with ks.lock:
+                if ks.pod is None and not ks.deleted:
+                    await self._start_pod(ks)  # cold start: the request waits, like at the activator
+            return await self._queue(ks, request)
+        finally:
+            ks.inflight -= 1
+            ks.last = time.monotonic()
+
+    async def _queue(self, ks: KService, request: web.Request) -> web.StreamResponse:
+        assert ks.pod is not None
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        data = request.content if request.can_read_body else None
+        return await self._proxy(ks, request, headers, data)
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        """The cluster's Service network by Host header: ``<revision>.<ns>.svc.cluster.local`` reaches the
+        revision's activator (a scaled-to-zero revision's Service points at it; a warm one's at its pods,
+        which the activator path reaches too). Tests use it as an HTTP proxy for revision URLs."""
+        host = request.host.split(":")[0]
+        for ks in list(self.services.values()):
+            if host == f"{ks.revision}.{ks.obj['metadata']['namespace']}.svc.cluster.local":
+                return await self._activate(ks, request)
+        return web.Response(status=404, text=f"no revision answers to Host {host}")
+
+    async def _start_gateway(self) -> None:
+        app = web.Application(client_max_size=1 << 34)
+        app.router.add_route("*", "/{tail:.*}", self._route)
+        self._gateway = web.AppRunner(app, access_log=None)
+        await self._gateway.setup()
+        await web.TCPSite(self._gateway, "127.0.0.1", 0).start()
+        self.gateway = f"http://127.0.0.1:{self._gateway.addresses[0][1]}"
+
+    async def _start_queue_proxy(self, ks: KService, pod: Pod) -> None:
+        """queue-proxy on the pod's own address and Knative's port 8012, as its EndpointSlice lists it."""
+        async def serve(request: web.Request) -> web.StreamResponse:
+            ks.inflight += 1  # queue-proxy reports its concurrency to the autoscaler
             try:
-                async with ks.lock:
-                    if ks.pod is None and not ks.deleted:
-                        await self._start_pod(ks)  # cold start: the request waits, like at the activator
-                assert ks.pod is not None
-                headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-                data = request.content if request.can_read_body else None
-                return await self._proxy(ks, request, headers, data)
+                return await self._queue(ks, request)
             finally:
                 ks.inflight -= 1
                 ks.last = time.monotonic()
+
+        app = web.Application(client_max_size=1 << 34)
+        app.router.add_route("*", "/{tail:.*}", serve)
+        pod.queue = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await pod.queue.setup()
+        for _ in range(50):  # a loopback address of its own (127/8 is all loopback), like a pod IP
+            pod.address = f"127.{secrets.randbelow(254) + 1}.{secrets.randbelow(254) + 1}.{secrets.randbelow(253) + 2}"
+            try:
+                await web.TCPSite(pod.queue, pod.address, QUEUE_PORT).start()
+                return
+            except OSError:
+                continue
+        raise RuntimeError("no free loopback address for queue-proxy")
+
+    async def _start_proxy(self, ks: KService) -> None:
+        async def forward(request: web.Request) -> web.StreamResponse:
+            return await self._activate(ks, request)
 
         app = web.Application(client_max_size=1 << 34)
         app.router.add_route("*", "/{tail:.*}", forward)
