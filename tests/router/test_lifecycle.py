@@ -170,7 +170,7 @@ def test_heartbeats_alone_keep_a_sandbox_and_its_processes_warm(router: RouterPr
     until = time.monotonic() + 4  # twice the idle timeout (and the stand-in autoscaler's window, scaled)
     while time.monotonic() < until:
         sb.heartbeat()
-        time.sleep(0.25)
+        time.sleep(0.1)  # the stand-in's autoscaler window is 6 s scaled by 0.05: 0.3 s without traffic
     assert sb.status()["status"] == "ready"
     assert sb.exec(f"kill {pid} && cat ../warm-marker").stdout == b"here\n"  # the same pod, its process alive
     wait_for(lambda: sb.status()["status"] == "idle", timeout=8)  # silence: scaled to zero after all
