@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from artifacts.s3server import EmbeddedS3
 from artifacts.store import ObjectStore
+from grove.errors import UpstreamTimeout
 from router.knative.manifest import policy_name, secret_name, snapshot_key
 from tests.support.knative_fixtures import NAMESPACE, Cluster
+from tests.support.knative_standin import apply_defaults
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
 from tests.support.s3_fixtures import config_for
 
@@ -121,4 +125,20 @@ def test_a_workspace_near_its_disk_limit_snapshots_without_eviction(knative_rout
         # Past the limit, the stand-in's kubelet evicts the pod, as a real one would.
         sb.exec("head -c 30M /dev/urandom > more.bin", timeout_s=30)
         wait_for(lambda: cluster.knative.evictions == 1, 10, 0.05, "the eviction")
+        sb.close()
+
+
+def test_a_call_queue_proxy_cuts_is_a_clear_504_not_a_retry(knative_router: RouterProcess, cluster: Cluster) -> None:
+    """A revision whose response-start timeout is the cluster's default (as before grove set its own): the
+    stand-in's queue-proxy answers a plain-text 504, which the router names instead of passing on."""
+    cluster.knative.config["config-defaults"]["revision-response-start-timeout-seconds"] = "1"
+    with knative_router.client() as grove:
+        sb = grove.create("python:3.11-slim", heartbeat=False)
+        template = cluster.knative.services[sb.id].obj["spec"]["template"]["spec"]
+        del template["responseStartTimeoutSeconds"]
+        apply_defaults(template, cluster.knative.config["config-defaults"])
+        with pytest.raises(UpstreamTimeout) as err:
+            sb.exec("sleep 2; echo late > late.txt")
+        assert "cut the call with a 504 ('request timeout')" in err.value.message
+        assert cluster.knative.timeouts == 1  # one call: the SDK did not retry into the same request id
         sb.close()
