@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import platform
 import signal
 import sys
 from collections.abc import Sequence
@@ -149,5 +150,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     settings = ExecutorSettings.from_env()
+    if os.environ.get("GROVE_EXECUTOR_SECCOMP") == "1":
+        _install_seccomp()
     sys.argv = [sys.argv[0]]  # gunicorn parses sys.argv itself; ours are already consumed
     ExecutorServer(settings, args.bind, threads=args.threads, log_level=args.log_level).run()
+
+
+def _install_seccomp() -> None:
+    """grove's own filter (:mod:`sandbox_image.seccomp`) on the executor and everything it starts, where no
+    grove PID 1 installs it (a Knative pod). The executor already runs under it on the local backend. The
+    program is written for x86-64 system calls; elsewhere the runtime's default profile alone applies."""
+    if platform.machine() != "x86_64":
+        log.warning("grove's seccomp filter is x86-64 only; on %s only the runtime's profile applies",
+                    platform.machine())
+        return
+    from sandbox_image import seccomp
+
+    seccomp.install()

@@ -56,6 +56,9 @@ class ExecutorSettings:
     """The directory (an API path) that snapshots keep, made at start if missing; None: ``workdir``."""
     idle_snapshot_s: float = 0.0
     """Snapshot after this long without a request (0: only on SIGTERM)."""
+    snapshot_streamed: bool = True
+    """Stream the snapshot to its PUT URL with chunked encoding (MinIO, SeaweedFS): nothing is staged on
+    the pod's disk. False (AWS S3 refuses chunked PUTs): staged, in memory up to 8 MiB, then on disk."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ExecutorSettings:
@@ -93,5 +96,6 @@ class ExecutorSettings:
             snapshot_put_url=env.get("GROVE_EXECUTOR_SNAPSHOT_PUT_URL") or None,
             snapshot_get_url=env.get("GROVE_EXECUTOR_SNAPSHOT_GET_URL") or None,
             snapshot_dir=env.get("GROVE_EXECUTOR_SNAPSHOT_DIR") or None,
+            snapshot_streamed=env.get("GROVE_EXECUTOR_SNAPSHOT_STREAMED", "1") != "0",
             **kwargs,  # type: ignore[arg-type]
         )

@@ -35,6 +35,7 @@ class Snapshots:
     def __init__(self, settings: ExecutorSettings) -> None:
         self.put_url = settings.snapshot_put_url
         self.get_url = settings.snapshot_get_url
+        self.streamed = settings.snapshot_streamed
         api = settings.snapshot_dir or settings.workdir
         self.directory = PathResolver(settings.root, settings.workdir).resolve(api)
         """The directory on this filesystem that is kept."""
@@ -74,7 +75,9 @@ class Snapshots:
             return None
         with self._lock:
             started = time.monotonic()
-            etag = upload_via_presigned(self.put_url, pack_directory(self.directory))
+            # Streamed, the archive never touches the pod's disk: staged in /tmp it would count against
+            # the ephemeral-storage limit a second time, and the kubelet evicts a pod over it mid-snapshot.
+            etag = upload_via_presigned(self.put_url, pack_directory(self.directory), chunked=self.streamed)
             took = time.monotonic() - started
         log.info("snapshot of %s (%s) uploaded in %.2fs", self.directory, reason, took)
         return {"etag": etag, "seconds": took, "reason": reason}

@@ -27,6 +27,7 @@ from router.auth import KeyRing
 from router.backends.base import Backend
 from router.datapath import exec_handler, read_capped, transfer
 from router.journal import Journal
+from router.keepwarm import keep_warm
 from router.models import (
     ArtifactQuery,
     CreateRequest,
@@ -129,6 +130,7 @@ async def heartbeat(request: web.Request) -> web.Response:
     await read_model(request, Empty)
     record = _record(request)
     service_of(request).touch(record)
+    keep_warm(service_of(request), record)
     return reply(request, {"id": record.id, "status": record.status, "last_activity": record.last_activity})
 
 

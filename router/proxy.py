@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 from aiohttp import web
 
-from grove.errors import BadGateway
+from grove import wire
+from grove.errors import BadGateway, UpstreamTimeout
 from router.backends.base import Endpoint
 
 # Headers that describe the body and must travel with it; everything else (auth above all) stays here.
@@ -99,6 +100,13 @@ async def forward(
         async with session.request(
             request.method, base + path, params=request.query, data=data, headers=headers, allow_redirects=False
         ) as upstream:
+            if upstream.status == 504 and not _from_executor(upstream):
+                text = (await upstream.content.read(300)).decode("utf-8", "replace").strip()
+                raise UpstreamTimeout(
+                    f"the platform in front of the sandbox cut the call with a 504 ({text!r}): it ran past the "
+                    "longest call a sandbox allows (on Knative, the revision's timeoutSeconds, the router's "
+                    "--request-timeout); nothing is retried, and the command may still have run to its end"
+                )
             response = web.StreamResponse(
                 status=upstream.status,
                 headers={h: upstream.headers[h] for h in _FORWARD_RESPONSE if h in upstream.headers},
@@ -120,3 +128,9 @@ async def forward(
             f"the sandbox's executor went away during the call ({type(exc).__name__}: {exc}); "
             "the sandbox is restarted on the next call, its files kept"
         ) from exc
+
+
+def _from_executor(upstream: aiohttp.ClientResponse) -> bool:
+    """Whether an answer is the executor's own (its errors are JSON or msgpack), not a proxy's on the way
+    (queue-proxy and the activator answer a plain-text 504 when a call outlives the revision's timeout)."""
+    return upstream.content_type in (wire.JSON, wire.MSGPACK, "application/x-ndjson")

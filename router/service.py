@@ -67,6 +67,8 @@ class SandboxService:
         self._creating: dict[str, asyncio.Task[None]] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self.warming: set[str] = set()
+        """Sandboxes with a keep-warm request in flight (:mod:`router.keepwarm`)."""
         self.full_outputs = ByteBudget(settings.full_output_bytes_per_s, settings.full_output_burst_bytes)
         """Paces the background stores of truncated commands' full outputs (host CPU a sandbox cannot pay)."""
 

@@ -83,6 +83,10 @@ class BundleError(RuntimeError):
     """The bundle could not be built or read."""
 
 
+PORTABLE_LOADER = "ld.so"
+"""A link in ``lib/`` to the architecture's dynamic loader, for commands written before the arch is known."""
+
+
 @dataclass(frozen=True)
 class Bundle:
     """A built runtime bundle on this host."""
@@ -186,6 +190,11 @@ def _build_into(tmp: Path, stamp: str, repo_root: Path) -> tuple[str, str]:
         raise BundleError(f"compiling {stdlib} failed")
     extensions = sorted(stdlib.rglob("*.so"))
     loader = _copy_shared_libraries(tmp, [tmp / "bin" / python, *extensions])
+    # One name for the loader on every architecture (ld-linux-x86-64.so.2, ld-linux-aarch64.so.1, ...):
+    # a Knative Service's command is fixed before the scheduler picks a node, and the node's arch picks
+    # the runtime image's variant, hence the bundle, hence where this link points.
+    if loader != PORTABLE_LOADER:
+        (tmp / "lib" / PORTABLE_LOADER).symlink_to(loader)
     _strip_debug_info([tmp / "bin" / python, *extensions, *(tmp / "lib").glob("*.so*")])
     # Written last: a directory without a manifest is never taken for a finished bundle.
     manifest = {"stamp": stamp, "loader": loader, "python": python, "version": sys.version}

@@ -79,6 +79,10 @@ class Backend(Protocol):
     def attach_storage(self, storage: Any) -> None:
         """Object storage (``artifacts.store.ObjectStore``) for a backend that keeps state there (Knative's
         workspace snapshots); called once, before :meth:`open`. A backend that keeps none ignores it."""
+    warm_by_traffic: bool
+    """Whether only traffic keeps a sandbox running (Knative's autoscaler sees requests, not the router's
+    records): then a heartbeat is also sent to the executor, so "no API call and no heartbeat this long:
+    scale to zero" holds on every backend."""
 
     async def open(self) -> None:
         """Prepare (images, runtime bundle, clients); called once before any other call."""

@@ -23,7 +23,7 @@ from kubernetes import client
 
 from grove.errors import GroveError, NotFound, Unavailable, UpstreamTimeout
 from router.backends.base import Endpoint, SandboxSpec, Started
-from router.egress import parse_allow
+from router.knative import egress as knative_egress
 from router.knative import labels as L
 from router.knative import manifest, status
 from router.knative.informer import Informer, Obj
@@ -42,6 +42,7 @@ class KnativeBackend:
     name = "knative"
     exit_grace_s = 0.0  # is_running reads the watch cache: a pod that is gone is gone
     executor_reaches_storage = True
+    warm_by_traffic = True  # the autoscaler counts requests: a heartbeat must be one
 
     def __init__(self, options: KnativeOptions, *, kube: Kube | None = None) -> None:
         self.options = options
@@ -65,11 +66,16 @@ class KnativeBackend:
             self.kube = Kube(self.options, await asyncio.to_thread(client_configuration, self.options))
         ns, selector = self.options.namespace, f"{L.MANAGED_BY}=grove,{L.INSTANCE}={self._instance}"
         lister = functools.partial(self.kube.custom.list_namespaced_custom_object, _GROUP, _VERSION, ns, "services")
-        self._services = Informer("services.serving.knative.dev", lister, selector)
+        o = self.options
+        tuning = {"page_size": o.list_page_size, "idle_timeout_s": o.watch_idle_timeout_s,
+                  "call_timeout_s": o.api_timeout_s}
+        self._services = Informer("services.serving.knative.dev", lister, selector, keep=status.service_fields,
+                                  **tuning)  # type: ignore[arg-type]
         informers = [self._services]
         if self.options.endpoint_mode == "pod":
             slices = functools.partial(self.kube.discovery.list_namespaced_endpoint_slice, ns)
-            self._slices = Informer("endpointslices", slices, _PRIVATE)
+            self._slices = Informer("endpointslices", slices, _PRIVATE, keep=status.slice_fields,
+                                    **tuning)  # type: ignore[arg-type]
             informers.append(self._slices)
         for informer in informers:
             try:
@@ -104,9 +110,9 @@ class KnativeBackend:
     # -- the protocol ----------------------------------------------------------------------------------
 
     def check(self, spec: SandboxSpec) -> None:
-        """Every option the API has maps onto the Service and its policies; only a malformed allow-list
-        entry is refused (422 naming it), before anything is made."""
-        parse_allow(spec.network.allow)
+        """Every option the API has maps onto the Service and its policies; only a malformed or link-local
+        allow-list entry is refused (422 naming it), before anything is made."""
+        knative_egress.check(spec.network.allow)
 
     async def image_digest(self, image: str) -> str:
         """The digest when the reference pins one or Knative resolved it before; "" until it is known."""

@@ -58,6 +58,7 @@ class LocalBackend:
     # A SIGKILLed PID 1 first waits for every process of its namespace to die (longer under load).
     exit_grace_s = 2.0
     executor_reaches_storage = False
+    warm_by_traffic = False  # the router's own reaper scales to zero, from the record a heartbeat touches
 
     def __init__(
         self, state_dir: Path, *, concurrent_starts: int | None = None, pull: PullPolicy | None = None

@@ -35,6 +35,10 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--request-timeout", type=int, default=3600, help="timeoutSeconds of every revision")
     group.add_argument("--api-qps", type=float, default=20.0, help="Kubernetes create/delete calls per second")
     group.add_argument("--api-burst", type=int, default=40, help="Kubernetes calls allowed at once")
+    group.add_argument("--staged-snapshots", action="store_true",
+                       help="stage snapshots before the PUT (AWS S3 refuses chunked uploads; MinIO does not)")
+    group.add_argument("--cluster-cidr", action="append", default=[],
+                       help="a pod, service or node CIDR of the cluster (repeatable): closed to egress: allow")
     group.add_argument("--runtime-class", help="RuntimeClass of every sandbox pod (e.g. gvisor, kata): a kernel "
                        "boundary between sandbox and node")
 
@@ -55,6 +59,8 @@ def options_from_args(args: argparse.Namespace) -> KnativeOptions:
         delete_qps=args.api_qps,
         delete_burst=args.api_burst,
         runtime_class=args.runtime_class,
+        cluster_cidrs=tuple(args.cluster_cidr),
+        snapshot_streamed=not args.staged_snapshots,
     )
 
 

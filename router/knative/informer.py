@@ -4,6 +4,13 @@ One informer per kind serves every sandbox: a thousand creates wait on the same 
 of opening a thousand. The watch runs on a thread of its own (the client is synchronous); every change
 is applied on the event loop's thread, which also runs every reader, so the cache needs no lock.
 After an expired resourceVersion (410 Gone) or a broken stream it lists again and carries on.
+
+At scale: the list is paginated (``limit``/``continue``, so 100k objects never arrive as one response);
+the watch asks for bookmarks, which advance the resume version while nothing changes, so a restarted watch
+resumes instead of relisting; a watch silent for longer than ``idle_timeout_s`` (bookmarks come about
+once a minute) is presumed dropped by something between here and the API server that did not close the
+connection, and is restarted from its version (creates waiting on it wait at most that long more); and
+only the fields grove reads are cached (``keep``), not whole objects.
 """
 
 from __future__ import annotations
@@ -32,13 +39,27 @@ _BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 class Informer:
     """Objects of one kind in one namespace, by name, matching a label selector."""
 
-    def __init__(self, kind: str, list_fn: Callable[..., Any], label_selector: str) -> None:
+    def __init__(
+        self,
+        kind: str,
+        list_fn: Callable[..., Any],
+        label_selector: str,
+        *,
+        keep: Callable[[Obj], Obj] | None = None,
+        page_size: int = 500,
+        idle_timeout_s: float = 90.0,
+        call_timeout_s: float = 30.0,
+    ) -> None:
         self.kind = kind
         """What is watched, for logs and errors."""
         self.objects: dict[str, Obj] = {}
         """The current objects by name (read on the event loop's thread only)."""
         self._list = list_fn
         self._selector = label_selector
+        self._keep = keep or (lambda obj: obj)
+        self._page_size = page_size
+        self._idle_timeout_s = idle_timeout_s
+        self._call_timeout_s = call_timeout_s
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -46,6 +67,8 @@ class Informer:
         self._stopped = threading.Event()
         self.relists = 0
         """How many times the informer listed (1 + recoveries)."""
+        self.bookmarks = 0
+        """Bookmarks received (they only move the resume version)."""
 
     async def start(self) -> None:
         """List once (so the cache is complete when this returns), then watch on a thread."""
@@ -91,12 +114,22 @@ class Informer:
     # -- the watch thread ------------------------------------------------------------------------------
 
     def _relist(self) -> str:
-        result = self._list(label_selector=self._selector, _preload_content=False)
-        body = json.loads(result.data)
+        """One consistent list, page by page; the version to watch from is the first page's."""
+        items: dict[str, Obj] = {}
+        token, version = "", ""
+        while True:
+            page = {"limit": self._page_size, **({"_continue": token} if token else {})}
+            result = self._list(label_selector=self._selector, _preload_content=False,
+                                _request_timeout=(5, self._call_timeout_s), **page)
+            body = json.loads(result.data)
+            items.update((item["metadata"]["name"], self._keep(item)) for item in body.get("items", []))
+            version = version or str(body["metadata"]["resourceVersion"])
+            token = body["metadata"].get("continue") or ""
+            if not token:
+                break
         self.relists += 1
-        items = {item["metadata"]["name"]: item for item in body.get("items", [])}
         self._post(self._replace, items)
-        return str(body["metadata"]["resourceVersion"])
+        return version
 
     def _run(self, version: str | None) -> None:
         failures = 0
@@ -108,12 +141,16 @@ class Informer:
                 events = self._watch.stream(  # type: ignore[no-untyped-call]
                     self._list, label_selector=self._selector, resource_version=version,
                     timeout_seconds=_WATCH_TIMEOUT_S, allow_watch_bookmarks=True,
+                    # A read that waits longer than this: the connection is dead though nobody closed it.
+                    _request_timeout=(5, self._idle_timeout_s),
                 )
                 for event in events:
                     obj = event["raw_object"]
                     version = obj.get("metadata", {}).get("resourceVersion", version)
-                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                        self._post(self._apply, event["type"], obj)
+                    if event["type"] == "BOOKMARK":
+                        self.bookmarks += 1
+                    elif event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                        self._post(self._apply, event["type"], self._keep(obj))
                     failures = 0
             except client.ApiException as exc:
                 if exc.status == 410:  # our version is too old: start from a fresh list

@@ -48,6 +48,9 @@ def client_configuration(options: KnativeOptions) -> client.Configuration:
         where = options.kubeconfig or "the in-cluster service account or ~/.kube/config"
         raise Invalid(f"cannot load Kubernetes credentials from {where}: {exc}") from exc
     cfg.retries = False  # retries are ours: counted, with backoff, and rate limited
+    # TCP keep-alive with client-go's timings: a connection a NAT or load balancer dropped silently is found
+    # dead in about two minutes instead of never.
+    cfg.keep_alive = True
     cfg.connection_pool_maxsize = options.api_threads + 2  # +2: the informers' watch streams
     return cfg
 
@@ -92,6 +95,8 @@ class Kube:
                 await limit.acquire()  # every attempt is a write the API server has to take
             self.calls[f"{verb} {resource}"] += 1
             try:
+                # A call that hangs (a half-open connection) is cut and retried like a dropped one.
+                kwargs.setdefault("_request_timeout", (5, self.options.api_timeout_s))
                 return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
             except client.ApiException as exc:
                 if exc.status in _TRANSIENT and attempt < self.options.retries:

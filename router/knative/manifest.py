@@ -15,14 +15,16 @@ from typing import Any
 
 from grove.errors import Invalid
 from router.backends.base import Network, SandboxSpec
-from router.egress import parse_allow
+from router.knative import egress
 from router.knative import labels as L
 from router.knative.options import KnativeOptions
-from sandbox_image.bundle import DEFAULT_MOUNT_POINT, Bundle
+from sandbox_image.bundle import DEFAULT_MOUNT_POINT, PORTABLE_LOADER, Bundle
 
 PORT = 8080
 DEFAULT_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
 RUNTIME_VOLUME = "grove-runtime"
+DROPPED_CAPABILITIES = ("NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SYS_CHROOT")
+"""Capabilities of the container runtime's default set that no command needs."""
 # Knative's own bounds for the autoscaling window (6 s to 1 h); the retention period fills the rest.
 _WINDOW_MIN_S, _WINDOW_MAX_S = 6, 3600
 
@@ -80,7 +82,7 @@ def build(
             "stringData": _secret_data(spec, snapshot_urls),
         },
         service=_service(spec, options, image, meta(spec.id, _service_labels(spec))),
-        policy=_policy(spec, meta(policy_name(spec.id), {})) if spec.network.egress == "allow" else None,
+        policy=_policy(spec, options, meta(policy_name(spec.id), {})) if spec.network.egress == "allow" else None,
     )
 
 
@@ -110,9 +112,17 @@ def autoscaling_annotations(idle_timeout_s: float, options: KnativeOptions) -> d
     }
 
 
+def exec_timeout_limit(request_timeout_s: int) -> int:
+    """The longest ``timeout_s`` an exec may ask for: its result must reach queue-proxy before the revision's
+    ``timeoutSeconds`` cuts the call (a 504 the caller could not tell from a lost sandbox). The margin is
+    the time to kill the command's tree and send its output: a tenth of the timeout, 1 to 30 s."""
+    return max(1, request_timeout_s - min(30, max(1, request_timeout_s // 10)))
+
+
 def executor_command() -> list[str]:
     """The task container's command: the bundled Python through the bundled loader, serving the executor."""
-    bundle = Bundle(Path(DEFAULT_MOUNT_POINT), stamp="")
+    # Through the bundle's arch-neutral loader link: the same Service runs on amd64 and arm64 nodes.
+    bundle = Bundle(Path(DEFAULT_MOUNT_POINT), stamp="", loader=PORTABLE_LOADER)
     return [*bundle.python_argv(DEFAULT_MOUNT_POINT), "-m", "executor", "--bind", f"0.0.0.0:{PORT}"]
 
 
@@ -139,7 +149,11 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
         {"name": "GROVE_EXECUTOR_WORKDIR", "value": spec.workdir},
         {"name": "GROVE_EXECUTOR_SNAPSHOT_DIR", "value": spec.workdir},
         {"name": "GROVE_EXECUTOR_IDLE_SNAPSHOT_S", "value": f"{options.idle_snapshot_s:g}"},
-        {"name": "GROVE_EXECUTOR_MAX_TIMEOUT_S", "value": str(options.request_timeout_s)},
+        {"name": "GROVE_EXECUTOR_SNAPSHOT_STREAMED", "value": "1" if options.snapshot_streamed else "0"},
+        # A command ends (and its result is sent) before queue-proxy would cut the call at timeoutSeconds.
+        # grove's own seccomp filter on the executor and its commands, as under the local backend's PID 1.
+        {"name": "GROVE_EXECUTOR_SECCOMP", "value": "1"},
+        {"name": "GROVE_EXECUTOR_MAX_TIMEOUT_S", "value": str(exec_timeout_limit(options.request_timeout_s))},
     ]
     container = {
         "name": "sandbox",
@@ -154,8 +168,16 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
             "requests": {"cpu": f"{cpu_m}m", "memory": f"{spec.memory_mb}Mi", "ephemeral-storage": "0"},
             "limits": {"cpu": f"{cpu_m}m", "memory": f"{spec.memory_mb}Mi", "ephemeral-storage": f"{spec.disk_mb}Mi"},
         },
-        "readinessProbe": {"httpGet": {"path": "/healthz"}, "periodSeconds": 1},
-        "securityContext": {"allowPrivilegeEscalation": False, "seccompProfile": {"type": "RuntimeDefault"}},
+        # periodSeconds 0: queue-proxy probes every 50 ms until the executor answers, so a cold start
+        # is ready the moment it can serve (with 1, up to a second later: the kubelet's period).
+        "readinessProbe": {"httpGet": {"path": "/healthz"}, "periodSeconds": 0},
+        "securityContext": {
+            "allowPrivilegeEscalation": False, "privileged": False, "seccompProfile": {"type": "RuntimeDefault"},
+            # Commands run as the image's root (package installs, chown, switching users): only what no
+            # task needs goes — raw sockets (spoofing on the node's network), device nodes, audit, file
+            # capabilities and chroot.
+            "capabilities": {"drop": list(DROPPED_CAPABILITIES)},
+        },
         "volumeMounts": [{"name": RUNTIME_VOLUME, "mountPath": DEFAULT_MOUNT_POINT, "readOnly": True}],
     }
     init = {
@@ -167,6 +189,11 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
             "limits": {"cpu": options.init_cpu, "memory": options.init_memory},
         },
         "volumeMounts": [{"name": RUNTIME_VOLUME, "mountPath": "/mnt/grove"}],
+        # It only copies files into the emptyDir: no capability, no privilege, a read-only root.
+        "securityContext": {
+            "allowPrivilegeEscalation": False, "privileged": False, "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+        },
     }
     return {
         "apiVersion": "serving.knative.dev/v1",
@@ -180,7 +207,13 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
                 },
                 "spec": {
                     "containerConcurrency": 0,
+                    # A plain exec answers only when its command ends: queue-proxy and the activator must
+                    # wait for the first byte as long as for the whole call. Unset, the webhook defaults
+                    # the response-start timeout to 300 s (revision-response-start-timeout-seconds) and
+                    # any command over 5 minutes would end in a 504.
                     "timeoutSeconds": options.request_timeout_s,
+                    "responseStartTimeoutSeconds": options.request_timeout_s,
+                    "idleTimeoutSeconds": options.request_timeout_s,
                     # The sandbox runs unreviewed code: no cluster credentials, no service env flood.
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
@@ -194,7 +227,7 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
     }
 
 
-def _policy(spec: SandboxSpec, metadata: dict[str, Any]) -> dict[str, Any]:
+def _policy(spec: SandboxSpec, options: KnativeOptions, metadata: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -202,30 +235,11 @@ def _policy(spec: SandboxSpec, metadata: dict[str, Any]) -> dict[str, Any]:
         "spec": {
             "podSelector": {"matchLabels": {L.SANDBOX: spec.id}},
             "policyTypes": ["Egress"],
-            "egress": egress_rules(spec.network),
+            "egress": egress_rules(spec.network, options.cluster_cidrs),
         },
     }
 
 
-def egress_rules(network: Network) -> list[dict[str, Any]]:
-    """NetworkPolicy egress rules for an ``allow`` policy: the listed destinations (all but link-local
-    metadata addresses when none are listed) and cluster DNS, so names resolve."""
-    rules: list[dict[str, Any]] = []
-    if not network.allow:
-        rules.append({"to": [
-            {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}},
-            {"ipBlock": {"cidr": "::/0", "except": ["fe80::/10"]}},
-        ]})
-    for destination in parse_allow(network.allow):
-        rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": str(destination.network)}}]}
-        if destination.port is not None:  # as on the local backend: TCP and UDP
-            rule["ports"] = [{"protocol": proto, "port": destination.port} for proto in ("TCP", "UDP")]
-        rules.append(rule)
-    rules.append({
-        "to": [{
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-        }],
-        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-    })
-    return rules
+def egress_rules(network: Network, cluster_cidrs: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """NetworkPolicy egress rules for an ``allow`` policy (:mod:`router.knative.egress`)."""
+    return egress.rules(tuple(network.allow), cluster_cidrs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 
@@ -42,6 +43,10 @@ class KnativeOptions:
     """``serving.knative.dev/progress-deadline``: when Knative declares a revision that never got ready failed."""
     idle_snapshot_s: float = 60.0
     """The executor snapshots its workspace after this long without a request (0: only on SIGTERM)."""
+    snapshot_streamed: bool = True
+    """Executors stream snapshots to S3 (chunked PUT, as MinIO and SeaweedFS accept): no copy on the pod's
+    disk. Off for AWS S3, which refuses chunked PUTs: then a snapshot over 8 MiB is staged in the pod's
+    /tmp and counts against its ephemeral-storage limit (``disk_mb``) a second time."""
     create_qps: float = 20.0
     """Sustained Kubernetes write calls per second for creates (token bucket rate)."""
     create_burst: int = 40
@@ -54,6 +59,13 @@ class KnativeOptions:
     """Attempts after the first on 429, 5xx and connection errors (exponential backoff with jitter)."""
     backoff_s: float = 0.2
     """First backoff delay; doubled per attempt, capped at 10 s, or the server's Retry-After."""
+    api_timeout_s: float = 30.0
+    """Read timeout of every Kubernetes call (a call that hangs longer is retried like a dropped connection)."""
+    watch_idle_timeout_s: float = 90.0
+    """A watch silent this long is restarted from its version (the API server sends bookmarks about every
+    minute, so silence this long means a connection dropped without being closed)."""
+    list_page_size: int = 500
+    """Objects per page when the informers list (``limit``/``continue``)."""
     api_threads: int = 16
     """Threads making blocking Kubernetes calls (and the client's connection pool size)."""
     init_cpu: str = "100m"
@@ -65,6 +77,10 @@ class KnativeOptions:
     sandbox and node, which namespaces alone (the local backend) cannot give. The RuntimeClass must exist
     in the cluster, and Knative's ``kubernetes.podspec-runtimeclassname`` feature be enabled."""
 
+    cluster_cidrs: tuple[str, ...] = ()
+    """The cluster's pod, service and node CIDRs: an ``egress: allow`` sandbox reaches none of them unless an
+    allow-list entry lies inside one (RFC 1918, 100.64/10 and fc00::/7 are closed the same way already)."""
+
     def __post_init__(self) -> None:
         if self.endpoint_mode not in ENDPOINT_MODES:
             raise Invalid(f"endpoint mode must be one of {', '.join(ENDPOINT_MODES)}, got {self.endpoint_mode!r}")
@@ -72,6 +88,11 @@ class KnativeOptions:
             raise Invalid("request timeout and progress deadline must be at least 1 s")
         if min(self.create_qps, self.delete_qps) <= 0 or min(self.create_burst, self.delete_burst) < 1:
             raise Invalid("rate limits need a positive rate and a burst of at least 1")
+        for cidr in self.cluster_cidrs:
+            try:
+                ipaddress.ip_network(cidr, strict=True)
+            except ValueError as exc:
+                raise Invalid(f"cluster CIDR {cidr!r} is not a network (e.g. 10.244.0.0/16): {exc}") from exc
         if self.runtime_class is not None and not _DNS_SUBDOMAIN.fullmatch(self.runtime_class):
             raise Invalid(
                 f"runtime class {self.runtime_class!r} is not a valid RuntimeClass name "

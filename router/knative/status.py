@@ -69,3 +69,33 @@ def pinned(image: str, digest: str | None) -> str:
     name, _, last = image.rpartition("/")
     repo = last.split(":", 1)[0]
     return f"{name}/{repo}@{digest}" if name else f"{repo}@{digest}"
+
+
+_STATUS_FIELDS = ("conditions", "observedGeneration", "latestCreatedRevisionName", "latestReadyRevisionName",
+                  "address", "url")
+
+
+def service_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the backend reads of a Knative Service, for the watch cache: a whole Service is ~30 KiB of Python
+    objects (its template, managed fields), this is well under 1 KiB."""
+    meta, status = obj.get("metadata", {}), obj.get("status") or {}
+    containers = obj.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or [{}]
+    return {
+        "metadata": {k: meta[k] for k in ("name", "generation", "labels", "deletionTimestamp", "resourceVersion")
+                     if k in meta},
+        "spec": {"template": {"spec": {"containers": [{"image": containers[0].get("image", "")}]}}},
+        "status": {k: status[k] for k in _STATUS_FIELDS if k in status},
+    }
+
+
+def slice_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the backend reads of an EndpointSlice: its service label, ports, and endpoints' addresses."""
+    labels = obj.get("metadata", {}).get("labels") or {}
+    return {
+        "metadata": {"name": obj.get("metadata", {}).get("name", ""),
+                     "labels": {k: v for k, v in labels.items() if k == "kubernetes.io/service-name"}},
+        "ports": [{"name": p.get("name"), "port": p.get("port")} for p in obj.get("ports") or []],
+        "endpoints": [{"addresses": e.get("addresses") or [], "conditions": {"ready": (e.get("conditions") or {})
+                                                                             .get("ready")}}
+                      for e in obj.get("endpoints") or []],
+    }

@@ -34,9 +34,10 @@ def spec(**overrides: Any) -> SandboxSpec:
 
 
 def run(cluster: Cluster, body: Callable[[KnativeBackend], Awaitable[T]], **options: Any) -> T:
-    """Open a backend on the cluster, run ``body``, close it."""
+    """Open a backend on the cluster, run ``body``, close it (in the default ``revision`` endpoint mode
+    unless ``endpoint_mode`` says otherwise)."""
     async def main() -> T:
-        backend = KnativeBackend(cluster.options(**options))
+        backend = KnativeBackend(cluster.options(**{"endpoint_mode": "revision", **options}))
         await backend.open()
         try:
             return await body(backend)
@@ -45,10 +46,12 @@ def run(cluster: Cluster, body: Callable[[KnativeBackend], Awaitable[T]], **opti
     return asyncio.run(main())
 
 
-async def exec_(started: Started, command: str) -> dict[str, Any]:
+async def exec_(cluster: Cluster, started: Started, command: str) -> dict[str, Any]:
+    """POST /v1/exec as the router would; a revision URL through the cluster's Service network."""
+    url = started.endpoint.url
     async with aiohttp.ClientSession() as session, session.post(
-        started.endpoint.url + "/v1/exec", json={"command": command},
-        headers={"Authorization": f"Bearer {started.endpoint.token}"},
+        url + "/v1/exec", json={"command": command}, headers={"Authorization": f"Bearer {started.endpoint.token}"},
+        proxy=cluster.knative.gateway if ".svc." in url else None,
     ) as resp:
         assert resp.status == 200, await resp.text()
         result: dict[str, Any] = await resp.json()
@@ -65,7 +68,8 @@ def test_create_ready_by_watch_then_delete(cluster: Cluster) -> None:
     async def body(backend: KnativeBackend) -> None:
         started = await backend.create(sb)
         assert started.image_digest.startswith("sha256:") and started.handle["revision"] == f"{sb.id}-00001"
-        result = await exec_(started, 'echo "$GREETING" && pwd')  # the env came from the Secret
+        assert started.endpoint.url == f"http://{sb.id}-00001.{NAMESPACE}.svc.cluster.local"  # the default mode
+        result = await exec_(cluster, started, 'echo "$GREETING" && pwd')  # the env came from the Secret
         assert result["stdout"].startswith("hi\n") and result["stdout"].rstrip().endswith("/workspace")
         assert await backend.is_running(sb.id, started.handle)
         assert (await backend.image_digest("python:3.11-slim")) == started.image_digest
@@ -215,8 +219,8 @@ def test_pod_endpoint_from_endpointslices_and_fallback(cluster: Cluster) -> None
     async def body(backend: KnativeBackend) -> None:
         started = await backend.create(sb)
         pod = cluster.knative.services[sb.id].pod
-        assert pod is not None and started.endpoint.url == f"http://127.0.0.1:{pod.port}"
-        assert (await exec_(started, "echo direct"))["stdout"] == "direct\n"
+        assert pod is not None and started.endpoint.url == f"http://{pod.address}:8012"  # queue-proxy's port
+        assert (await exec_(cluster, started, "echo direct"))["stdout"] == "direct\n"
         await asyncio.to_thread(cluster.knative.scale_to_zero, sb.id)
         deadline = time.monotonic() + 5
         while await backend.is_running(sb.id, started.handle) and time.monotonic() < deadline:
@@ -249,10 +253,31 @@ def test_orphans_are_collected_and_a_lost_service_is_recreated(cluster: Cluster)
         while await backend.is_running(kept.id, {}) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         started = await backend.resume(kept, {})
-        assert (await exec_(started, "echo back"))["stdout"] == "back\n"
+        assert (await exec_(cluster, started, "echo back"))["stdout"] == "back\n"
         await backend.delete(kept.id, {})
 
     run(cluster, second)
+
+
+@pytest.mark.parametrize("mode", ["address", "pod"])
+def test_smoke_in_the_other_endpoint_modes(cluster: Cluster, mode: str) -> None:
+    """The module runs in ``revision`` mode; here the other two: call, scale to zero, wake, call."""
+    sb = spec()
+
+    async def body(backend: KnativeBackend) -> None:
+        started = await backend.create(sb)
+        pod = cluster.knative.services[sb.id].pod
+        assert pod is not None
+        expected = f"http://{pod.address}:8012" if mode == "pod" else cluster.knative.services[sb.id].address
+        assert started.endpoint.url == expected
+        assert (await exec_(cluster, started, "echo one"))["stdout"] == "one\n"
+        await asyncio.to_thread(cluster.knative.scale_to_zero, sb.id)
+        again = await backend.resume(sb, await backend.stop(sb.id, started.handle))
+        assert (await exec_(cluster, again, "echo two"))["stdout"] == "two\n"  # a cold start on that path
+        assert cluster.knative.services[sb.id].starts == 2
+        await backend.delete(sb.id, {})
+
+    run(cluster, body, endpoint_mode=mode)
 
 
 def test_token_bucket_bounds_the_rate() -> None:

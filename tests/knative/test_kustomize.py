@@ -88,6 +88,20 @@ def test_sandbox_namespace_denies_by_default() -> None:
         "labels"].items()
 
 
+def test_system_namespace_denies_by_default_and_opens_only_what_grove_uses() -> None:
+    system = {d["metadata"]["name"]: d for d in resources()
+              if d["kind"] == "NetworkPolicy" and d["metadata"]["namespace"] == "grove-system"}
+    deny = system["system-default-deny"]["spec"]
+    assert deny["podSelector"] == {} and set(deny["policyTypes"]) == {"Ingress", "Egress"}
+    assert "ingress" not in deny and "egress" not in deny
+    minio = system["minio"]["spec"]
+    assert "Egress" not in minio["policyTypes"] and minio["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 9000}]
+    router = system["router"]["spec"]
+    assert router["ingress"] == [{"ports": [{"protocol": "TCP", "port": 8470}]}]
+    deployment = next(d for d in resources() if d["kind"] == "Deployment")
+    assert router["podSelector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+
+
 def test_router_is_configured_for_the_cluster() -> None:
     router = next(d for d in resources() if d["kind"] == "Deployment")
     args = router["spec"]["template"]["spec"]["containers"][0]["args"]

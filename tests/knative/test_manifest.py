@@ -59,7 +59,13 @@ def test_service_validates_against_the_crd_schema(network: Network) -> None:
     assert notes["autoscaling.knative.dev/target-burst-capacity"] == "0"
     assert notes["autoscaling.knative.dev/window"] == "300s"
     container = template["spec"]["containers"][0]
-    assert container["command"][:2] == ["/.grove/lib/ld-linux-x86-64.so.2", "--library-path"]
+    assert container["command"][:2] == ["/.grove/lib/ld.so", "--library-path"]  # the node's arch picks the loader
+    assert container["readinessProbe"]["periodSeconds"] == 0  # queue-proxy's 50 ms probing on cold starts
+    assert {"NET_RAW", "MKNOD"} <= set(container["securityContext"]["capabilities"]["drop"])
+    assert {"name": "GROVE_EXECUTOR_SECCOMP", "value": "1"} in container["env"]
+    init = template["spec"]["initContainers"][0]["securityContext"]
+    assert init["capabilities"] == {"drop": ["ALL"]} and init["readOnlyRootFilesystem"] is True
+    assert init["allowPrivilegeEscalation"] is False
     assert container["resources"]["limits"] == {"cpu": "500m", "memory": "768Mi", "ephemeral-storage": "10240Mi"}
     assert container["resources"]["requests"]["ephemeral-storage"] == "0"  # a ceiling, not a reservation
     secret_refs = {e["name"] for e in container["env"] if "valueFrom" in e}

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from artifacts.s3server import EmbeddedS3
 from artifacts.store import ObjectStore
+from grove.errors import UpstreamTimeout
 from router.knative.manifest import policy_name, secret_name, snapshot_key
 from tests.support.knative_fixtures import NAMESPACE, Cluster
+from tests.support.knative_standin import apply_defaults
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
 from tests.support.s3_fixtures import config_for
 
@@ -39,6 +43,7 @@ def test_files_survive_scale_to_zero_through_s3(knative_router: RouterProcess, c
         assert sb.exec("echo hello").stdout == b"hello\n"
         sb.write_file("notes/plan.txt", b"step 1\n")
         sb.exec("mkdir -p src && echo 'print(1)' > src/main.py && chmod 700 src")
+        sb.exec("echo lost > ../outside-workdir.txt")  # outside the workdir: the container's layer only
         first_pod = cluster.knative.services[sb.id].pod
         assert first_pod is not None
 
@@ -51,6 +56,7 @@ def test_files_survive_scale_to_zero_through_s3(knative_router: RouterProcess, c
         assert second_pod is not None and second_pod.proc.pid != first_pod.proc.pid
         assert sb.exec("cat src/main.py && stat -c %a src").stdout == b"print(1)\n700\n"
         assert cluster.knative.services[sb.id].starts == 2
+        assert sb.exec("cat ../outside-workdir.txt").exit_code != 0  # exactly the workdir survives
 
         steps = knative_router.http("GET", f"/v1/sandboxes/{sb.id}/trajectory").json()
         assert sum(1 for s in steps["steps"] if s.get("type") == "exec") >= 3
@@ -104,3 +110,35 @@ def test_a_failed_revision_is_reported_by_the_api(knative_router: RouterProcess,
     while cluster.leftovers() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not cluster.leftovers()
+
+
+def test_a_workspace_near_its_disk_limit_snapshots_without_eviction(knative_router: RouterProcess,
+                                                                   cluster: Cluster) -> None:
+    """Streamed to S3, a snapshot adds nothing to the pod's disk: 40 MiB in a 64 MiB sandbox survives
+    scale-to-zero (staged in /tmp it would be 80 MiB, and the kubelet would evict the pod mid-snapshot)."""
+    with knative_router.client() as grove:
+        sb = grove.create("python:3.11-slim", heartbeat=False, disk_mb=64)
+        digest = sb.exec("head -c 40M /dev/urandom > big.bin && sha256sum big.bin").stdout
+        cluster.knative.scale_to_zero(sb.id)
+        assert cluster.knative.evictions == 0
+        assert sb.exec("sha256sum big.bin").stdout == digest
+        # Past the limit, the stand-in's kubelet evicts the pod, as a real one would.
+        sb.exec("head -c 30M /dev/urandom > more.bin", timeout_s=30)
+        wait_for(lambda: cluster.knative.evictions == 1, 10, 0.05, "the eviction")
+        sb.close()
+
+
+def test_a_call_queue_proxy_cuts_is_a_clear_504_not_a_retry(knative_router: RouterProcess, cluster: Cluster) -> None:
+    """A revision whose response-start timeout is the cluster's default (as before grove set its own): the
+    stand-in's queue-proxy answers a plain-text 504, which the router names instead of passing on."""
+    cluster.knative.config["config-defaults"]["revision-response-start-timeout-seconds"] = "1"
+    with knative_router.client() as grove:
+        sb = grove.create("python:3.11-slim", heartbeat=False)
+        template = cluster.knative.services[sb.id].obj["spec"]["template"]["spec"]
+        del template["responseStartTimeoutSeconds"]
+        apply_defaults(template, cluster.knative.config["config-defaults"])
+        with pytest.raises(UpstreamTimeout) as err:
+            sb.exec("sleep 2; echo late > late.txt")
+        assert "cut the call with a 504 ('request timeout')" in err.value.message
+        assert cluster.knative.timeouts == 1  # one call: the SDK did not retry into the same request id
+        sb.close()

@@ -159,6 +159,24 @@ def test_heartbeat(router: RouterProcess, grove: Grove) -> None:
     assert bad.status == 400 and "'x'" in error_of(bad)["message"]
 
 
+def test_heartbeats_alone_keep_a_sandbox_and_its_processes_warm(router: RouterProcess, grove: Grove) -> None:
+    """The promise on both backends: no API call and no heartbeat this long, scale to zero; heartbeats
+    alone keep it up (on Knative the autoscaler sees only requests, so each heartbeat makes one)."""
+    sb = grove.create(heartbeat=False, idle_timeout_s=2)
+    # A process and a file outside the workspace: neither would outlive the pod (only the workspace is
+    # snapshotted), so finding both later proves the same pod served throughout.
+    started = sb.exec("echo here > ../warm-marker && sleep 600 </dev/null >/dev/null 2>&1 & echo $!")
+    pid = started.stdout.decode().strip()
+    until = time.monotonic() + 4  # twice the idle timeout (and the stand-in autoscaler's window, scaled)
+    while time.monotonic() < until:
+        sb.heartbeat()
+        time.sleep(0.1)  # the stand-in's autoscaler window is 6 s scaled by 0.05: 0.3 s without traffic
+    assert sb.status()["status"] == "ready"
+    assert sb.exec(f"kill {pid} && cat ../warm-marker").stdout == b"here\n"  # the same pod, its process alive
+    wait_for(lambda: sb.status()["status"] == "idle", timeout=8)  # silence: scaled to zero after all
+    sb.close()
+
+
 @pytest.mark.local_only  # the stand-in runs pods on the host, without a root of their own
 def test_two_sandboxes_are_independent(router: RouterProcess, grove: Grove) -> None:
     a, b = grove.create(), grove.create()

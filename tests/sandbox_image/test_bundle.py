@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_image.bundle import GROVE_PACKAGES, MANIFEST, Bundle, build_bundle, collect_retired
+from sandbox_image.bundle import GROVE_PACKAGES, MANIFEST, PORTABLE_LOADER, Bundle, build_bundle, collect_retired
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUSYBOX = Path("/bin/busybox")
@@ -47,6 +47,10 @@ def test_layout(bundle: Bundle) -> None:
     root = bundle.path
     assert (root / "bin" / bundle.python).is_file()
     assert (root / "lib" / bundle.loader).is_file()
+    # The arch-neutral name Knative's Service command uses: a relative link, so it resolves wherever the
+    # bundle is mounted, to this machine's loader (x86-64 here, aarch64 on an arm64 node).
+    link = root / "lib" / PORTABLE_LOADER
+    assert link.is_symlink() and link.readlink() == Path(bundle.loader) and link.resolve().is_file()
     assert (root / "lib" / "libpython3.11.so.1.0").is_file()
     assert (root / "lib" / "libc.so.6").is_file()
     assert json.loads((root / MANIFEST).read_text())["stamp"] == bundle.stamp
@@ -73,8 +77,10 @@ def test_runs_on_host_and_ignores_python_environment(bundle: Bundle, tmp_path: P
     # -I must shield the executor from whatever the sandbox sets.
     env = {"PATH": "/usr/bin:/bin", "PYTHONHOME": "/nonexistent", "PYTHONPATH": str(tmp_path)}
     (tmp_path / "flask.py").write_text("raise SystemExit('shadowed by PYTHONPATH')\n")
-    proc = _run([*bundle.python_argv(bundle.path), "-c", code], env=env, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    portable = Bundle(bundle.path, bundle.stamp, loader=PORTABLE_LOADER)
+    for argv in (bundle.python_argv(bundle.path), portable.python_argv(bundle.path)):
+        proc = _run([*argv, "-c", code], env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
     assert info["prefix"] == str(bundle.path)
     assert all(p.startswith(str(bundle.path) + "/") for p in info["path"]), info["path"]

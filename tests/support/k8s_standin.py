@@ -4,7 +4,9 @@ It serves the objects grove uses — ``serving.knative.dev/v1`` services and rev
 ``networking.k8s.io/v1`` networkpolicies, ``discovery.k8s.io/v1`` endpointslices — to the real
 ``kubernetes`` client: create, get, list (label and field selectors), delete (background or foreground
 propagation), and ``?watch=true`` streams of ``{"type", "object"}`` JSON lines from a resourceVersion,
-with ``410 Gone`` for versions older than its history. Errors are ``Status`` objects (404, 409, 422,
+with ``410 Gone`` for versions older than its history. Lists page with ``limit``/``continue``; watches
+that ask for them get ``BOOKMARK`` events when idle; :meth:`KubeStandin.stall_watches` makes open watches go
+silent without closing (a half-open connection). Errors are ``Status`` objects (404, 409, 422,
 403 for RBAC, 401 without the kubeconfig's token). Faults can be queued per verb and resource, and
 every call is counted per sandbox. :mod:`tests.support.knative_standin` plays Knative's controllers on top.
 It runs on an event loop in a thread of its own, so synchronous tests and subprocess routers both use it.
@@ -97,6 +99,11 @@ class KubeStandin:
         self._thread = threading.Thread(target=self.loop.run_forever, name="k8s-standin", daemon=True)
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.bookmark_interval_s = 1.0
+        """A watch that asked for bookmarks gets one after this long without events (the API server: ~1 min)."""
+        self.pages = 0
+        """List responses served (pages)."""
+        self._unstall = asyncio.Event()
 
     # -- lifetime, from the test's thread --------------------------------------------------------------
 
@@ -113,6 +120,7 @@ class KubeStandin:
     def stop(self) -> None:
         """End every watch and stop serving."""
         async def shutdown() -> None:
+            self._unstall.set()
             for *_, queue in self._watchers:
                 queue.put_nowait(None)
             if self._runner is not None:
@@ -182,6 +190,11 @@ class KubeStandin:
         for *_, queue in self._watchers:
             queue.put_nowait(None)
 
+    def stall_watches(self) -> None:
+        """Open watch streams go silent without closing (a NAT or load balancer dropped them); new ones work."""
+        for *_, queue in self._watchers:
+            queue.put_nowait(("STALL", {}))
+
     def _emit(self, plural: str, ns: str, kind: str, obj: Obj) -> None:
         events = self.events[(plural, ns)]
         events.append((int(obj["metadata"]["resourceVersion"]), kind, obj))
@@ -233,9 +246,22 @@ class KubeStandin:
         labels, fields = request.query.get("labelSelector", ""), request.query.get("fieldSelector", "")
         if watching:
             return await self._watch(request, plural, ns, labels, fields)
-        items = [o for o in self.objects[(plural, ns)].values() if self._selected(o, labels, fields)]
+        items = sorted((o for o in self.objects[(plural, ns)].values() if self._selected(o, labels, fields)),
+                       key=lambda o: str(o["metadata"]["name"]))
+        # Pagination: ``limit`` items a page, then a ``continue`` token naming where the next page starts and
+        # the list's version (every page reports the first one's, as the API server's consistent lists do).
+        version, start = str(self._rv), ""
+        if token := request.query.get("continue"):
+            version, start = json.loads(base64.b64decode(token))
+        items = [o for o in items if str(o["metadata"]["name"]) > start] if start else items
+        meta: Obj = {"resourceVersion": version}
+        limit = int(request.query.get("limit") or 0)
+        if limit and len(items) > limit:
+            items = items[:limit]
+            meta["continue"] = base64.b64encode(json.dumps([version, items[-1]["metadata"]["name"]]).encode()).decode()
+        self.pages += 1
         return web.json_response({"kind": KINDS.get(plural, "Object") + "List", "apiVersion": "v1",
-                                  "metadata": {"resourceVersion": str(self._rv)}, "items": items})
+                                  "metadata": meta, "items": items})
 
     async def _create(self, request: web.Request, plural: str, ns: str, body: Obj) -> web.Response:
         name = body.get("metadata", {}).get("name", "")
@@ -322,13 +348,20 @@ class KubeStandin:
             if self._selected(obj, labels, fields):
                 await send(kind, obj)
         deadline = time.monotonic() + timeout
+        bookmarks = request.query.get("allowWatchBookmarks") in ("true", "1")
         try:
             while (left := deadline - time.monotonic()) > 0:
                 try:
-                    item = await asyncio.wait_for(queue.get(), left)
+                    item = await asyncio.wait_for(queue.get(), min(left, self.bookmark_interval_s))
                 except TimeoutError:
-                    break
+                    if bookmarks and queue.empty():  # everything selected up to now was sent
+                        await send("BOOKMARK", {"kind": KINDS.get(plural, "Object"), "apiVersion": "v1",
+                                                "metadata": {"resourceVersion": str(self._rv)}})
+                    continue
                 if item is None:
+                    break
+                if item[0] == "STALL":  # a half-open connection: nothing more, and never closed
+                    await self._unstall.wait()
                     break
                 if int(item[1]["metadata"]["resourceVersion"]) > sent:
                     await send(*item)

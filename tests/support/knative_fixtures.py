@@ -44,7 +44,9 @@ class Cluster:
     scratch: Path
 
     def options(self, **overrides: object) -> KnativeOptions:
-        """Backend options for this cluster (address endpoints: the stand-in's revision URLs do not resolve)."""
+        """Backend options for this cluster; ``address`` endpoints unless overridden (a router subprocess has
+        no way to the stand-in's Service network; backend tests reach revision URLs through its
+        ``gateway`` and run in ``revision`` mode)."""
         values: dict[str, object] = {"namespace": NAMESPACE, "kubeconfig": str(self.kubeconfig),
                                      "endpoint_mode": "address", "backoff_s": 0.01, "ready_timeout_s": 30.0,
                                      "idle_snapshot_s": 0.0}

@@ -13,10 +13,14 @@
   the env resolved from the Secret, snapshot URLs included.
 * **activator + autoscaler**: ``status.address.url`` is a loopback proxy per Service that wakes a
   scaled-to-zero pod on the next request and counts traffic; after the annotations' window and
-  retention (times ``time_scale``) without any, the pod gets SIGTERM (it snapshots) and is gone. A real
-  cluster answers on ``http://<revision>.<ns>.svc.cluster.local`` instead; tests use ``address`` mode.
-* An EndpointSlice ``<revision>-private-…`` lists the pod while it runs (its port is the executor's;
-  on a cluster it is the queue-proxy's 8012).
+  retention (times ``time_scale``) without any, the pod gets SIGTERM (it snapshots) and is gone.
+  ``gateway`` is the cluster's Service network: an HTTP proxy routing ``<revision>.<ns>.svc.cluster.local``
+  by Host header to the same activator path (``revision`` endpoint mode).
+* **queue-proxy**: each pod has a loopback address of its own (its "pod IP") with queue-proxy on 8012,
+  which its EndpointSlice ``<revision>-private-…`` lists while it runs (``pod`` endpoint mode). Every path
+  to the executor goes through queue-proxy's timeouts (response start, idle, ``timeoutSeconds``).
+* **kubelet**: readiness probing as queue-proxy does it, and eviction of a pod whose files outgrow its
+  ephemeral-storage limit.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import base64
 import contextlib
 import hashlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -44,6 +49,8 @@ from tests.support.crd_schema import load_schema, validate
 from tests.support.k8s_standin import KubeStandin, Obj
 
 REPO = Path(__file__).resolve().parent.parent.parent
+QUEUE_PORT = 8012
+"""queue-proxy's port, the one a revision's private EndpointSlice lists."""
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host", "content-length"}
 
 
@@ -60,6 +67,13 @@ class Pod:
     proc: subprocess.Popen[bytes]
     port: int
     root: str
+    probes: int = 0
+    """Readiness probes sent before it was ready."""
+    address: str = "127.0.0.1"
+    """The pod's IP (a loopback address of its own): its queue-proxy listens there on 8012."""
+    queue: web.AppRunner | None = None
+    probe_interval: float = 0.0
+    """Seconds between them."""
 
 
 @dataclass
@@ -94,19 +108,30 @@ class KnativeStandin:
         self.procs: set[subprocess.Popen[bytes]] = set()
         """Every pod process not yet reaped (killed at close, whatever state its pod is in)."""
         self._session: aiohttp.ClientSession | None = None
+        self.gateway = ""
+        """``http://127.0.0.1:port``: the cluster network, routing by Host (use as the HTTP proxy of revision URLs)."""
+        self._gateway: web.AppRunner | None = None
+        self.evictions = 0
+        """Pods the kubelet evicted for outgrowing their ephemeral-storage limit."""
+        self.timeouts = 0
+        """Calls the activator/queue-proxy ended with its timeout (a 504, or a cut response)."""
 
     def install(self) -> KnativeStandin:
         """Hook into the API server's services."""
         self.api.validators["services"] = self.webhook
         self.api.on_create["services"] = self.created
         self.api.on_delete["services"] = self.deleted
+        self.api.run(self._start_gateway())
         return self
 
     # -- the webhook -----------------------------------------------------------------------------------
 
     def webhook(self, body: Obj, field_validation: str) -> tuple[int, str] | None:
-        """None, or (status, message) as the API server would answer the create."""
+        """None, or (status, message) as the API server would answer the create; defaults ``body`` in place
+        (the mutating webhook runs first)."""
         name = body.get("metadata", {}).get("name", "")
+        if isinstance(body.get("spec", {}).get("template", {}).get("spec"), dict):
+            apply_defaults(body["spec"]["template"]["spec"], self.config.get("config-defaults", {}))
         problems = validate(body, self.schema)
         unknown = [p for p in problems if "unknown field" in p]
         if unknown and field_validation == "Strict":
@@ -223,28 +248,39 @@ class KnativeStandin:
                 env[item["name"]] = base64.b64decode(value).decode()
         argv = [a.replace(DEFAULT_MOUNT_POINT, str(self.bundle.path), 1) if a.startswith(DEFAULT_MOUNT_POINT)
                 else a.replace("0.0.0.0:8080", f"127.0.0.1:{port}") for a in container["command"]]
+        env["TMPDIR"] = os.path.join(root, "tmp")  # the container's /tmp is on its writable layer
+        os.makedirs(env["TMPDIR"])
         log = open(os.path.join(root, ".pod.log"), "wb")  # noqa: SIM115 - the child owns it
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 start_new_session=True)
         log.close()
         self.procs.add(proc)
         ks.pod, ks.starts, ks.last = Pod(proc, port, root), ks.starts + 1, time.monotonic()
-        if not await self._ready(ks.pod):
+        limit = _bytes(container.get("resources", {}).get("limits", {}).get("ephemeral-storage", "0"))
+        if limit:
+            asyncio.get_running_loop().create_task(self._kubelet_storage(ks, ks.pod, limit))
+        if not await self._ready(ks.pod, container.get("readinessProbe") or {}):
             tail = Path(root, ".pod.log").read_bytes()[-600:].decode(errors="replace")
             await self._stop_pod(ks)
             raise RuntimeError(f"Container failed with: {tail.strip()}")
+        await self._start_queue_proxy(ks, ks.pod)
         self._endpoints(ks)
 
-    async def _ready(self, pod: Pod, timeout: float = 30.0) -> bool:
-        """The readiness probe: GET /healthz until it answers (or the container exits)."""
+    async def _ready(self, pod: Pod, probe: Obj, timeout: float = 30.0) -> bool:
+        """The readiness probe as queue-proxy runs it (``pkg/queue/readiness/probe.go``): with
+        ``periodSeconds: 0`` every 50 ms until it passes; otherwise once per kubelet period."""
         session = self._client()
+        pod.probe_interval = probe_interval(probe)
+        path = probe.get("httpGet", {}).get("path", "/")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and pod.proc.poll() is None:
-            with contextlib.suppress(aiohttp.ClientError, OSError):
-                async with session.get(f"http://127.0.0.1:{pod.port}/healthz") as resp:
-                    if resp.status == 200:
+            pod.probes += 1
+            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                async with session.get(f"http://127.0.0.1:{pod.port}{path}",
+                                       timeout=aiohttp.ClientTimeout(total=probe_timeout(probe))) as resp:
+                    if 200 <= resp.status < 400:
                         return True
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(pod.probe_interval)
         return False
 
     async def _stop_pod(self, ks: KService, grace: float = 30.0) -> None:
@@ -252,6 +288,8 @@ class KnativeStandin:
         if pod is None:
             return
         self._endpoints(ks)
+        if pod.queue is not None:
+            await pod.queue.cleanup()
         with contextlib.suppress(ProcessLookupError):
             pod.proc.send_signal(signal.SIGTERM if grace else signal.SIGKILL)  # SIGTERM: it snapshots
         try:
@@ -265,15 +303,35 @@ class KnativeStandin:
         self.procs.discard(pod.proc)
         shutil.rmtree(pod.root, ignore_errors=True)  # the container's filesystem goes with it
 
+    async def _kubelet_storage(self, ks: KService, pod: Pod, limit: int) -> None:
+        """The kubelet's ephemeral-storage eviction: a pod whose writable layer (here: its root, /tmp
+        included) outgrows the limit is evicted, with a 1 s grace, terminating or not."""
+        while pod.proc.poll() is None:
+            await asyncio.sleep(0.1)
+            if await asyncio.to_thread(_disk_usage, pod.root, pod.proc.pid) <= limit:
+                continue
+            self.evictions += 1
+            if ks.pod is pod:
+                ks.pod = None
+                self._endpoints(ks)
+            if pod.queue is not None:
+                await pod.queue.cleanup()
+            with contextlib.suppress(ProcessLookupError):
+                pod.proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(1.0)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pod.proc.pid, signal.SIGKILL)
+            return
+
     def _endpoints(self, ks: KService) -> None:
         ns = ks.obj["metadata"]["namespace"]
-        ready = [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}] if ks.pod else []
+        ready = [{"addresses": [ks.pod.address], "conditions": {"ready": True}}] if ks.pod else []
         self.api.put("endpointslices", ns, {
             "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
             "metadata": {"name": f"{ks.revision}-private-x7k2p", "namespace": ns, "labels": {
                 "kubernetes.io/service-name": f"{ks.revision}-private", "serving.knative.dev/revision": ks.revision,
                 "networking.internal.knative.dev/serviceType": "Private"}},
-            "endpoints": ready, "ports": [{"name": "http", "port": ks.pod.port if ks.pod else 8012, "protocol": "TCP"}],
+            "endpoints": ready, "ports": [{"name": "http", "port": QUEUE_PORT, "protocol": "TCP"}],
         })
 
     def _client(self) -> aiohttp.ClientSession:
@@ -299,6 +357,8 @@ class KnativeStandin:
                     await ks.proxy.cleanup()
             if self._session is not None:
                 await self._session.close()
+            if self._gateway is not None:
+                await self._gateway.cleanup()
         self.api.run(down())
         for proc in list(self.procs):  # pods whose termination was still under way
             with contextlib.suppress(ProcessLookupError):
@@ -308,29 +368,68 @@ class KnativeStandin:
 
     # -- activator and autoscaler ----------------------------------------------------------------------
 
-    async def _start_proxy(self, ks: KService) -> None:
-        async def forward(request: web.Request) -> web.StreamResponse:
-            ks.inflight += 1
+    async def _activate(self, ks: KService, request: web.Request) -> web.StreamResponse:
+        """The activator: hold the request through a cold start, then hand it to the pod's queue-proxy."""
+        ks.inflight += 1
+        try:
+            async with ks.lock:
+                if ks.pod is None and not ks.deleted:
+                    await self._start_pod(ks)  # cold start: the request waits, like at the activator
+            return await self._queue(ks, request)
+        finally:
+            ks.inflight -= 1
+            ks.last = time.monotonic()
+
+    async def _queue(self, ks: KService, request: web.Request) -> web.StreamResponse:
+        assert ks.pod is not None
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        data = request.content if request.can_read_body else None
+        return await self._proxy(ks, request, headers, data)
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        """The cluster's Service network by Host header: ``<revision>.<ns>.svc.cluster.local`` reaches the
+        revision's activator (a scaled-to-zero revision's Service points at it; a warm one's at its pods,
+        which the activator path reaches too). Tests use it as an HTTP proxy for revision URLs."""
+        host = request.host.split(":")[0]
+        for ks in list(self.services.values()):
+            if host == f"{ks.revision}.{ks.obj['metadata']['namespace']}.svc.cluster.local":
+                return await self._activate(ks, request)
+        return web.Response(status=404, text=f"no revision answers to Host {host}")
+
+    async def _start_gateway(self) -> None:
+        app = web.Application(client_max_size=1 << 34)
+        app.router.add_route("*", "/{tail:.*}", self._route)
+        self._gateway = web.AppRunner(app, access_log=None)
+        await self._gateway.setup()
+        await web.TCPSite(self._gateway, "127.0.0.1", 0).start()
+        self.gateway = f"http://127.0.0.1:{self._gateway.addresses[0][1]}"
+
+    async def _start_queue_proxy(self, ks: KService, pod: Pod) -> None:
+        """queue-proxy on the pod's own address and Knative's port 8012, as its EndpointSlice lists it."""
+        async def serve(request: web.Request) -> web.StreamResponse:
+            ks.inflight += 1  # queue-proxy reports its concurrency to the autoscaler
             try:
-                async with ks.lock:
-                    if ks.pod is None and not ks.deleted:
-                        await self._start_pod(ks)  # cold start: the request waits, like at the activator
-                assert ks.pod is not None
-                headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-                session = self._client()
-                data = request.content if request.can_read_body else None
-                async with session.request(request.method, f"http://127.0.0.1:{ks.pod.port}{request.path_qs}",
-                                           headers=headers, data=data, auto_decompress=False) as upstream:
-                    out = web.StreamResponse(status=upstream.status, headers={
-                        k: v for k, v in upstream.headers.items() if k.lower() not in _HOP})
-                    await out.prepare(request)
-                    async for chunk in upstream.content.iter_any():
-                        await out.write(chunk)
-                    await out.write_eof()
-                    return out
+                return await self._queue(ks, request)
             finally:
                 ks.inflight -= 1
                 ks.last = time.monotonic()
+
+        app = web.Application(client_max_size=1 << 34)
+        app.router.add_route("*", "/{tail:.*}", serve)
+        pod.queue = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await pod.queue.setup()
+        for _ in range(50):  # a loopback address of its own (127/8 is all loopback), like a pod IP
+            pod.address = f"127.{secrets.randbelow(254) + 1}.{secrets.randbelow(254) + 1}.{secrets.randbelow(253) + 2}"
+            try:
+                await web.TCPSite(pod.queue, pod.address, QUEUE_PORT).start()
+                return
+            except OSError:
+                continue
+        raise RuntimeError("no free loopback address for queue-proxy")
+
+    async def _start_proxy(self, ks: KService) -> None:
+        async def forward(request: web.Request) -> web.StreamResponse:
+            return await self._activate(ks, request)
 
         app = web.Application(client_max_size=1 << 34)
         app.router.add_route("*", "/{tail:.*}", forward)
@@ -338,6 +437,45 @@ class KnativeStandin:
         await ks.proxy.setup()
         await web.TCPSite(ks.proxy, "127.0.0.1", 0).start()
         ks.address = f"http://127.0.0.1:{ks.proxy.addresses[0][1]}"
+
+    async def _proxy(self, ks: KService, request: web.Request, headers: dict[str, str],
+                     data: object) -> web.StreamResponse:
+        """Forward to the pod under queue-proxy's timeouts (``pkg/http/handler/timeout.go``): a 504 when no
+        byte came within the response-start (or idle) timeout; at ``timeoutSeconds`` the call is cut, a
+        started response getting the message appended and ending."""
+        assert ks.pod is not None
+        spec = ks.obj["spec"]["template"]["spec"]
+        total = float(spec.get("timeoutSeconds") or 300)
+        start = float(spec.get("responseStartTimeoutSeconds") or 0)
+        idle = float(spec.get("idleTimeoutSeconds") or 0)
+        began = time.monotonic()
+        first = min(t for t in (total, start or total, idle or total))
+        upstream_cm = self._client().request(request.method, f"http://127.0.0.1:{ks.pod.port}{request.path_qs}",
+                                             headers=headers, data=data, auto_decompress=False)
+        try:
+            upstream = await asyncio.wait_for(upstream_cm.__aenter__(), first)
+        except TimeoutError:
+            self.timeouts += 1
+            return web.Response(status=504, text="request timeout")
+        try:
+            out = web.StreamResponse(status=upstream.status, headers={
+                k: v for k, v in upstream.headers.items() if k.lower() not in _HOP})
+            await out.prepare(request)
+            while True:
+                left = total - (time.monotonic() - began)
+                try:
+                    chunk = await asyncio.wait_for(upstream.content.readany(), max(0.0, min(left, idle or left)))
+                except TimeoutError:
+                    self.timeouts += 1
+                    await out.write(b"request timeout")
+                    break
+                if not chunk:
+                    break
+                await out.write(chunk)
+            await out.write_eof()
+            return out
+        finally:
+            await upstream_cm.__aexit__(None, None, None)
 
     async def _autoscale(self, ks: KService) -> None:
         notes = ks.obj["spec"]["template"]["metadata"]["annotations"]
@@ -348,6 +486,66 @@ class KnativeStandin:
             if ks.pod and not ks.inflight and time.monotonic() - ks.last > idle * self.time_scale:
                 async with ks.lock:
                     await self._stop_pod(ks)
+
+
+def probe_interval(probe: Obj) -> float:
+    """Seconds between readiness probes: queue-proxy's aggressive 50 ms when ``periodSeconds`` is 0 (or unset,
+    Knative's default), else the kubelet's period, during which a pod that is up waits unseen."""
+    period = float(probe.get("periodSeconds") or 0)
+    return 0.05 if period == 0 else period
+
+
+def probe_timeout(probe: Obj) -> float:
+    """One probe's timeout: 100 ms when aggressive, else ``timeoutSeconds`` (1 by default)."""
+    return 0.1 if not probe.get("periodSeconds") else float(probe.get("timeoutSeconds") or 1)
+
+
+def apply_defaults(spec: Obj, defaults: dict[str, str]) -> None:
+    """Knative's defaulting of a revision's timeouts (``pkg/apis/serving/v1/revision_defaults.go``, config
+    from ``pkg/apis/config/defaults.go``): ``timeoutSeconds`` from ``revision-timeout-seconds`` (300); the
+    response-start timeout from ``revision-response-start-timeout-seconds`` (default: the revision timeout
+    default, i.e. 300) and the idle timeout from ``revision-idle-timeout-seconds`` (0), each only when
+    unset, non-zero and below the revision's timeout."""
+    revision = int(defaults.get("revision-timeout-seconds", "300"))
+    if not spec.get("timeoutSeconds"):
+        spec["timeoutSeconds"] = revision
+    start = int(defaults.get("revision-response-start-timeout-seconds", str(revision)))
+    if "responseStartTimeoutSeconds" not in spec and 0 < start < spec["timeoutSeconds"]:
+        spec["responseStartTimeoutSeconds"] = start
+    idle = int(defaults.get("revision-idle-timeout-seconds", "0"))
+    if "idleTimeoutSeconds" not in spec and 0 < idle < spec["timeoutSeconds"]:
+        spec["idleTimeoutSeconds"] = idle
+
+
+def _bytes(quantity: str) -> int:
+    """A Kubernetes quantity in bytes (the binary suffixes grove writes, or plain bytes)."""
+    for suffix, factor in (("Ki", 1 << 10), ("Mi", 1 << 20), ("Gi", 1 << 30)):
+        if quantity.endswith(suffix):
+            return int(float(quantity[:-2]) * factor)
+    return int(float(quantity or 0))
+
+
+def _disk_usage(root: str, session: int) -> int:
+    """Bytes allocated under ``root``, with files deleted but still open by the pod's processes (those of
+    the executor's session): a filesystem quota on the writable layer counts them, as it would a
+    spooled temporary file."""
+    total = 0
+    for top, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(top, name)).st_blocks * 512
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                raw = fh.read()
+            if int(raw[raw.rfind(b")") + 2:].split()[3]) != session:
+                continue
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith(root + "/") and target.endswith(" (deleted)"):
+                        total += os.stat(f"/proc/{pid}/fd/{fd}").st_blocks * 512
+    return total
 
 
 def _seconds(duration: str) -> float:
