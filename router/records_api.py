@@ -83,7 +83,7 @@ async def get_trajectory(request: web.Request) -> web.Response:
 
 
 def _reader(request: web.Request) -> TrajectoryReader:
-    return service_of(request).trajectories  # type: ignore[return-value]
+    return service_of(request).trajectories
 
 
 async def post_artifacts(request: web.Request) -> web.Response:

@@ -9,8 +9,9 @@ import logging
 import secrets
 import time
 from collections.abc import Coroutine, Iterator
-from typing import Any, Protocol
+from typing import Any
 
+from artifacts.archive import TrajectoryArchive
 from artifacts.artifact_index import ArtifactIndex
 from artifacts.store import ObjectStore
 from grove.errors import Conflict, GroveError, InternalError, Invalid, Unavailable
@@ -26,16 +27,6 @@ from router.storage import Storage
 
 log = logging.getLogger("grove.router")
 _FLUSH_EVERY_S = 10.0
-
-
-class TrajectoryStore(Protocol):
-    """Where finished trajectories go (S3, spooling locally while S3 is unreachable)."""
-
-    def store(self, record: dict[str, Any]) -> object:
-        """Keep one record; never loses it (spools when S3 is down); returns where it went."""
-
-    def flush_spool(self) -> int:
-        """Upload spooled records; returns how many went up."""
 
 
 class SandboxService:
@@ -57,7 +48,7 @@ class SandboxService:
         self.recorder = recorder
         self.journal = recorder.journal
         self.objects: ObjectStore = storage.objects
-        self.trajectories: TrajectoryStore = storage.trajectories
+        self.trajectories: TrajectoryArchive = storage.trajectories
         self.artifacts: ArtifactIndex = storage.artifacts
         """The artifact index in the same bucket."""
         # A backend that keeps state in object storage (Knative's snapshots) presigns with it.

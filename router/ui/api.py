@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from artifacts import trajectory as tj
-from grove.errors import BadRequest, NotFound, Unavailable
+from grove.errors import BadRequest, NotFound
 from router.appkeys import service_of
 from router.ui.records import RecordCache, load
 from router.ui.records import raw as raw_record
@@ -69,8 +69,6 @@ async def trajectories(request: web.Request) -> web.StreamResponse:
     """GET /ui/api/trajectories?task_id=&model=&harness=&outcome=&run_id=&date_from=&date_to=&after=&limit="""
     q = request.query
     objects = service_of(request).objects
-    if objects is None:
-        raise Unavailable("trajectory storage is not ready yet", retry_after=1)
 
     def text(name: str) -> str | None:
         value = q.get(name, "").strip()
@@ -142,8 +140,6 @@ async def full_output(request: web.Request) -> web.StreamResponse:
     if not isinstance(key, str) or not key.startswith("artifacts/"):
         raise NotFound(f"this step's {stream} was not truncated: the page has all of it")
     objects = service_of(request).objects
-    if objects is None:
-        raise Unavailable("object storage is not ready yet", retry_after=1)
     if not await asyncio.to_thread(objects.exists, key):
         raise NotFound(f"the full {stream} is not in S3 (yet): the router stores it in the background, "
                        "or the sandbox was deleted before it could")

@@ -16,7 +16,7 @@ from typing import Any
 import msgpack
 
 from artifacts import trajectory as tj
-from grove.errors import NotFound, Unavailable
+from grove.errors import NotFound
 from router.journal import Journal
 from router.service import SandboxService
 
@@ -79,10 +79,7 @@ async def load(service: SandboxService, cache: RecordCache, sandbox_id: str) -> 
     hit = cache.get(sandbox_id)
     if hit is not None:
         return hit, False
-    archive = service.trajectories
-    if archive is None:
-        raise Unavailable("trajectory storage is not ready yet", retry_after=1)
-    record: dict[str, Any] = await asyncio.to_thread(archive.get, sandbox_id)  # type: ignore[attr-defined]
+    record: dict[str, Any] = await asyncio.to_thread(service.trajectories.get, sandbox_id)
     cache.put(sandbox_id, record)
     return record, False
 
@@ -92,10 +89,6 @@ async def raw(service: SandboxService, sandbox_id: str) -> bytes:
     if service.journal.exists(sandbox_id):
         record = await asyncio.to_thread(service.journal.record, sandbox_id)
         return bytes(msgpack.packb(record, use_bin_type=True, default=str))
-    objects = service.objects
-    archive = service.trajectories
-    if objects is None or archive is None:
-        raise Unavailable("trajectory storage is not ready yet", retry_after=1)
-    record = await asyncio.to_thread(archive.get, sandbox_id)  # type: ignore[attr-defined]
-    data: bytes = await asyncio.to_thread(objects.get_bytes, tj.trajectory_key(record))
+    record = await asyncio.to_thread(service.trajectories.get, sandbox_id)
+    data: bytes = await asyncio.to_thread(service.objects.get_bytes, tj.trajectory_key(record))
     return data

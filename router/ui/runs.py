@@ -13,7 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
-from grove.errors import BadRequest, NotFound, Unavailable
+from artifacts.store import ObjectStore
+from grove.errors import BadRequest, NotFound
 from router.appkeys import service_of
 from router.runs_api import RUNS_PREFIX
 
@@ -22,11 +23,8 @@ MAX_GROUPS = 5000
 """Groups shown at most (a run of more lists the first ones and says so)."""
 
 
-def _objects(request: web.Request) -> Any:
-    objects = service_of(request).objects
-    if objects is None:
-        raise Unavailable("object storage is not ready yet", retry_after=1)
-    return objects
+def _objects(request: web.Request) -> ObjectStore:
+    return service_of(request).objects
 
 
 def _name(value: str, what: str) -> str:
