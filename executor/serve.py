@@ -126,13 +126,17 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
         worker.init_process()
 
     def load(self) -> Any:
-        """Build the WSGI app (in the worker, after fork)."""
+        """Build the WSGI app (in the worker, after fork); a warm-pool claim builds it again."""
         from executor.app import create_app
+        from executor.claim import Claimable
 
-        app = create_app(self._settings)
-        if self._settings.snapshot_put_url and self._settings.idle_snapshot_s > 0:
-            IdleSnapshots(Snapshots(self._settings), self._settings.idle_snapshot_s).install(app)
-        return app
+        def build(settings: ExecutorSettings) -> Any:
+            app = create_app(settings)
+            if settings.snapshot_put_url and settings.idle_snapshot_s > 0:
+                IdleSnapshots(Snapshots(settings), settings.idle_snapshot_s).install(app)
+            return app
+
+        return Claimable(self._settings, build)
 
 
 def _final_snapshot(snapshots: Snapshots) -> None:

@@ -7,6 +7,7 @@ layout is spelled once::
     <state>/router.json                 the running router's PID and URL (grove.runfile)
     <state>/router.log                  the router's output when a harness starts it
     <state>/records/<id>.json           one record per sandbox (re-adoption after a restart)
+    <state>/pools/<name>.json           one warm pool definition per file (kept across restarts)
     <state>/journals/<id>.msgpack       each sandbox's trajectory steps, appended as they happen
     <state>/spool/                      trajectories waiting for S3
     <state>/s3/                         the embedded S3 server's data (grove-s3.pid, grove-s3.json)
@@ -47,6 +48,11 @@ class StateDir:
     def records(self) -> Path:
         """One JSON record per sandbox."""
         return self.root / "records"
+
+    @property
+    def pools(self) -> Path:
+        """One JSON warm-pool definition per pool."""
+        return self.root / "pools"
 
     def record(self, sandbox_id: str) -> Path:
         """A sandbox's record."""

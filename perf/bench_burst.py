@@ -4,7 +4,9 @@
 local backend) and, on it: the quiet exec latency of ``["true"]`` and of each burst command against
 their floors; idle sandboxes' memory and CPU; sandboxes scaled to zero and their cold start; the
 sequential create latency; then one burst per size (:mod:`perf.burst`), with the CPU of each by role and a
-leak check around the largest. Writes ``perf/results/burst.json``, ``burst_timeline.png``,
+leak check around the largest; the largest again with a warm pool filled first (:mod:`perf.pooled`); and
+the floor, the same work in bare isolated shells with no grove (:mod:`perf.floor`), in the same run.
+Writes ``perf/results/burst.json``, ``burst_timeline.png``,
 ``burst_cdf.png`` and the "Burst" section of ``perf/README.md``. Everything it started is removed, also
 when it fails or is interrupted (SIGINT, SIGTERM).
 """
@@ -30,7 +32,9 @@ from perf.common import (
     sigterm_as_exit,
     utc_now,
 )
+from perf.floor import floor
 from perf.plots import burst_timeline, latency_cdf
+from perf.pooled import pooled_burst
 
 NAME = "burst"
 TIMELINE_PNG = RESULTS_DIR / "burst_timeline.png"
@@ -105,7 +109,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         results: dict[int, BurstResult] = {}
         for n in sizes:
             bursts[str(n)], results[n] = one_burst(router, group, n, args.concurrency)
-    largest = max(sizes)
+        largest = max(sizes)
+        pooled = pooled_burst(router, group, largest, args.concurrency) if args.pooled else None
+        _wait_empty(router)
+        time.sleep(2.0)
+        # The same work with no grove at all, in the same run (the router idle meanwhile).
+        bare = asyncio.run(floor(largest)) if args.floor else None
+    if bare is not None:
+        print(f"floor of {largest}: {bare['wall_s']:.1f} s, {bare['cpu_ms_per_shell']:.1f} ms CPU per shell; "
+              f"the burst took {bursts[str(largest)]['end_to_end_s'] / bare['wall_s']:.2f}x the floor", flush=True)
     _plots(results, largest, quiet)
     for n, result in results.items():
         bursts[str(n)]["timeline_step_s"] = 0.1
@@ -117,6 +129,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "scale_to_zero": zero,
         "sequential": sequential,
         "bursts": bursts,
+        "floor": bare,
+        "pooled": pooled,
         "cleanup": router.cleanup,
         "cpu_accounting": group is not None,
     }
@@ -151,6 +165,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--settle", type=float, default=5.0, help="seconds idle before they are measured (default 5)")
     parser.add_argument("--cold", type=int, default=20, help="sandboxes scaled to zero, then woken (default 20)")
     parser.add_argument("--creates", type=int, default=30, help="sequential create/delete pairs (default 30)")
+    parser.add_argument("--no-floor", dest="floor", action="store_false",
+                        help="skip the floor: the largest burst's work in bare isolated shells (perf/floor.py)")
+    parser.add_argument("--no-pooled", dest="pooled", action="store_false",
+                        help="skip the pooled burst: a warm pool of the largest size filled, then claimed")
     args = parser.parse_args(argv)
     sigterm_as_exit()
     report: dict[str, Any] = {

@@ -136,13 +136,14 @@ def _kind(phase: str, exc: BaseException) -> str:
     return f"{phase}: {type(exc).__name__}" + (f" ({code})" if isinstance(code, str) else "")
 
 
-async def _one(grove: AsyncGrove, run: SandboxRun, t0: float, gate: asyncio.Semaphore | None) -> None:
+async def _one(grove: AsyncGrove, run: SandboxRun, t0: float, gate: asyncio.Semaphore | None,
+               pool: str | None = None) -> None:
     if gate is not None:
         await gate.acquire()
     try:
         run.create_sent = time.perf_counter() - t0
         try:
-            sandbox: AsyncSandbox = await grove.create("default")
+            sandbox: AsyncSandbox = await grove.create("default", pool=pool)
         except Exception as exc:
             run.errors.append((_kind("create", exc), str(exc)))
             return
@@ -175,13 +176,14 @@ async def _one(grove: AsyncGrove, run: SandboxRun, t0: float, gate: asyncio.Sema
             gate.release()
 
 
-async def burst(url: str, key: str, n: int, *, concurrency: int = 0) -> BurstResult:
-    """Run ``n`` sandboxes through the Orchard shape; ``concurrency`` 0 launches every one at once."""
+async def burst(url: str, key: str, n: int, *, concurrency: int = 0, pool: str | None = None) -> BurstResult:
+    """Run ``n`` sandboxes through the Orchard shape; ``concurrency`` 0 launches every one at once; with
+    ``pool``, each create claims from that warm pool."""
     runs = [SandboxRun(i) for i in range(n)]
     gate = asyncio.Semaphore(concurrency) if concurrency else None
     async with AsyncGrove(url, key, timeout_s=600) as grove:
         t0 = time.perf_counter()
-        outcomes = await asyncio.gather(*(_one(grove, r, t0, gate) for r in runs), return_exceptions=True)
+        outcomes = await asyncio.gather(*(_one(grove, r, t0, gate, pool) for r in runs), return_exceptions=True)
         wall = time.perf_counter() - t0
     for run, outcome in zip(runs, outcomes, strict=True):
         if isinstance(outcome, BaseException):  # a bug in this driver must show, not vanish

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from perf import floor_report
 from perf.common import machine_line
 
 SECTION = "## Burst: Orchard's 1,000 sandboxes on one machine"
@@ -123,6 +124,7 @@ def markdown(report: dict[str, Any], rows: list[Row]) -> str:
     lines += ["", "![sandboxes alive over time](results/burst_timeline.png)", "",
               "![latency CDFs of the largest burst](results/burst_cdf.png)", ""]
     lines += _cpu_lines(report)
+    lines += floor_report.lines(report)
     lines += _quiet_lines(report)
     lines += _leak_lines(report)
     return "\n".join(lines) + "\n"

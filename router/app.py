@@ -34,10 +34,13 @@ from router.models import (
     Empty,
     EventsRequest,
     FetchQuery,
+    PoolRequest,
+    PoolResize,
     PushRequest,
     SandboxArtifactQuery,
 )
 from router.openapi import build_spec, canonical_path
+from router.pools_api import create_pool, delete_pool, get_pool, list_pools, resize_pool
 from router.proxy import StreamAborted, Upstreams
 from router.recorder import Recorder
 from router.records_api import get_live_trajectory, get_trajectory, list_trajectories, post_artifacts, post_events
@@ -79,10 +82,15 @@ class Route:
 # -- helpers ---------------------------------------------------------------------------------------------
 
 
+async def read_body(request: web.Request) -> Any:
+    """Decode a lifecycle body (not yet validated)."""
+    raw = await read_capped(request, request.app[SERVICE].settings.max_body_bytes)
+    return wire.decode(raw, request.content_type)
+
+
 async def read_model(request: web.Request, model: type[Any]) -> Any:
     """Decode and validate a lifecycle body."""
-    raw = await read_capped(request, request.app[SERVICE].settings.max_body_bytes)
-    return parse(model, wire.decode(raw, request.content_type))
+    return parse(model, await read_body(request))
 
 
 def _record(request: web.Request) -> SandboxRecord:
@@ -93,8 +101,10 @@ def _record(request: web.Request) -> SandboxRecord:
 
 
 async def create_sandbox(request: web.Request) -> web.Response:
-    req = await read_model(request, CreateRequest)
-    record = await service_of(request).create(req)
+    body = await read_body(request)
+    req = parse(CreateRequest, body)
+    # Which fields the body set: a create naming a pool may leave out (or repeat) the pool's own.
+    record = await service_of(request).create(req, frozenset(body))
     return reply(request, record.public(), status=201)
 
 
@@ -106,7 +116,7 @@ async def list_sandboxes(request: web.Request) -> web.Response:
             raise BadRequest(f"label filter {raw!r} must look like key=value")
         labels[key] = value
     status = request.query.get("status")
-    live = service_of(request).registry.live()
+    live = service_of(request).registry.claimed()
     records = [r for r in live if r.matches(labels) and (not status or r.status == status)]
     return reply(request, {"sandboxes": [r.public() for r in sorted(records, key=lambda r: r.created_at)]})
 
@@ -136,7 +146,7 @@ async def heartbeat(request: web.Request) -> web.Response:
 
 async def healthz(request: web.Request) -> web.Response:
     service = service_of(request)
-    return reply(request, {"ok": True, "backend": service.backend.name, "sandboxes": len(service.registry.live())})
+    return reply(request, {"ok": True, "backend": service.backend.name, "sandboxes": len(service.registry.claimed())})
 
 
 async def openapi(request: web.Request) -> web.Response:
@@ -150,6 +160,11 @@ ROUTES: list[Route] = [
     Route("GET", "/v1/sandboxes", list_sandboxes, "List live sandboxes (?label=k=v, ?status=)"),
     Route("GET", "/v1/sandboxes/{id}", get_sandbox, "A sandbox's status"),
     Route("DELETE", "/v1/sandboxes/{id}", delete_sandbox, "Delete a sandbox and everything in it"),
+    Route("POST", "/v1/pools", create_pool, "Define a warm pool of ready sandboxes", body=PoolRequest),
+    Route("GET", "/v1/pools", list_pools, "List warm pools"),
+    Route("GET", "/v1/pools/{name}", get_pool, "A warm pool: size, ready, starting, claims, misses"),
+    Route("PATCH", "/v1/pools/{name}", resize_pool, "Resize a warm pool", body=PoolResize),
+    Route("DELETE", "/v1/pools/{name}", delete_pool, "Delete a warm pool and its unclaimed sandboxes"),
     Route("POST", "/v1/sandboxes/{id}/heartbeat", heartbeat, "Keep a sandbox alive", body=Empty),
     Route("POST", "/v1/sandboxes/{id}/exec", exec_handler, "Run a command (?stream=1 streams)", body=ExecBody),
     Route("GET", "/v1/sandboxes/{id}/files", transfer("/v1/files", "file"), "Read a file (?path=)"),

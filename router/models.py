@@ -60,6 +60,8 @@ class CreateRequest:
     wait: bool = spec("answer once the sandbox is ready (else at once, status `pending`)", default=True)
     request_id: str | None = spec("idempotency key: a retried create returns the same sandbox", default=None,
                                   max_len=200)
+    pool: str | None = spec("claim a ready sandbox from this warm pool (its image, resources and network; "
+                            "an empty pool makes a fresh one)", default=None, max_len=63)
 
     def summary(self) -> dict[str, Any]:
         """The sandbox's configuration in the one shape the API, the trajectory and the viewer all show."""
@@ -134,3 +136,34 @@ class FetchQuery:
                           default=False)
     expires_s: float | None = spec("with `redirect`: the URL's lifetime (default: the router's, 1 h)", default=None,
                                    minimum=1, maximum=7 * DAY)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """A pooled sandbox's limits (the create fields of the same names)."""
+
+    cpu: float = spec("CPU limit in cores", default=1.0, minimum=0.05, maximum=64)
+    memory_mb: int = spec("memory limit in MiB", default=1024, minimum=16, maximum=262144)
+    pids_max: int = spec("most processes and threads", default=512, minimum=8, maximum=65536)
+    disk_mb: int = spec("disk quota in MiB", default=10240, minimum=64, maximum=1048576)
+
+
+@dataclass(frozen=True)
+class PoolRequest:
+    """A warm pool: ``size`` sandboxes kept started ahead of time, claimed by creates naming the pool."""
+
+    name: str = spec("the pool's name: lower-case letters, digits and '-'", max_len=63)
+    image: str = spec("image name (`grove image ls`)", default="default", max_len=256)
+    resources: Resources = spec("limits of each sandbox", factory=Resources)
+    network: NetworkModel = spec("egress policy of each sandbox (a claim must ask for the same)",
+                                 factory=NetworkModel)
+    workdir: str = spec("working directory the sandboxes start with (a claim may name another)",
+                        default="/workspace", max_len=1024)
+    size: int = spec("how many ready sandboxes to keep", default=1, minimum=0, maximum=10000)
+
+
+@dataclass(frozen=True)
+class PoolResize:
+    """A pool's new size."""
+
+    size: int = spec("how many ready sandboxes to keep", minimum=0, maximum=10000)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -42,6 +43,18 @@ class Upstreams:
             tcp = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30)
             self._tcp = aiohttp.ClientSession(connector=tcp, timeout=aiohttp.ClientTimeout(total=None))
         return self._tcp, endpoint.url.rstrip("/")
+
+    async def post_json(self, endpoint: Endpoint, path: str, body: dict[str, Any], timeout_s: float = 30.0) -> None:
+        """POST a JSON body to an executor with its token; ``BadGateway`` unless it answers 200."""
+        session, base = self.session(endpoint)
+        headers = {"Authorization": f"Bearer {endpoint.token}"}
+        try:
+            async with session.post(base + path, json=body, headers=headers,
+                                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                if resp.status != 200:
+                    raise BadGateway(f"executor answered {path} with {resp.status}: {(await resp.text())[:500]}")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise BadGateway(f"executor did not answer {path}: {exc}") from exc
 
     async def drop(self, endpoint_url: str | None) -> None:
         """Close the pool of an endpoint that went away."""

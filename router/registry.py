@@ -48,6 +48,8 @@ class SandboxRecord:
     ended_at: float | None = None
     end_reason: str | None = None
     error: str | None = None
+    pool: str | None = None
+    """The warm pool this sandbox waits in, unclaimed (None: a user's sandbox). Hidden from the API."""
     # Not persisted: after a restart every sandbox counts as just used.
     last_activity: float = field(default_factory=time.time)
     inflight: int = 0
@@ -170,6 +172,10 @@ class Registry:
         with contextlib.suppress(FileNotFoundError):
             (self._dir / f"{sandbox_id}.json").unlink()
 
+    def drop(self, record: SandboxRecord) -> None:
+        """Stop tracking a record that never became a sandbox (no tombstone: no one ever saw its id)."""
+        self._records.pop(record.id, None)
+
     def forget(self, record: SandboxRecord) -> None:
         """Drop a deleted sandbox; keep a tombstone so its id answers ``deleted`` for a while."""
         self._records.pop(record.id, None)
@@ -180,10 +186,11 @@ class Registry:
         while len(self._ended) > _TOMBSTONES:
             self._ended.popitem(last=False)
 
-    def get(self, sandbox_id: str) -> SandboxRecord:
-        """A live record; ``NotFound`` for unknown or malformed ids, ``Conflict`` for deleted ones."""
+    def get(self, sandbox_id: str, *, pooled: bool = False) -> SandboxRecord:
+        """A live record; ``NotFound`` for unknown or malformed ids (and unclaimed pool members, unless
+        ``pooled``: no one reaches a pooled sandbox before its claim), ``Conflict`` for deleted ones."""
         record = self._records.get(sandbox_id)
-        if record is not None:
+        if record is not None and (pooled or record.pool is None):
             return record
         if sandbox_id in self._ended:
             ended = self._ended[sandbox_id]
@@ -192,13 +199,22 @@ class Registry:
             raise NotFound(f"{sandbox_id!r} is not a sandbox id (they look like sb-0123456789abcdef)")
         raise NotFound(f"no sandbox {sandbox_id}")
 
-    def lookup(self, sandbox_id: str) -> SandboxRecord | None:
-        """A live or ended record, or None."""
-        return self._records.get(sandbox_id) or self._ended.get(sandbox_id)
+    def lookup(self, sandbox_id: str, *, pooled: bool = False) -> SandboxRecord | None:
+        """A live or ended record (an unclaimed pool member only if ``pooled``), or None."""
+        record = self._records.get(sandbox_id) or self._ended.get(sandbox_id)
+        return record if record is None or pooled or record.pool is None else None
 
     def live(self) -> list[SandboxRecord]:
-        """Every sandbox not deleted."""
+        """Every sandbox not deleted, pool members included (they count toward the limits)."""
         return list(self._records.values())
+
+    def claimed(self) -> list[SandboxRecord]:
+        """Every users' sandbox not deleted (not the unclaimed pool members)."""
+        return [r for r in self._records.values() if r.pool is None]
+
+    def pooled(self, pool: str) -> list[SandboxRecord]:
+        """The unclaimed members of a pool, oldest first."""
+        return [r for r in self._records.values() if r.pool == pool]
 
     def known_ids(self) -> set[str]:
         """Ids of live sandboxes."""

@@ -15,9 +15,11 @@ from artifacts.archive import TrajectoryArchive
 from artifacts.artifact_index import ArtifactIndex
 from artifacts.store import ObjectStore
 from grove.errors import Conflict, GroveError, InternalError, Invalid, Unavailable
-from router.backends.base import Backend, Endpoint
+from router.backends.base import Backend, Endpoint, Started
 from router.models import CreateRequest
 from router.outflow import ByteBudget
+from router.pool_filler import same_image
+from router.pools import Pool, Pools
 from router.proxy import Upstreams
 from router.recorder import Recorder
 from router.registry import Registry, SandboxRecord, new_id
@@ -27,6 +29,7 @@ from router.storage import Storage
 
 log = logging.getLogger("grove.router")
 _FLUSH_EVERY_S = 10.0
+_QUIET_S = 0.2  # a sandbox's agent between two quick commands is still working
 
 
 class SandboxService:
@@ -60,6 +63,12 @@ class SandboxService:
         self._background: set[asyncio.Task[Any]] = set()
         self.warming: set[str] = set()
         """Sandboxes with a keep-warm request in flight (:mod:`router.keepwarm`)."""
+        self.calls_in_flight = 0
+        """Data-path calls (exec, files, ...) being answered, across sandboxes (pool filling waits for none)."""
+        self.last_call_ended = 0.0
+        """``time.monotonic()`` when the last one ended."""
+        self.pools = Pools(self, settings.state_dir)
+        """The warm pools: members started ahead of time, handed out by creates (router/pools.py)."""
         self.full_outputs = ByteBudget(settings.full_output_bytes_per_s, settings.full_output_burst_bytes)
         """Paces the background stores of truncated commands' full outputs (host CPU a sandbox cannot pay)."""
 
@@ -68,6 +77,7 @@ class SandboxService:
     async def start(self) -> None:
         """Open the backend, re-adopt what still runs, collect what has no owner, start the reaper."""
         await self.backend.open()
+        self.pools.load()
         for record in self.registry.load():
             await self._adopt(record)
         removed = await self.backend.collect_orphans(self.registry.known_ids())
@@ -77,8 +87,16 @@ class SandboxService:
         for sandbox_id in self.journal.ids() - self.registry.known_ids():
             await self._store_trajectory(sandbox_id)
         self._reaper = asyncio.create_task(self._reap_forever())
+        self.pools.start()
 
     async def _adopt(self, record: SandboxRecord) -> None:
+        if record.pool is not None:
+            # A member kept only while it still runs as made: a half-made or stopped one is cheaper to
+            # replace than to vouch for (the filler starts another), and a pool deleted meanwhile wants none.
+            running = record.status == "ready" and await self.backend.is_running(record.id, record.handle)
+            if not running or record.pool not in self.pools.names():
+                await self.delete(record.id, reason="pool member not running after a router restart")
+            return
         if record.status == "pending":
             # The router died while creating it: what the backend made may be half done (no overlay
             # dir yet, or a tree it never heard back from). Start over; the client never saw it ready.
@@ -105,6 +123,7 @@ class SandboxService:
 
     async def close(self) -> None:
         """Stop the reaper and wait for creations in flight; sandboxes keep running."""
+        await self.pools.close()
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -122,14 +141,21 @@ class SandboxService:
 
     # -- lifecycle calls -----------------------------------------------------------------------------
 
-    async def create(self, req: CreateRequest) -> SandboxRecord:
-        """Create a sandbox (idempotent by ``request_id``); wait for it unless ``wait`` is false."""
+    async def create(self, req: CreateRequest, given: frozenset[str] = frozenset()) -> SandboxRecord:
+        """Create a sandbox (idempotent by ``request_id``); wait for it unless ``wait`` is false. A create
+        naming a pool (``given``: the fields its body set) or matching one's spec claims a ready member."""
+        claimed: SandboxRecord | None = None
         if req.request_id and (existing := self.registry.by_request_id.get(req.request_id)):
             record = self.registry.get(existing)
-            if dataclasses.replace(record.request, wait=req.wait) != req:
+            if self.pools.as_made(req) != dataclasses.replace(record.request, wait=req.wait):
                 raise Conflict(f"request_id {req.request_id!r} was already used to create {record.id} with another "
                                "body; a retry must send the same body, a new sandbox needs a new request_id")
+        elif (pool := self.pools.pool_for(req, given)) is not None and (
+                claimed := await self._claim(pool, self.pools.as_create(pool, req))) is not None:
+            record = claimed
         else:
+            if pool is not None:
+                req = self.pools.as_create(pool, req)
             if len(self.registry.live()) >= self.settings.max_sandboxes:
                 raise Unavailable(f"this router already runs {self.settings.max_sandboxes} sandboxes", retry_after=5)
             if not req.workdir.startswith("/"):
@@ -153,6 +179,81 @@ class SandboxService:
         if req.wait and record.status == "failed":
             raise Unavailable(f"sandbox {record.id} failed to start: {record.error}", retry_after=1)
         return record
+
+    async def _claim(self, pool: Pool, req: CreateRequest) -> SandboxRecord | None:
+        """Hand a ready member of the pool to this create, or None if the pool has none (or only members
+        of an image since replaced). Everything of the request the member was not made with is applied
+        here; see :meth:`_hand_over`."""
+        if not req.workdir.startswith("/"):
+            raise Invalid("'workdir' must be an absolute path")
+        digest = await self.backend.image_digest(req.image)  # a removed image: NotFound, nothing taken
+        made = self.pools.made_with(pool)
+        if any(getattr(req, name) != getattr(made, name) for name in self.backend.claim_fixed):
+            pool.misses += 1
+            return None
+        while (record := self.pools.take(pool)) is not None:
+            if not same_image(record.image_digest, digest):
+                self.background(self.delete(record.id, reason="its image was replaced"), f"deleting {record.id}")
+                continue
+            previous = record.endpoint()
+            if previous is None:
+                raise InternalError(f"pool member {record.id} is ready without an endpoint")
+            record.request, record.token, record.pool = req, secrets.token_urlsafe(32), None
+            record.created_at = record.last_activity = time.time()
+            record.ready_at = None
+            try:
+                self.registry.save(record)
+                self.recorder.start(record)
+            except BaseException:
+                self.background(self.delete(record.id, reason="its claim failed"), f"deleting {record.id}")
+                raise
+            if req.request_id:
+                self.registry.by_request_id[req.request_id] = record.id
+            self._creating[record.id] = asyncio.create_task(self._hand_over(record, previous))
+            return record
+        return None
+
+    async def _hand_over(self, record: SandboxRecord, previous: Endpoint) -> None:
+        """Make a claimed member its claimant's: the backend relabels it and keeps the claim's secrets for
+        a restart; the executor swaps in a fresh app with the claim's token, env and workdir (the pool
+        token stops working). Nothing ran in the member before: no files or processes of anyone's."""
+        try:
+            env = await self.backend.claim(record.spec(), record.handle)
+            await self.upstreams.post_json(previous, "/v1/claim",
+                                           {"token": record.token, "env": env, "workdir": record.request.workdir})
+        except Exception as exc:
+            message = exc.message if isinstance(exc, GroveError) else f"{type(exc).__name__}: {exc}"
+            record.status, record.error = "failed", f"claiming pool member: {message}"
+            self.recorder.infra_error(record, f"the sandbox failed to start: {record.error}")
+        else:
+            if record.status == "pending":
+                record.status, record.ready_at = "ready", time.time()
+        finally:
+            self._creating.pop(record.id, None)
+        with contextlib.suppress(OSError):  # a full disk: the record on disk says pending; a restart retries
+            self.registry.save(record)
+
+    async def start_member(self, record: SandboxRecord) -> Started | None:
+        """Start a pool member (tracked like a create, so a delete meanwhile waits for it); None if it was
+        deleted while it started."""
+        task = asyncio.create_task(self.backend.create(record.spec()))
+        waiter: asyncio.Task[None] = asyncio.create_task(_settle(task))
+        self._creating[record.id] = waiter
+        try:
+            started = await asyncio.shield(task)
+        finally:
+            self._creating.pop(record.id, None)
+        if record.status == "deleting":
+            await self.backend.delete(record.id, started.handle)
+            return None
+        return started
+
+    def busy(self) -> bool:
+        """Whether users' sandboxes are working: a create starting, a call in flight or just answered (pool
+        filling defers to them)."""
+        if self.calls_in_flight or time.monotonic() - self.last_call_ended < _QUIET_S:
+            return True
+        return any(self.registry.lookup(i) is not None for i in self._creating)
 
     async def _bring_up(self, record: SandboxRecord) -> None:
         try:
@@ -201,9 +302,9 @@ class SandboxService:
 
     async def delete(self, sandbox_id: str, *, reason: str = "deleted by request") -> SandboxRecord:
         """Kill everything of the sandbox and forget it (its id then answers ``deleted``)."""
-        record = self.registry.get(sandbox_id)
+        record = self.registry.get(sandbox_id, pooled=True)
         async with self._lock(sandbox_id):
-            if self.registry.lookup(sandbox_id) is not record or record.status == "deleted":
+            if self.registry.lookup(sandbox_id, pooled=True) is not record or record.status == "deleted":
                 return record
             record.status, record.end_reason = "deleting", reason
             try:
@@ -221,7 +322,8 @@ class SandboxService:
             await self.upstreams.drop(record.endpoint_url)
             await self.backend.delete(sandbox_id, record.handle)
             record.status, record.ended_at, record.endpoint_url = "deleted", time.time(), None
-            self.recorder.ended(sandbox_id, record.ended_at, reason)
+            if record.pool is None:  # an unclaimed member has no trajectory
+                self.recorder.ended(sandbox_id, record.ended_at, reason)
             await self._store_trajectory(sandbox_id)
             self.registry.forget(record)
         self._locks.pop(sandbox_id, None)
@@ -274,10 +376,13 @@ class SandboxService:
         """A data-path call in flight: the sandbox is busy (never idle, never reaped) until it ends."""
         self.touch(record)
         record.inflight += 1
+        self.calls_in_flight += 1
         try:
             yield
         finally:
             record.inflight -= 1
+            self.calls_in_flight -= 1
+            self.last_call_ended = time.monotonic()
             self.touch(record)
 
     def touch(self, record: SandboxRecord) -> None:
@@ -375,6 +480,10 @@ class SandboxService:
             if not self._lock(record.id).locked():
                 await self.delete(record.id, reason=record.end_reason or "delete retried")
             return
+        if record.pool is not None:  # no client, no timeouts; a member that died is replaced
+            if record.status == "ready" and not await self.backend.is_running(record.id, record.handle):
+                await self.delete(record.id, reason="pool member exited")
+            return
         if now - record.created_at > req.ttl_s:
             await self.delete(record.id, reason=f"ttl of {req.ttl_s:g}s expired")
         elif record.inflight == 0 and now - record.last_activity > req.heartbeat_timeout_s:
@@ -392,3 +501,9 @@ class SandboxService:
 def _lost_error(own: str | None) -> str:
     why = f"exited ({own})" if own else "exited unexpectedly"
     return f"the executor {why}; restarted on the next call"
+
+
+async def _settle(task: asyncio.Task[Any]) -> None:
+    """Wait for a task, whatever it ends with (its owner reads the outcome)."""
+    with contextlib.suppress(BaseException):
+        await task

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import io
 import os
@@ -126,6 +127,8 @@ class AsyncGrove:
     async def create(self, image: str = "default", *, heartbeat: bool = True, **options: Any) -> AsyncSandbox:
         """Create a sandbox (options: the create fields of the API: ``cpu``, ``memory_mb``, ``disk_mb``, ...)."""
         body = {"image": image, "request_id": options.pop("request_id", None) or uuid.uuid4().hex, **options}
+        if options.get("pool") is not None and image == "default":
+            del body["image"]  # a claim's image is its pool's
         info = await self.request("POST", "/v1/sandboxes", json_body=body, retry=True)
         sandbox = AsyncSandbox(self, info)
         if heartbeat:
@@ -141,6 +144,28 @@ class AsyncGrove:
         params = [("label", f"{k}={v}") for k, v in (labels or {}).items()]
         body = await self.request("GET", "/v1/sandboxes", params=params)
         return list(body["sandboxes"])
+
+    async def create_pool(self, name: str, image: str = "default", *, size: int = 1, **options: Any) -> dict[str, Any]:
+        """Define a warm pool (options: ``resources`` {cpu, memory_mb, pids_max, disk_mb}, ``network``,
+        ``workdir``); ``create(pool=name)`` then claims a ready sandbox from it."""
+        body = {"name": name, "image": image, "size": size, **options}
+        return dict(await self.request("POST", "/v1/pools", json_body=body))
+
+    async def pools(self) -> builtins.list[dict[str, Any]]:
+        """Every warm pool with its counts (``size``, ``ready``, ``starting``, ``claims``, ``misses``)."""
+        return list((await self.request("GET", "/v1/pools"))["pools"])
+
+    async def pool(self, name: str) -> dict[str, Any]:
+        """One warm pool."""
+        return dict(await self.request("GET", f"/v1/pools/{name}"))
+
+    async def resize_pool(self, name: str, size: int) -> dict[str, Any]:
+        """Change how many ready sandboxes a pool keeps."""
+        return dict(await self.request("PATCH", f"/v1/pools/{name}", json_body={"size": size}))
+
+    async def delete_pool(self, name: str) -> dict[str, Any]:
+        """Delete a pool and its unclaimed sandboxes (claimed ones stay their users')."""
+        return dict(await self.request("DELETE", f"/v1/pools/{name}"))
 
 
 class AsyncSandbox:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -65,6 +66,26 @@ class Grove:
     def list(self, labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
         """Live sandboxes."""
         return self._loop.run(self._async.list(labels))
+
+    def create_pool(self, name: str, image: str = "default", *, size: int = 1, **options: Any) -> dict[str, Any]:
+        """Define a warm pool; see :meth:`AsyncGrove.create_pool`."""
+        return self._loop.run(self._async.create_pool(name, image, size=size, **options))
+
+    def pools(self) -> builtins.list[dict[str, Any]]:
+        """Every warm pool with its counts."""
+        return self._loop.run(self._async.pools())
+
+    def pool(self, name: str) -> dict[str, Any]:
+        """One warm pool."""
+        return self._loop.run(self._async.pool(name))
+
+    def resize_pool(self, name: str, size: int) -> dict[str, Any]:
+        """Change how many ready sandboxes a pool keeps."""
+        return self._loop.run(self._async.resize_pool(name, size))
+
+    def delete_pool(self, name: str) -> dict[str, Any]:
+        """Delete a pool and its unclaimed sandboxes."""
+        return self._loop.run(self._async.delete_pool(name))
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         """A raw API call (decoded body)."""

@@ -29,8 +29,24 @@ from router.app import create_app
 from router.auth import load_or_create
 from router.settings import RouterSettings
 
+DEMO_POOL = "grove-demo"
+WARM = 8
+"""Sandboxes the warm pool keeps ready: the run's concurrency (a claimed one is replaced at once)."""
 
-async def run_demo(count: int, state_dir: Path) -> int:
+
+async def fill_pool(grove: AsyncGrove) -> None:
+    """A warm pool of the demo tasks' spec, filled before the run: the run's creates match it exactly and
+    claim from it (what a trainer does during a training step)."""
+    await grove.create_pool(DEMO_POOL, size=WARM, resources={"cpu": 0.5, "memory_mb": 256})
+    started = time.monotonic()
+    while (pool := await grove.pool(DEMO_POOL))["ready"] < WARM:
+        if pool["error"]:
+            raise RuntimeError(f"the demo pool stopped filling: {pool['error']}")
+        await asyncio.sleep(0.2)
+    print(f"grove demo: warm pool of {WARM} filled in {time.monotonic() - started:.1f}s", flush=True)
+
+
+async def run_demo(count: int, state_dir: Path, *, warm: bool = False) -> int:
     """Start a router, run the rollouts, print groups and the report; the process exit code."""
     keys, _ = load_or_create(state_dir, None)
     settings = RouterSettings(state_dir=state_dir, api_keys=tuple(keys), port=0)
@@ -50,11 +66,17 @@ async def run_demo(count: int, state_dir: Path) -> int:
           f"and a fail; unanimous after 4: filtered), 8 at once\n  tasks: {tasks_file}\n", flush=True)
     config = RunConfig(tasks=tasks_file, out=run_dir, variants=[("scripted", None)],
                        policy=Policy(bar_max=6, bar_step=2), concurrency=8, url=url, api_key=keys[0])
-    started = time.monotonic()
     try:
+        if warm:
+            async with AsyncGrove(url, keys[0]) as grove:
+                await fill_pool(grove)
+        started = time.monotonic()
         summary = await arun_rollouts(config)
         elapsed = time.monotonic() - started
         async with AsyncGrove(url, keys[0]) as grove:
+            if warm:
+                pool = await grove.delete_pool(DEMO_POOL)
+                print(f"grove demo: {pool['claims']} creates claimed from the warm pool", flush=True)
             left = await grove.list()
             stored = await grove.request("GET", "/v1/trajectories", params={"harness": "scripted"})
     finally:
@@ -87,6 +109,8 @@ def main() -> None:
     parser.add_argument("--harness", choices=("scripted", "mini-swe-agent"), default="scripted",
                         help="who drives the tasks: the built-in scripted agent, or mini-swe-agent's real agent loop "
                              "with its deterministic model")
+    parser.add_argument("--warm-pool", action="store_true",
+                        help=f"fill a warm pool of {WARM} first; the rollouts' creates claim from it")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("grove demo: the local backend needs root (namespaces, cgroups, overlay mounts); run it as root")
@@ -95,4 +119,4 @@ def main() -> None:
         from grove.demo import mini
 
         mini.main(args.tasks, state)
-    sys.exit(asyncio.run(run_demo(args.tasks, state)))
+    sys.exit(asyncio.run(run_demo(args.tasks, state, warm=args.warm_pool)))

@@ -116,5 +116,13 @@ class Backend(Protocol):
         its memory and the OOM killer took the executor or PID 1), or None if nothing says so. With
         ``rebase``: forget the faults so far (a command was OOM-killed and the executor lived on)."""
 
+    claim_fixed: tuple[str, ...]
+    """Create fields a warm-pool claim cannot change on this backend (a claim asking otherwise gets a
+    fresh sandbox instead of a pool member)."""
+
+    async def claim(self, spec: SandboxSpec, handle: dict[str, Any]) -> dict[str, str]:
+        """Make a running pool member the sandbox ``spec`` describes, as far as the backend keeps it (labels,
+        the token and env a restart starts it with); returns the environment its executor must get."""
+
     async def collect_orphans(self, known_ids: set[str]) -> list[str]:
         """Delete whatever this backend finds that belongs to no known sandbox; return what was removed."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 from typing import Any
 
@@ -43,6 +44,9 @@ class KnativeBackend:
     exit_grace_s = 0.0  # is_running reads the watch cache: a pod that is gone is gone
     executor_reaches_storage = True
     warm_by_traffic = True  # the autoscaler counts requests: a heartbeat must be one
+    # Baked into the revision template (working dir and snapshot dir, the autoscaling window, the presigned
+    # snapshot URLs' lifetime): changing them would make a new revision, the wait a pool is there to avoid.
+    claim_fixed: tuple[str, ...] = ("workdir", "idle_timeout_s", "ttl_s")
 
     def __init__(self, options: KnativeOptions, *, kube: Kube | None = None) -> None:
         self.options = options
@@ -159,6 +163,18 @@ class KnativeBackend:
         # An unknown handle (an orphan, an old record) may have a policy: only a known "no" skips it.
         kinds = ["Service", "Secret"] + ([] if handle.get("policy") is False else ["NetworkPolicy"])
         await self._remove(sandbox_id, cleanup=kinds)
+
+    async def claim(self, spec: SandboxSpec, handle: dict[str, Any]) -> dict[str, str]:
+        """Two merge patches: the Secret (token and env a restarted pod reads) and the Service's labels."""
+        kube, _ = self._api()
+        ns, secret_name = self.options.namespace, manifest.secret_name(spec.id)
+        secret, service = manifest.claim_patches(spec)
+        await kube.call("patch", "secrets", secret_name, kube.core.patch_namespaced_secret, secret_name, ns, secret,
+                        _content_type="application/merge-patch+json")
+        await kube.call("patch", "services.serving.knative.dev", spec.id, kube.custom.patch_namespaced_custom_object,
+                        _GROUP, _VERSION, ns, "services", spec.id, service,
+                        _content_type="application/merge-patch+json")
+        return dict(json.loads(manifest.executor_env(spec)))
 
     async def is_running(self, sandbox_id: str, handle: dict[str, Any]) -> bool:
         """From the watch cache (no API call): the Service exists and is not failed; in pod mode, the

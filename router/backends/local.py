@@ -35,6 +35,7 @@ from router.local.registry_pull import PullPolicy
 from router.local.uids import UidRanges, shift_owners
 from router.local.zygote import Zygote
 from sandbox_image.bundle import Bundle, build_bundle, collect_retired
+from sandbox_image.init import BASE_ENV
 
 _READY_TIMEOUT_S = 30.0
 _STOP_TIMEOUT_S = 10.0
@@ -59,6 +60,7 @@ class LocalBackend:
     exit_grace_s = 2.0
     executor_reaches_storage = False
     warm_by_traffic = False  # the router's own reaper scales to zero, from the record a heartbeat touches
+    claim_fixed: tuple[str, ...] = ()
 
     def __init__(
         self, state_dir: Path, *, concurrent_starts: int | None = None, pull: PullPolicy | None = None
@@ -335,6 +337,10 @@ class LocalBackend:
         if isinstance(before, int) and kills > before:
             return f"the sandbox's processes used all of its memory: the out-of-memory killer struck {kills - before}x"
         return None
+
+    async def claim(self, spec: SandboxSpec, handle: dict[str, Any]) -> dict[str, str]:
+        """Nothing to change here: a restart starts the tree from the router's record, which holds the claim."""
+        return {**BASE_ENV, **spec.env}
 
     async def is_running(self, sandbox_id: str, handle: dict[str, Any]) -> bool:
         """Whether PID 1 of the sandbox still runs."""

@@ -86,12 +86,25 @@ def build(
     )
 
 
+def claim_patches(spec: SandboxSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Merge patches that make a pool member's Secret and Service the claim's: the token and env its
+    pods start with, the Service's metadata labels. Neither touches the revision template, so Knative
+    makes no new revision and the running pod keeps serving."""
+    secret = {"stringData": {"token": spec.token, "env": executor_env(spec)}}
+    return secret, {"metadata": {"labels": _service_labels(spec)}}
+
+
+def executor_env(spec: SandboxSpec) -> str:
+    """The executor's environment, as its Secret holds it (JSON)."""
+    return json.dumps({**DEFAULT_ENV, **spec.env}, sort_keys=True)
+
+
 def _service_labels(spec: SandboxSpec) -> dict[str, str]:
     return {L.VISIBILITY: "cluster-local", L.ROLE: "sandbox", **L.metadata_labels(spec.labels)}
 
 
 def _secret_data(spec: SandboxSpec, snapshot_urls: tuple[str, str] | None) -> dict[str, str]:
-    data = {"token": spec.token, "env": json.dumps({**DEFAULT_ENV, **spec.env}, sort_keys=True)}
+    data = {"token": spec.token, "env": executor_env(spec)}
     if snapshot_urls is not None:
         data["snapshot-put-url"], data["snapshot-get-url"] = snapshot_urls
     return data

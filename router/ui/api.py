@@ -45,7 +45,7 @@ def _int(request: web.Request, name: str, default: int, low: int, high: int) -> 
 
 async def sandboxes(request: web.Request) -> web.StreamResponse:
     """GET /ui/api/sandboxes — every live sandbox, newest first, with the router's clock."""
-    live = sorted(service_of(request).registry.live(), key=lambda r: r.created_at, reverse=True)
+    live = sorted(service_of(request).registry.claimed(), key=lambda r: r.created_at, reverse=True)
     return web.json_response({"now": time.time(), "sandboxes": [r.public() for r in live]})
 
 

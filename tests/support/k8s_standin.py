@@ -291,11 +291,13 @@ class KubeStandin:
         if (denied := self._gate(request, verb, name)) is not None:
             return denied
         obj = self.objects[(plural, ns)].get(name)
-        if obj is None or verb not in ("get", "delete"):
+        if obj is None or verb not in ("get", "delete", "patch"):
             message = f'{plural} "{name}" not found'
             return web.json_response(status_body(404, "NotFound", message, {"name": name}), status=404)
         if verb == "get":
             return web.json_response(obj)
+        if verb == "patch":
+            return self._patch(request, plural, ns, obj, await request.json())
         raw = await request.read()
         options = json.loads(raw) if raw else {}
         policy = request.query.get("propagationPolicy") or options.get("propagationPolicy") or "Background"
@@ -317,6 +319,20 @@ class KubeStandin:
                 asyncio.get_running_loop().create_task(hook(obj))
         return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Success",
                                   "details": {"name": name}})
+
+    def _patch(self, request: web.Request, plural: str, ns: str, obj: Obj, patch: Obj) -> web.Response:
+        """A JSON merge patch (RFC 7386), the only kind grove sends; like the API server, only a change of
+        ``spec`` bumps ``metadata.generation`` (on a Knative Service: a new revision)."""
+        if request.content_type != "application/merge-patch+json":
+            message = f"the stand-in takes merge patches only, not {request.content_type}"
+            return web.json_response(status_body(415, "UnsupportedMediaType", message), status=415)
+        if plural == "secrets" and "stringData" in patch:
+            patch = {**patch, "data": {k: base64.b64encode(v.encode()).decode()
+                                       for k, v in patch.pop("stringData").items()}}
+        patched = _merge(copy.deepcopy(obj), patch)
+        if patched.get("spec") != obj.get("spec"):
+            patched["metadata"]["generation"] = obj["metadata"].get("generation", 1) + 1
+        return web.json_response(self.put(plural, ns, patched))
 
     async def _watch(self, request: web.Request, plural: str, ns: str, labels: str,
                      fields: str) -> web.StreamResponse:
@@ -370,3 +386,17 @@ class KubeStandin:
         finally:
             self._watchers.remove(watcher)
         return response
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge key by key, ``null`` deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    if not isinstance(target, dict):
+        target = {}
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = _merge(target.get(key), value)
+    return target

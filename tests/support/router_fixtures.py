@@ -423,9 +423,13 @@ class RouterProcess:
         return {s["id"] for s in reply.json()["sandboxes"]}
 
     def delete_all(self, keep: set[str] | frozenset[str] = frozenset()) -> set[str]:
-        """Delete every live sandbox but ``keep`` through the API; return their ids."""
+        """Delete every warm pool (with its unclaimed sandboxes), then every live sandbox but ``keep``
+        through the API; return the sandboxes' ids."""
         if not self.alive():
             return set()
+        pools = self.http("GET", "/v1/pools")
+        for pool in pools.json()["pools"] if pools.status == 200 else []:
+            self.http("DELETE", f"/v1/pools/{pool['name']}")
         ids = self.live_ids() - keep
         for sandbox_id in ids:
             self.http("DELETE", f"/v1/sandboxes/{sandbox_id}")

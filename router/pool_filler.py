@@ -1,0 +1,150 @@
+"""Keeping warm pools filled: one start at a time, deferred while users' sandboxes work (a create starting,
+a call in flight; at most a couple of seconds per start), so refilling does not compete with a burst; a
+pool whose starts fail (its image removed, a full disk) is tried again every few seconds, its error shown
+meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import secrets
+import time
+from typing import TYPE_CHECKING
+
+from grove.errors import GroveError, NotFound
+from router.models import CreateRequest, PoolRequest
+from router.registry import SandboxRecord, new_id
+
+if TYPE_CHECKING:
+    from router.pools import Pool, Pools
+    from router.service import SandboxService
+
+log = logging.getLogger("grove.router")
+_RETRY_AFTER_FAILURE_S = 5.0
+_BUSY_POLL_S = 0.05
+# While users' sandboxes work (creates starting, calls in flight), a start waits; at most this long, so a
+# router that is never idle still refills, at one start per this many seconds (~3 % of one CPU here).
+_MOST_DEFERRED_S = 2.0
+
+
+class Filler:
+    """The background task that starts pool members."""
+
+    def __init__(self, pools: Pools, service: SandboxService) -> None:
+        self._pools = pools
+        self._service = service
+        self._wake_event = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start keeping the pools filled."""
+        self._task = asyncio.create_task(self._fill_forever())
+
+    async def close(self) -> None:
+        """Stop filling (a start in flight finishes; its member is kept for the next router)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def wake(self) -> None:
+        """Look at the pools now (one was defined, resized or claimed from)."""
+        self._wake_event.set()
+
+    @staticmethod
+    def _member(definition: PoolRequest) -> SandboxRecord:
+        return SandboxRecord(id=new_id(), request=made_with(definition), token=secrets.token_urlsafe(32),
+                             created_at=time.time(), pool=definition.name)
+
+    def _wanting(self) -> Pool | None:
+        """A pool short of members, if the router has room for another sandbox."""
+        service = self._service
+        if len(service.registry.live()) >= service.settings.max_sandboxes:
+            return None
+        now = time.monotonic()
+        for pool in self._pools.all():
+            if pool.error is not None and now - pool.failed_at < _RETRY_AFTER_FAILURE_S:
+                continue  # tried again later: the image may be back, the disk freed
+            if len(service.registry.pooled(pool.definition.name)) < pool.definition.size:
+                return pool
+        return None
+
+    async def _fill_forever(self) -> None:
+        deferred_since = time.monotonic()
+        while True:
+            pool = self._wanting()
+            if pool is None:
+                self._wake_event.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake_event.wait(), _RETRY_AFTER_FAILURE_S)
+                await self._check_images()
+                continue
+            if self._service.busy() and time.monotonic() - deferred_since < _MOST_DEFERRED_S:
+                await asyncio.sleep(_BUSY_POLL_S)  # working sandboxes go first
+                continue
+            deferred_since = time.monotonic()
+            try:
+                await self._fill_one(pool)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._failed(pool, exc.message if isinstance(exc, GroveError) else f"{type(exc).__name__}: {exc}")
+            else:
+                pool.error = None
+
+    def _failed(self, pool: Pool, error: str) -> None:
+        if error != pool.error:
+            log.warning("filling pool %s failed: %s", pool.definition.name, error)
+        pool.error, pool.failed_at = error, time.monotonic()
+
+    async def _check_images(self) -> None:
+        """Delete members whose image was removed or replaced since they started: a claim gets the image
+        as it is now (the filler makes new members of a replaced image; a removed one stops the pool)."""
+        for pool in list(self._pools.all()):
+            try:
+                digest: str | None = await self._service.backend.image_digest(pool.definition.image)
+            except NotFound as exc:
+                self._failed(pool, f"its image is gone: {exc.message}")
+                digest = None
+            for record in self._service.registry.pooled(pool.definition.name):
+                if record.status == "ready" and not same_image(record.image_digest, digest):
+                    await self._service.delete(record.id, reason="its pool's image was removed or replaced")
+
+    async def _fill_one(self, pool: Pool) -> None:
+        service = self._service
+        record = self._member(pool.definition)
+        try:
+            record.image_digest = await service.backend.image_digest(record.request.image)
+        except NotFound as exc:
+            raise NotFound(f"its image is gone: {exc.message}") from exc
+        service.registry.save(record)
+        service.registry.add(record)
+        try:
+            started = await service.start_member(record)
+        except BaseException:
+            service.registry.unlink(record.id)
+            service.registry.drop(record)
+            raise
+        if started is None:  # deleted (pool deleted or shrunk) while it started
+            return
+        record.status, record.handle, record.endpoint_url = "ready", started.handle, started.endpoint.url
+        record.image_digest, record.ready_at = started.image_digest, time.time()
+        service.registry.save(record)
+
+
+@functools.lru_cache(maxsize=256)
+def made_with(definition: PoolRequest) -> CreateRequest:
+    """The create a pool's members are made with (every create compares itself with it: built once)."""
+    res = definition.resources
+    return CreateRequest(image=definition.image, cpu=res.cpu, memory_mb=res.memory_mb, pids_max=res.pids_max,
+                         disk_mb=res.disk_mb, network=definition.network, workdir=definition.workdir)
+
+
+def same_image(made_from: str | None, current: str | None) -> bool:
+    """Whether a member made from digest ``made_from`` is of the image as it is now (``current``: None if
+    removed; "" where the backend does not know a digest yet, which vouches for nothing either way)."""
+    if current is None:
+        return False
+    return not (made_from and current) or made_from == current
