@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import secrets
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from grove.errors import GroveError, NotFound
+from router.backends.base import Backend, Started
 from router.models import CreateRequest, PoolRequest
-from router.registry import SandboxRecord, new_id
-
-if TYPE_CHECKING:
-    from router.pools import Pool, Pools
-    from router.service import SandboxService
+from router.registry import Registry, SandboxRecord, new_id
+from router.settings import RouterSettings
 
 log = logging.getLogger("grove.router")
 _RETRY_AFTER_FAILURE_S = 5.0
@@ -29,11 +29,41 @@ _BUSY_POLL_S = 0.05
 _MOST_DEFERRED_S = 2.0
 
 
+@dataclasses.dataclass
+class Pool:
+    """One pool: its definition and what the filler last ran into."""
+
+    definition: PoolRequest
+    error: str | None = None
+    """Why the last start failed (cleared by the next that succeeds)."""
+    failed_at: float = 0.0
+    claims: int = 0
+    misses: int = 0
+    """Creates that named the pool while it had no ready member (they got a fresh sandbox)."""
+
+
+class PoolHost(Protocol):
+    """What the pools need of the sandbox service (which owns the records and the backend)."""
+
+    settings: RouterSettings
+    backend: Backend
+    registry: Registry
+
+    async def delete(self, sandbox_id: str, *, reason: str = ...) -> SandboxRecord:
+        """Delete a sandbox (a pool member too)."""
+
+    async def start_member(self, record: SandboxRecord) -> Started | None:
+        """Start a pool member; None if it was deleted while it started."""
+
+    def busy(self) -> bool:
+        """Whether users' sandboxes are working."""
+
+
 class Filler:
     """The background task that starts pool members."""
 
-    def __init__(self, pools: Pools, service: SandboxService) -> None:
-        self._pools = pools
+    def __init__(self, pools: Callable[[], list[Pool]], service: PoolHost) -> None:
+        self._all = pools
         self._service = service
         self._wake_event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -64,7 +94,7 @@ class Filler:
         if len(service.registry.live()) >= service.settings.max_sandboxes:
             return None
         now = time.monotonic()
-        for pool in self._pools.all():
+        for pool in self._all():
             if pool.error is not None and now - pool.failed_at < _RETRY_AFTER_FAILURE_S:
                 continue  # tried again later: the image may be back, the disk freed
             if len(service.registry.pooled(pool.definition.name)) < pool.definition.size:
@@ -102,7 +132,7 @@ class Filler:
     async def _check_images(self) -> None:
         """Delete members whose image was removed or replaced since they started: a claim gets the image
         as it is now (the filler makes new members of a replaced image; a removed one stops the pool)."""
-        for pool in list(self._pools.all()):
+        for pool in list(self._all()):
             try:
                 digest: str | None = await self._service.backend.image_digest(pool.definition.image)
             except NotFound as exc:

@@ -16,17 +16,14 @@ import logging
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from grove.errors import Conflict, GroveError, Invalid, NotFound
 from grove.schema import parse
 from grove.statedir import StateDir
 from router.models import CreateRequest, PoolRequest
-from router.pool_filler import Filler, made_with
+from router.pool_filler import Filler, Pool, PoolHost, made_with
 from router.registry import SandboxRecord, new_id
-
-if TYPE_CHECKING:
-    from router.service import SandboxService
 
 log = logging.getLogger("grove.router")
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -34,27 +31,14 @@ NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 POOL_FIELDS = ("image", "cpu", "memory_mb", "pids_max", "disk_mb", "network")
 
 
-@dataclasses.dataclass
-class Pool:
-    """One pool: its definition and what the filler last ran into."""
-
-    definition: PoolRequest
-    error: str | None = None
-    """Why the last start failed (cleared by the next that succeeds)."""
-    failed_at: float = 0.0
-    claims: int = 0
-    misses: int = 0
-    """Creates that named the pool while it had no ready member (they got a fresh sandbox)."""
-
-
 class Pools:
     """The router's warm pools (definitions persisted, members kept filled in the background)."""
 
-    def __init__(self, service: SandboxService, state_dir: Path) -> None:
+    def __init__(self, service: PoolHost, state_dir: Path) -> None:
         self._service = service
         self._dir = StateDir(state_dir).pools
         self._pools: dict[str, Pool] = {}
-        self._filler = Filler(self, service)
+        self._filler = Filler(self.all, service)
 
     # -- definitions ---------------------------------------------------------------------------------
 

@@ -18,8 +18,8 @@ from grove.errors import Conflict, GroveError, InternalError, Invalid, Unavailab
 from router.backends.base import Backend, Endpoint, Started
 from router.models import CreateRequest
 from router.outflow import ByteBudget
-from router.pool_filler import same_image
-from router.pools import Pool, Pools
+from router.pool_filler import Pool, same_image
+from router.pools import Pools
 from router.proxy import Upstreams
 from router.recorder import Recorder
 from router.registry import Registry, SandboxRecord, new_id
