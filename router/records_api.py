@@ -20,16 +20,6 @@ from router.pushing import push_artifacts
 from router.replies import reply
 
 
-class ObjectPresigner(Protocol):
-    """What the artifacts call needs of the object store."""
-
-    def presign_put(self, key: str, expires: float = ...) -> str:
-        """A URL that accepts one PUT of ``key``."""
-
-    def presign_get(self, key: str, expires: float = ...) -> str:
-        """A URL that serves ``key``."""
-
-
 class TrajectoryReader(Protocol):
     """What the trajectory calls need of the archive."""
 

@@ -11,12 +11,12 @@ recorded when the artifact was stored: a mismatch raises :class:`grove.errors.Ch
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from artifacts.catalog import fetch_route
 from grove.client.download import Progress, fetch_bytes, fetch_file
 
 if TYPE_CHECKING:
@@ -58,12 +58,7 @@ class Artifact:
     @property
     def route(self) -> str:
         """The router path that streams it."""
-        return artifact_route(self.sandbox_id, self.path)
-
-
-def artifact_route(sandbox_id: str, path: str) -> str:
-    """``/v1/artifacts/<sandbox_id>/<path>`` for an artifact's absolute path in its sandbox."""
-    return f"/v1/artifacts/{sandbox_id}/" + urllib.parse.quote(path.lstrip("/"), safe="/._-~")
+        return fetch_route(self.sandbox_id, self.path)
 
 
 class AsyncArtifacts:
@@ -100,7 +95,7 @@ class AsyncArtifacts:
         """The artifact's bytes (``dest`` None), or written to the file ``dest`` (returned as a Path):
         resumed from ``<dest>.part`` if an earlier fetch stopped, verified, then renamed into place. A
         mismatch raises :class:`grove.errors.ChecksumMismatch`; the bad file is kept at ``<dest>.rejected``."""
-        route = artifact_route(sandbox_id, path)
+        route = fetch_route(sandbox_id, path)
         if dest is None:
             return await fetch_bytes(self._client, route)
         target = Path(dest)
@@ -110,7 +105,7 @@ class AsyncArtifacts:
     async def url(self, sandbox_id: str, path: str, *, expires_s: float | None = None) -> str:
         """A fresh presigned GET URL of the artifact (for tools that fetch from S3 themselves)."""
         params = {"redirect": "1", **({"expires_s": str(expires_s)} if expires_s else {})}
-        async with self._client.stream(artifact_route(sandbox_id, path), params=params, allow_redirects=False) as resp:
+        async with self._client.stream(fetch_route(sandbox_id, path), params=params, allow_redirects=False) as resp:
             return str(resp.headers["Location"])
 
     async def pull(

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from router.local.image_pull import pull_image, write_authfile
 from router.local.images import ImageStore
 from router.local.overlay_layer import OPAQUE_XATTR
 from router.local.registry_pull import PullOptions
-from tests.support.imagetools import ARCH, Layer, layer_tar, make_busybox_rootfs, make_oci_layout_tar, tar_directory
+from tests.support.imagetools import ARCH, Layer, layer_tar, make_oci_layout_tar
 from tests.support.registry import PASSWORD, USER, Registry, du, registry_server, write_oci_layout
 
 INSECURE = PullOptions(insecure=True)
@@ -54,18 +53,6 @@ def whiteout_layers(base: bytes) -> list[Layer]:
         {"etc/.wh.motd": b"", "opt/.wh..wh..opq": b"", "opt/new": b"new\n", "data/.wh.gone": b""},
         _hardlinks_layer(),
     ]
-
-
-@pytest.fixture(scope="module")
-def registry() -> Iterator[Registry]:
-    with registry_server() as reg:
-        yield reg
-
-
-@pytest.fixture(scope="module")
-def base_layer(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """A busybox rootfs as one layer tar (about 2 MB): the base the tests' images share."""
-    return tar_directory(make_busybox_rootfs(tmp_path_factory.mktemp("base") / "rootfs"))
 
 
 @pytest.fixture

@@ -11,14 +11,8 @@ import pytest
 from grove.client import Grove
 from tests.conftest import free_tcp_port
 from tests.support.imagetools import make_busybox_rootfs, tar_directory
-from tests.support.registry import Registry, registry_server, write_oci_layout
+from tests.support.registry import Registry, write_oci_layout
 from tests.support.router_fixtures import RouterProcess, error_of, router_state
-
-
-@pytest.fixture(scope="module")
-def registry() -> Iterator[Registry]:
-    with registry_server() as reg:
-        yield reg
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,20 +12,9 @@ import pytest
 from grove.client import Grove
 from router.local.images import MAX_LAYERS
 from tests.images.test_pull import whiteout_layers
-from tests.support.imagetools import Layer, make_busybox_rootfs, tar_directory
-from tests.support.registry import Registry, registry_server, write_oci_layout
+from tests.support.imagetools import Layer
+from tests.support.registry import Registry, write_oci_layout
 from tests.support.router_fixtures import RouterProcess, wait_for
-
-
-@pytest.fixture(scope="module")
-def registry() -> Iterator[Registry]:
-    with registry_server() as reg:
-        yield reg
-
-
-@pytest.fixture(scope="module")
-def base_layer(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    return tar_directory(make_busybox_rootfs(tmp_path_factory.mktemp("base") / "rootfs"))
 
 
 def _owned_layer() -> bytes:
