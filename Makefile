@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.grove-installed
-DEB_PACKAGES := busybox-static iproute2 nftables zstd e2fsprogs chromium chromium-driver skopeo docker-registry apache2-utils mmdebstrap
+DEB_PACKAGES := busybox-static iproute2 nftables zstd e2fsprogs chromium chromium-driver skopeo docker-registry apache2-utils mmdebstrap linux-libc-dev
 
 .PHONY: install demo demo-mini test test-fast lint typecheck bench clean
 

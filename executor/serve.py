@@ -163,11 +163,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _install_seccomp() -> None:
     """grove's own filter (:mod:`sandbox_image.seccomp`) on the executor and everything it starts, where no
     grove PID 1 installs it (a Knative pod). The executor already runs under it on the local backend. The
-    program is written for x86-64 system calls; elsewhere the runtime's default profile alone applies."""
-    if platform.machine() != "x86_64":
-        log.warning("grove's seccomp filter is x86-64 only; on %s only the runtime's profile applies",
+    program is built for the node's architecture (x86-64 or aarch64); on any other the runtime's default
+    profile alone applies."""
+    from sandbox_image import seccomp, syscalls
+
+    if syscalls.current() is None:
+        log.warning("grove's seccomp filter has no system call table for %s; only the runtime's profile applies",
                     platform.machine())
         return
-    from sandbox_image import seccomp
-
     seccomp.install()

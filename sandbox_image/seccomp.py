@@ -4,8 +4,9 @@ Installed by PID 1 (:mod:`sandbox_image.init`) after its own setup and before th
 so the executor and every command it starts inherit it; a filter can never be removed, only
 stacked. The program is classic BPF built here in pure Python (no libseccomp):
 
-* a foreign architecture (i386 ``int 0x80``, anything but ``AUDIT_ARCH_X86_64``) and x32 system
-  calls (numbers with bit 30 set) are refused outright — they are a second syscall table to audit;
+* it is built for the running architecture (x86-64 or aarch64, :mod:`sandbox_image.syscalls`): a call
+  through any other ABI (i386 ``int 0x80`` on x86-64, 32-bit ARM on aarch64) kills the process, and
+  x86-64's x32 calls (numbers with bit 30 set) fail with EPERM — each is a second syscall table to audit;
 * the calls in :data:`DENIED` fail with EPERM: kernel modules, kexec, reboot, swap, every mount
   call (old and new API), pivot_root, unshare, setns, the kernel keyring, bpf, perf, userfaultfd,
   file handles, acct, port I/O, quotas, io_uring, process_vm_writev;
@@ -35,27 +36,14 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-AUDIT_ARCH_X86_64 = 0xC000003E
-X32_SYSCALL_BIT = 0x40000000
+from sandbox_image.syscalls import X86_64, Arch, current
 
-# x86_64 system call numbers, by name (asm/unistd_64.h).
-SYSCALLS: dict[str, int] = {
-    "ptrace": 101, "syslog": 103, "personality": 135, "uselib": 134, "_sysctl": 156,
-    "acct": 163, "swapon": 167, "swapoff": 168, "reboot": 169, "iopl": 172, "ioperm": 173,
-    "create_module": 174, "init_module": 175, "delete_module": 176, "get_kernel_syms": 177,
-    "query_module": 178, "quotactl": 179, "nfsservctl": 180, "lookup_dcookie": 212,
-    "kexec_load": 246, "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272,
-    "perf_event_open": 298, "name_to_handle_at": 303, "open_by_handle_at": 304, "setns": 308,
-    "process_vm_writev": 311, "finit_module": 313, "kexec_file_load": 320, "bpf": 321,
-    "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
-    "fspick": 433, "clone3": 435, "mount_setattr": 442, "quotactl_fd": 443,
-    "mount": 165, "umount2": 166, "pivot_root": 155, "clone": 56, "socket": 41, "socketpair": 53,
-    "io_setup": 206,
-}
+SYSCALLS: Mapping[str, int] = X86_64.numbers
+"""x86-64's numbers (the local backend's hosts); :mod:`sandbox_image.syscalls` has every architecture's."""
 
 DENIED: tuple[str, ...] = (
     "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "create_module",
@@ -96,7 +84,6 @@ _RET_KILL_PROCESS = 0x80000000
 # struct seccomp_data: the low 32 bits (little endian) of arg0 and arg2; the kernel reads these args as int.
 _OFF_NR, _OFF_ARCH, _OFF_ARG0, _OFF_ARG2 = 0, 4, 16, 32
 
-_SYS_SECCOMP = 317
 _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_FILTER_FLAG_TSYNC = 1
 _PR_SET_NO_NEW_PRIVS = 38
@@ -128,22 +115,26 @@ def _assemble(code: Iterable[_Insn | str]) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def program() -> list[tuple[int, int, int, int]]:
-    """The filter as (code, jt, jf, k) instructions."""
+def program(arch: Arch | None = None) -> list[tuple[int, int, int, int]]:
+    """The filter for ``arch`` (default: this machine's) as (code, jt, jf, k) instructions."""
+    arch = arch or _this_arch()
+    numbers = arch.numbers
     code: list[_Insn | str] = [
         (_LD_W_ABS, 0, 0, _OFF_ARCH),
-        (_JEQ_K, 0, "kill", AUDIT_ARCH_X86_64),
+        (_JEQ_K, 0, "kill", arch.audit_arch),
         (_LD_W_ABS, 0, 0, _OFF_NR),
-        (_JGE_K, "deny", 0, X32_SYSCALL_BIT),
     ]
-    code += [(_JEQ_K, "deny", 0, SYSCALLS[name]) for name in DENIED]
+    if arch.x32_bit is not None:
+        code.append((_JGE_K, "deny", 0, arch.x32_bit))
+    # A denied call the architecture never had (aarch64 has no create_module, iopl, ...) cannot be made.
+    code += [(_JEQ_K, "deny", 0, numbers[name]) for name in DENIED if name in numbers]
     code += [
-        (_JEQ_K, "clone", 0, SYSCALLS["clone"]),
-        (_JEQ_K, "personality", 0, SYSCALLS["personality"]),
-        (_JEQ_K, "enosys", 0, SYSCALLS["clone3"]),
-        (_JEQ_K, "enosys", 0, SYSCALLS["io_setup"]),
-        (_JEQ_K, "socket", 0, SYSCALLS["socket"]),
-        (_JEQ_K, "socket", 0, SYSCALLS["socketpair"]),
+        (_JEQ_K, "clone", 0, numbers["clone"]),
+        (_JEQ_K, "personality", 0, numbers["personality"]),
+        (_JEQ_K, "enosys", 0, numbers["clone3"]),
+        (_JEQ_K, "enosys", 0, numbers["io_setup"]),
+        (_JEQ_K, "socket", 0, numbers["socket"]),
+        (_JEQ_K, "socket", 0, numbers["socketpair"]),
         (_RET_K, 0, 0, _RET_ALLOW),
         "clone",
         (_LD_W_ABS, 0, 0, _OFF_ARG0),
@@ -178,6 +169,13 @@ def program() -> list[tuple[int, int, int, int]]:
     return _assemble(code)
 
 
+def _this_arch() -> Arch:
+    arch = current()
+    if arch is None:
+        raise OSError(errno.ENOSYS, f"grove's seccomp filter has no system call table for {os.uname().machine}")
+    return arch
+
+
 # Loaded at import, which happens once in the zygote: find_library runs ``ldconfig``/``gcc`` in a
 # subprocess, ~30 ms of CPU and two processes that every sandbox start would otherwise pay.
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -195,7 +193,8 @@ def install() -> None:
     that setuid programs inside (``su``, ``sudo``) keep working. Without the capability we set
     ``no_new_privs`` first, as the kernel then requires.
     """
-    insns = program()
+    arch = _this_arch()
+    insns = program(arch)
     raw = b"".join(struct.pack("HBBI", *insn) for insn in insns)
     buf = ctypes.create_string_buffer(raw, len(raw))
     prog = _SockFprog(len(insns), ctypes.cast(buf, ctypes.c_void_p))
@@ -203,7 +202,7 @@ def install() -> None:
 
     def attempt() -> int:
         return int(libc.syscall(
-            ctypes.c_long(_SYS_SECCOMP), ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
+            ctypes.c_long(arch.numbers["seccomp"]), ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
             ctypes.c_uint(_SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(prog),
         ))
 
