@@ -22,11 +22,11 @@ from typing import Any
 import urllib3
 from kubernetes import client
 
-from grove.errors import GroveError, NotFound, Unavailable, UpstreamTimeout
+from grove.errors import GroveError, Invalid, NotFound, Unavailable, UpstreamTimeout
 from router.backends.base import Endpoint, SandboxSpec, Started
 from router.knative import egress as knative_egress
 from router.knative import labels as L
-from router.knative import manifest, status
+from router.knative import manifest, runtimeclass, status
 from router.knative.informer import Informer, Obj
 from router.knative.kube import Kube, api_error, client_configuration
 from router.knative.options import KnativeOptions
@@ -68,6 +68,7 @@ class KnativeBackend:
         """Connect, then list and watch the namespace's grove Services (and EndpointSlices in pod mode)."""
         if self.kube is None:
             self.kube = Kube(self.options, await asyncio.to_thread(client_configuration, self.options))
+        await runtimeclass.check(self.kube, self.options.runtime_class)
         ns, selector = self.options.namespace, f"{L.MANAGED_BY}=grove,{L.INSTANCE}={self._instance}"
         lister = functools.partial(self.kube.custom.list_namespaced_custom_object, _GROUP, _VERSION, ns, "services")
         o = self.options
@@ -214,9 +215,15 @@ class KnativeBackend:
         # Strict: a field the API does not know is an error, not silently dropped from the sandbox.
         limit, strict = kube.create_limit, {"field_validation": "Strict"}
         if kind == "Service":
-            await kube.call("create", "services.serving.knative.dev", name,
-                            kube.custom.create_namespaced_custom_object, _GROUP, _VERSION, ns, "services", obj,
-                            limit=limit, **strict)
+            try:
+                await kube.call("create", "services.serving.knative.dev", name,
+                                kube.custom.create_namespaced_custom_object, _GROUP, _VERSION, ns, "services", obj,
+                                limit=limit, **strict)
+            except Invalid as exc:
+                # The feature flag turned off since the router started checked it: say what to do.
+                if hint := runtimeclass.webhook_hint(exc.message):
+                    raise Invalid(exc.message + "." + hint) from exc
+                raise
         elif kind == "Secret":
             await kube.call("create", "secrets", name, kube.core.create_namespaced_secret, ns, obj, limit=limit,
                             **strict)

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from router.knative import manifest
-from router.knative.options import DEFAULT_RUNTIME_IMAGE, ENDPOINT_MODES, KnativeOptions
+from router.knative.options import DEFAULT_RUNTIME_CLASS, DEFAULT_RUNTIME_IMAGE, ENDPOINT_MODES, KnativeOptions
 
 
 def add_cluster_options(parser: argparse.ArgumentParser) -> None:
@@ -39,8 +39,9 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
                        help="stage snapshots before the PUT (AWS S3 refuses chunked uploads; MinIO does not)")
     group.add_argument("--cluster-cidr", action="append", default=[],
                        help="a pod, service or node CIDR of the cluster (repeatable): closed to egress: allow")
-    group.add_argument("--runtime-class", help="RuntimeClass of every sandbox pod (e.g. gvisor, kata): a kernel "
-                       "boundary between sandbox and node")
+    group.add_argument("--runtime-class", default=DEFAULT_RUNTIME_CLASS,
+                       help="RuntimeClass of every sandbox pod (default: gvisor; e.g. kata): a kernel of their own "
+                       "for untrusted code. 'none': the node's runtime, sandboxes share the node's kernel")
 
 
 def options_from_args(args: argparse.Namespace) -> KnativeOptions:
@@ -58,7 +59,7 @@ def options_from_args(args: argparse.Namespace) -> KnativeOptions:
         create_burst=args.api_burst,
         delete_qps=args.api_qps,
         delete_burst=args.api_burst,
-        runtime_class=args.runtime_class,
+        runtime_class=None if args.runtime_class == "none" else args.runtime_class,
         cluster_cidrs=tuple(args.cluster_cidr),
         snapshot_streamed=not args.staged_snapshots,
     )

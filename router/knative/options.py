@@ -10,6 +10,8 @@ from grove.errors import Invalid
 
 DEFAULT_RUNTIME_IMAGE = "ghcr.io/grove-sandbox/grove-runtime:0.1.0"
 ENDPOINT_MODES = ("revision", "address", "pod")
+DEFAULT_RUNTIME_CLASS = "gvisor"
+"""Sandboxes run untrusted code: under gVisor unless the router is told otherwise (GKE Sandbox's name too)."""
 _DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -72,10 +74,11 @@ class KnativeOptions:
     """CPU request and limit of the init container."""
     init_memory: str = "128Mi"
     """Memory request and limit of the init container."""
-    runtime_class: str | None = None
+    runtime_class: str | None = DEFAULT_RUNTIME_CLASS
     """``runtimeClassName`` of every sandbox pod, e.g. ``gvisor`` or ``kata``: a kernel boundary between
     sandbox and node, which namespaces alone (the local backend) cannot give. The RuntimeClass must exist
-    in the cluster, and Knative's ``kubernetes.podspec-runtimeclassname`` feature be enabled."""
+    in the cluster, and Knative's ``kubernetes.podspec-runtimeclassname`` feature be enabled (checked at
+    start, :mod:`router.knative.runtimeclass`). None (``--runtime-class none``): the node's own runtime."""
 
     cluster_cidrs: tuple[str, ...] = ()
     """The cluster's pod, service and node CIDRs: an ``egress: allow`` sandbox reaches none of them unless an

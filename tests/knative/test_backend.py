@@ -141,7 +141,7 @@ def test_403_names_the_missing_permission_and_the_fix(cluster: Cluster) -> None:
 
 
 def test_422_carries_the_webhooks_message(cluster: Cluster) -> None:
-    cluster.knative.config["config-features"] = {}  # a cluster without grove's config-features patch
+    cluster.knative.set_feature("kubernetes.podspec-init-containers", None)  # Knative's default: disabled
 
     async def body(backend: KnativeBackend) -> None:
         with pytest.raises(Invalid) as err:

@@ -7,6 +7,7 @@ Validation uses the in-repo schema copy (``knative/schema/service-v1.schema.yaml
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ from grove.errors import Invalid
 from router.backends.base import Network, SandboxSpec
 from router.knative import labels as L
 from router.knative import manifest, status
+from router.knative.cli import add_cluster_options, options_from_args
 from router.knative.options import KnativeOptions
 from tests.support.crd_schema import REPO, SCHEMA_COPY, SHARED_CRD, extract, load_schema, validate
 from tests.support.knative_standin import serving_config
@@ -142,11 +144,13 @@ def test_serving_config_enables_what_the_template_uses() -> None:
 
 
 def test_a_runtime_class_puts_every_sandbox_under_it() -> None:
-    assert "runtimeClassName" not in build().service["spec"]["template"]["spec"]
-    objects = manifest.build(spec(), KnativeOptions(runtime_class="gvisor"), image="python:3.11-slim",
+    assert build().service["spec"]["template"]["spec"]["runtimeClassName"] == "gvisor"  # the default
+    none = manifest.build(spec(), KnativeOptions(runtime_class=None), image="python:3.11-slim")
+    assert "runtimeClassName" not in none.service["spec"]["template"]["spec"]
+    objects = manifest.build(spec(), KnativeOptions(runtime_class="kata"), image="python:3.11-slim",
                              snapshot_urls=None)
     template = objects.service["spec"]["template"]["spec"]
-    assert template["runtimeClassName"] == "gvisor"
+    assert template["runtimeClassName"] == "kata"
     assert validate(objects.service, load_schema()) == []
     assert serving_config()["config-features"]["kubernetes.podspec-runtimeclassname"] == "enabled"
     for bad in ("gVisor", "-kata", "a_b", "x" * 254, ""):
@@ -173,6 +177,15 @@ def test_grove_knative_manifest_prints_what_a_create_makes(fmt: str) -> None:
     assert service["metadata"]["name"] == "sb-00000000000000aa"
     assert service["spec"]["template"]["spec"]["containers"][0]["image"] == "ubuntu:24.04"
     assert service["metadata"]["labels"]["grove.dev/task-id"].startswith("task_one-")
+    assert service["spec"]["template"]["spec"]["runtimeClassName"] == "gvisor"  # untrusted code: gVisor unless told
+
+
+def test_runtime_class_none_is_the_explicit_opt_out() -> None:
+    parser = argparse.ArgumentParser()
+    add_cluster_options(parser)
+    assert options_from_args(parser.parse_args([])).runtime_class == "gvisor"
+    assert options_from_args(parser.parse_args(["--runtime-class", "kata"])).runtime_class == "kata"
+    assert options_from_args(parser.parse_args(["--runtime-class", "none"])).runtime_class is None
 
 
 def test_grove_knative_manifest_rejects_what_the_api_rejects() -> None:

@@ -1,7 +1,8 @@
 """A stand-in Kubernetes API server: a real HTTP server on loopback speaking the REST and watch protocol.
 
-It serves the objects grove uses — ``serving.knative.dev/v1`` services and revisions, ``v1`` secrets,
-``networking.k8s.io/v1`` networkpolicies, ``discovery.k8s.io/v1`` endpointslices — to the real
+It serves the objects grove uses — ``serving.knative.dev/v1`` services and revisions, ``v1`` secrets and
+configmaps, ``networking.k8s.io/v1`` networkpolicies, ``discovery.k8s.io/v1`` endpointslices, and the
+cluster-scoped ``node.k8s.io/v1`` runtimeclasses (stored under namespace "") — to the real
 ``kubernetes`` client: create, get, list (label and field selectors), delete (background or foreground
 propagation), and ``?watch=true`` streams of ``{"type", "object"}`` JSON lines from a resourceVersion,
 with ``410 Gone`` for versions older than its history. Lists page with ``limit``/``continue``; watches
@@ -30,8 +31,8 @@ from typing import Any
 from aiohttp import web
 
 Obj = dict[str, Any]
-KINDS = {"services": "Service", "revisions": "Revision", "secrets": "Secret",
-         "networkpolicies": "NetworkPolicy", "endpointslices": "EndpointSlice"}
+KINDS = {"services": "Service", "revisions": "Revision", "secrets": "Secret", "configmaps": "ConfigMap",
+         "networkpolicies": "NetworkPolicy", "endpointslices": "EndpointSlice", "runtimeclasses": "RuntimeClass"}
 _NAME = re.compile(r"^(sb-[0-9a-f]{16})")
 
 
@@ -87,8 +88,9 @@ class KubeStandin:
         self.faults: list[Fault] = []
         self.forbidden: set[tuple[str, str]] = set()
         """(verb, plural) pairs RBAC refuses."""
-        self.allowed: set[tuple[str, str]] | None = None
-        """If set, RBAC allows only these (verb, plural) pairs (e.g. from knative/rbac.yaml's Role)."""
+        self.allowed: set[tuple[str, str, str]] | None = None
+        """If set, RBAC allows only these (verb, plural, namespace); namespace "" is a ClusterRole's grant, in
+        every namespace and on cluster-scoped objects (e.g. from knative/rbac.yaml's roles)."""
         self.calls: collections.Counter[tuple[str, str, str]] = collections.Counter()
         """(sandbox id or '*', verb, plural) → count."""
         self._history = history
@@ -139,6 +141,9 @@ class KubeStandin:
         app.router.add_route("*", "/api/{version}/namespaces/{ns}/{plural}/{name}", self._item)
         app.router.add_route("*", "/apis/{group}/{version}/namespaces/{ns}/{plural}", self._collection)
         app.router.add_route("*", "/apis/{group}/{version}/namespaces/{ns}/{plural}/{name}", self._item)
+        # Cluster-scoped objects (RuntimeClasses): a path two segments shorter, no namespace.
+        app.router.add_route("*", "/apis/{group}/{version}/{plural}", self._collection)
+        app.router.add_route("*", "/apis/{group}/{version}/{plural}/{name}", self._item)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -214,16 +219,18 @@ class KubeStandin:
     # -- HTTP ------------------------------------------------------------------------------------------
 
     def _gate(self, request: web.Request, verb: str, name: str | None) -> web.Response | None:
-        plural, ns = request.match_info["plural"], request.match_info["ns"]
+        plural, ns = request.match_info["plural"], request.match_info.get("ns", "")
         owner = _NAME.match(name or "")
         self.calls[(owner.group(1) if owner else "*", verb, plural)] += 1
         if request.headers.get("Authorization") != f"Bearer {self.token}":
             return web.json_response(status_body(401, "Unauthorized", "Unauthorized"), status=401)
-        if (verb, plural) in self.forbidden or (self.allowed is not None and (verb, plural) not in self.allowed):
+        granted = self.allowed is None or bool({(verb, plural, ns), (verb, plural, "")} & self.allowed)
+        if (verb, plural) in self.forbidden or not granted:
             group = request.match_info.get("group", "")
+            scope = f' in the namespace "{ns}"' if ns else " at the cluster scope"
             message = (f'{plural}{"." + group if group else ""} is forbidden: User '
                        f'"system:serviceaccount:grove-system:grove-router" cannot {verb} resource "{plural}" in '
-                       f'API group "{group}" in the namespace "{ns}"')
+                       f'API group "{group}"{scope}')
             return web.json_response(status_body(403, "Forbidden", message), status=403)
         for fault in self.faults:
             if fault.count > 0 and fault.verb == verb and fault.plural == plural:
@@ -234,7 +241,7 @@ class KubeStandin:
         return None
 
     async def _collection(self, request: web.Request) -> web.StreamResponse:
-        plural, ns = request.match_info["plural"], request.match_info["ns"]
+        plural, ns = request.match_info["plural"], request.match_info.get("ns", "")
         if request.method == "POST":
             body = await request.json()
             if (denied := self._gate(request, "create", body.get("metadata", {}).get("name"))) is not None:
@@ -274,8 +281,10 @@ class KubeStandin:
             message = f'{plural} "{name}" already exists'
             return web.json_response(status_body(409, "AlreadyExists", message, {"name": name}), status=409)
         meta = body.setdefault("metadata", {})
-        meta.update(namespace=ns, uid=str(uuid.uuid4()), generation=1,
+        meta.update(uid=str(uuid.uuid4()), generation=1,
                     creationTimestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        if ns:  # a cluster-scoped object has none
+            meta["namespace"] = ns
         if plural == "secrets" and "stringData" in body:
             data = body.setdefault("data", {})
             for key, value in body.pop("stringData").items():
@@ -286,7 +295,7 @@ class KubeStandin:
         return web.json_response(stored, status=201)
 
     async def _item(self, request: web.Request) -> web.Response:
-        plural, ns, name = request.match_info["plural"], request.match_info["ns"], request.match_info["name"]
+        plural, ns, name = request.match_info["plural"], request.match_info.get("ns", ""), request.match_info["name"]
         verb = {"GET": "get", "DELETE": "delete"}.get(request.method, request.method.lower())
         if (denied := self._gate(request, verb, name)) is not None:
             return denied

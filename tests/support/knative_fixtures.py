@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from artifacts.s3server import EmbeddedS3
-from router.knative.options import KnativeOptions
+from router.knative.options import DEFAULT_RUNTIME_CLASS, KnativeOptions
 from sandbox_image.bundle import Bundle, build_bundle
 from tests.support.crd_schema import REPO
 from tests.support.k8s_standin import KubeStandin
@@ -61,10 +61,25 @@ class Cluster:
 
 
 def role_rules() -> set[tuple[str, str]]:
-    """(verb, resource) pairs the router's Role in ``knative/rbac.yaml`` grants."""
+    """(verb, resource) pairs the router's Role in the sandbox namespace (``knative/rbac.yaml``) grants."""
     docs = yaml.safe_load_all((REPO / "knative" / "rbac.yaml").read_text())
-    role = next(d for d in docs if d and d["kind"] == "Role")
+    role = next(d for d in docs if d and d["kind"] == "Role" and d["metadata"]["namespace"] == NAMESPACE)
     return {(verb, res) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
+
+
+def granted() -> set[tuple[str, str, str]]:
+    """(verb, resource, namespace) the router gets from every Role and ClusterRole of ``knative/rbac.yaml``
+    (namespace "" for a ClusterRole's)."""
+    docs = yaml.safe_load_all((REPO / "knative" / "rbac.yaml").read_text())
+    return {(verb, res, d["metadata"].get("namespace", "") if d["kind"] == "Role" else "")
+            for d in docs if d and d["kind"] in ("Role", "ClusterRole")
+            for rule in d["rules"] for res in rule["resources"] for verb in rule["verbs"]}
+
+
+def add_runtime_class(api: KubeStandin, name: str = DEFAULT_RUNTIME_CLASS) -> None:
+    """Install a RuntimeClass, as an operator who set up gVisor on the nodes would."""
+    api.put("runtimeclasses", "", {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name},
+                                   "handler": "runsc"}, "ADDED")
 
 
 @pytest.fixture(scope="session")
@@ -78,8 +93,9 @@ def stand_in_cluster(bundle: Bundle) -> Iterator[Cluster]:
     """A fresh stand-in cluster for the block; fails if grove left anything in it."""
     scratch = Path(tempfile.mkdtemp(prefix="gk-"))
     api = KubeStandin(token="t-" + secrets.token_hex(8)).start()
-    api.allowed = role_rules()  # everything grove does must be allowed by knative/rbac.yaml's Role
+    api.allowed = granted()  # everything grove does must be allowed by knative/rbac.yaml's roles
     knative = KnativeStandin(api, bundle, scratch, time_scale=0.05).install()
+    add_runtime_class(api)  # sandboxes run under gVisor by default: the cluster has it
     kubeconfig = scratch / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(api.kubeconfig(NAMESPACE)))
     found = Cluster(api, knative, kubeconfig, scratch)
@@ -94,13 +110,13 @@ def stand_in_cluster(bundle: Bundle) -> Iterator[Cluster]:
 
 
 @contextlib.contextmanager
-def knative_router_on(cluster: Cluster, s3: EmbeddedS3) -> Iterator[RouterProcess]:
-    """``grove up --backend knative`` against the stand-in for the block, with the real S3 server."""
+def knative_router_on(cluster: Cluster, s3: EmbeddedS3, *more_args: str) -> Iterator[RouterProcess]:
+    """``grove up --backend knative [more_args]`` against the stand-in for the block, with the real S3 server."""
     state = Path(os.path.realpath(tempfile.mkdtemp(prefix="gkr-")))
     router = RouterProcess(
         state, key="gk-" + secrets.token_hex(16),
         up_args=("--backend", "knative", "--namespace", NAMESPACE, "--kubeconfig", str(cluster.kubeconfig),
-                 "--endpoint-mode", "address", "--s3", s3.endpoint, "--s3-bucket", new_bucket()),
+                 "--endpoint-mode", "address", "--s3", s3.endpoint, "--s3-bucket", new_bucket(), *more_args),
         extra_env={"GROVE_S3_ACCESS_KEY": s3.access_key, "GROVE_S3_SECRET_KEY": s3.secret_key},
         backend="knative",
     )

@@ -1,9 +1,13 @@
 """Knative Serving's part in the stand-in cluster: webhook, controller, pods, activator and autoscaler.
 
 * **webhook**: a Service must pass the CRD's structural schema (``fieldValidation=Strict``: unknown
-  fields are a 400) and Knative's own checks — features used must be enabled in the repository's
-  ``knative/knative-serving-config.yaml`` (so the test proves that patch covers the template),
+  fields are a 400) and Knative's own checks — features used (init containers, ``runtimeClassName``)
+  must not be disabled in ``config-features``, which starts as the repository's
+  ``knative/knative-serving-config.yaml`` (so the test proves that patch covers the template) and lives
+  in the API as a ConfigMap in ``knative-serving``, read on every request like Knative's watched config;
   ``timeoutSeconds`` within ``max-revision-timeout-seconds``, autoscaling windows in bounds (422).
+* **RuntimeClass admission**: a revision whose ``runtimeClassName`` names no RuntimeClass in the API
+  fails with the API server's ``pod rejected: RuntimeClass "…" not found``.
 * **controller**: a Revision ``<name>-00001``, then a pod; the Service reports ``Ready=True`` with
   ``observedGeneration``, ``latestReadyRevisionName`` and an address, or ``Ready=False`` with the
   Revision's message (an image it cannot fetch, a container that exits).
@@ -50,6 +54,8 @@ from tests.support.k8s_standin import KubeStandin, Obj
 
 REPO = Path(__file__).resolve().parent.parent.parent
 QUEUE_PORT = 8012
+SYSTEM_NS = "knative-serving"
+"""Where Knative's ConfigMaps live."""
 """queue-proxy's port, the one a revision's private EndpointSlice lists."""
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host", "content-length"}
 
@@ -100,7 +106,6 @@ class KnativeStandin:
         self.bundle = bundle
         self.scratch = scratch
         self.time_scale = time_scale
-        self.config = serving_config()
         self.schema = load_schema()
         self.bad_images: dict[str, str] = {}
         """image → the registry's error: such a revision fails."""
@@ -116,8 +121,24 @@ class KnativeStandin:
         self.timeouts = 0
         """Calls the activator/queue-proxy ended with its timeout (a 504, or a cut response)."""
 
+    @property
+    def config(self) -> dict[str, dict[str, str]]:
+        """ConfigMap name → its live ``data`` in the API's ``knative-serving`` namespace: what the webhook reads
+        on every request (Knative's watches them), and what a test changes in place to reconfigure it."""
+        return {name: obj.setdefault("data", {}) for name, obj in self.api.objects[("configmaps", SYSTEM_NS)].items()}
+
+    def set_feature(self, flag: str, value: str | None) -> None:
+        """Set (or, with None, remove) one key of ``config-features``, as ``kubectl patch`` would."""
+        current = self.api.objects[("configmaps", SYSTEM_NS)]["config-features"]
+        data = {k: v for k, v in (current.get("data") or {}).items() if k != flag}
+        self.api.put("configmaps", SYSTEM_NS, {**current, "data": data | ({flag: value} if value else {})})
+
     def install(self) -> KnativeStandin:
-        """Hook into the API server's services."""
+        """Hook into the API server's services; Knative's ConfigMaps with the repository's patch applied."""
+        for name, data in serving_config().items():
+            self.api.put("configmaps", SYSTEM_NS, {"apiVersion": "v1", "kind": "ConfigMap",
+                                                   "metadata": {"name": name, "namespace": SYSTEM_NS}, "data": data},
+                         "ADDED")
         self.api.validators["services"] = self.webhook
         self.api.on_create["services"] = self.created
         self.api.on_delete["services"] = self.deleted
@@ -149,11 +170,13 @@ class KnativeStandin:
         template = body["spec"]["template"]
         spec, notes = template["spec"], template.get("metadata", {}).get("annotations", {})
         features = self.config.get("config-features", {})
-        flags = {"initContainers": "kubernetes.podspec-init-containers"}
+        # PodSpecMask: a feature's field passes unless its flag is disabled (Knative's default for these).
+        flags = {"initContainers": "kubernetes.podspec-init-containers",
+                 "runtimeClassName": "kubernetes.podspec-runtimeclassname"}
         denied = [f"must not set the field(s): spec.template.spec.{k}" for k, flag in flags.items()
-                  if k in spec and features.get(flag) != "enabled"]
+                  if k in spec and not _flag_on(features, flag, default=False)]
         if any("emptyDir" in v for v in spec.get("volumes", [])) and \
-                features.get("kubernetes.podspec-volumes-emptydir", "enabled") != "enabled":
+                not _flag_on(features, "kubernetes.podspec-volumes-emptydir", default=True):
             denied.append("must not set the field(s): spec.template.spec.volumes[0].emptyDir")
         limit = int(self.config.get("config-defaults", {}).get("max-revision-timeout-seconds", "600"))
         if not 0 <= spec.get("timeoutSeconds", 300) <= limit:
@@ -181,6 +204,11 @@ class KnativeStandin:
         self.api.put("revisions", ns, revision, "ADDED")
         if image in self.bad_images:
             return self._fail(ks, "ContainerMissing", f'Unable to fetch image "{image}": {self.bad_images[image]}')
+        runtime_class = obj["spec"]["template"]["spec"].get("runtimeClassName")
+        if runtime_class and runtime_class not in self.api.objects[("runtimeclasses", "")]:
+            # The API server's RuntimeClass admission refuses the ReplicaSet's pods; the revision reports it.
+            return self._fail(ks, "FailedCreate", f'pods "{ks.revision}-deployment-7c9d8b5f4-" is forbidden: '
+                                                  f'pod rejected: RuntimeClass "{runtime_class}" not found')
         try:
             await self._start_pod(ks)
         except RuntimeError as exc:
@@ -550,3 +578,9 @@ def _disk_usage(root: str, session: int) -> int:
 
 def _seconds(duration: str) -> float:
     return float(duration.rstrip("s")) if duration.endswith("s") and not duration.endswith("ms") else 0.0
+
+
+def _flag_on(features: dict[str, str], flag: str, *, default: bool) -> bool:
+    """Knative's ``asFlag``: ``enabled``, ``allowed`` or ``disabled`` in any case; anything else keeps the default."""
+    value = features.get(flag, "").lower()
+    return value in ("enabled", "allowed") if value in ("enabled", "allowed", "disabled") else default
