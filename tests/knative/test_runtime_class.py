@@ -34,8 +34,8 @@ def spec() -> SandboxSpec:
 def run(cluster: Cluster, body: Callable[[KnativeBackend], Awaitable[T]], **options: Any) -> T:
     async def main() -> T:
         backend = KnativeBackend(cluster.options(**options))
-        await backend.open()
-        try:
+        try:  # closed also when open refuses: its client and threads go either way
+            await backend.open()
             return await body(backend)
         finally:
             await backend.close()
