@@ -220,7 +220,7 @@ class KnativeBackend:
                                 kube.custom.create_namespaced_custom_object, _GROUP, _VERSION, ns, "services", obj,
                                 limit=limit, **strict)
             except Invalid as exc:
-                # The feature flag turned off since the router started checked it: say what to do.
+                # runtimeClassName refused: the flag was turned off after the start-up check, or RBAC hid it.
                 if hint := runtimeclass.webhook_hint(exc.message):
                     raise Invalid(exc.message + "." + hint) from exc
                 raise
