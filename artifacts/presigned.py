@@ -7,66 +7,45 @@ and the key but never the query string (it carries the signature).
 from __future__ import annotations
 
 import http.client
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator
 from urllib.parse import urlsplit
 
 from artifacts.streams import CHUNK, Readable, as_reader, iter_chunks
 from grove.errors import BadRequest, Forbidden, GroveError, InternalError, NotFound, Unavailable
 
-# Bodies of unknown length are staged first (memory up to this size, then a temporary file): S3
-# wants a Content-Length on a single PUT, and not every S3 server accepts chunked encoding.
-_STAGE_IN_MEMORY = 8 * 1024 * 1024
-
 
 def upload_via_presigned(
     url: str,
-    body: bytes | Readable | Iterable[bytes],
+    body: bytes | bytearray | memoryview | Readable | Iterable[bytes],
     *,
     length: int | None = None,
-    chunked: bool = False,
-    stage_dir: str | os.PathLike[str] | None = None,
     timeout: float = 120.0,
 ) -> str | None:
-    """PUT ``body`` to a presigned URL in one request; return the ETag.
+    """PUT ``body`` to a presigned URL in one request with a Content-Length; return the ETag.
 
-    A body of unknown size is staged (in memory up to 8 MiB, then in a temporary file in
-    ``stage_dir``) to learn its Content-Length, unless ``length`` is given or ``chunked`` is set.
-    ``chunked`` streams with chunked transfer encoding instead: weed and MinIO accept it, AWS S3 does
-    not.
+    A stream needs its ``length`` up front: S3 wants a Content-Length on a PUT, and AWS refuses chunked
+    encoding. A stream of unknown length goes as a multipart upload (:mod:`artifacts.multipart`).
+    A bytes-like body is sent as it is, without a copy.
     """
     if isinstance(body, bytes | bytearray | memoryview):
-        data = bytes(body)
-        return _put(url, [data], len(data), timeout)
-    reader = as_reader(body)
-    if length is not None:
-        return _put(url, _exactly(reader, length), length, timeout)
-    if chunked:
-        return _put(url, iter_chunks(reader), None, timeout)
-    with tempfile.SpooledTemporaryFile(
-        max_size=_STAGE_IN_MEMORY, dir=None if stage_dir is None else os.fspath(stage_dir)
-    ) as stage:
-        size = 0
-        for chunk in iter_chunks(reader):
-            stage.write(chunk)
-            size += len(chunk)
-        stage.seek(0)
-        return _put(url, iter_chunks(stage), size, timeout)
+        return _put(url, [body], len(body), timeout)
+    if length is None:
+        raise BadRequest("a streamed upload to a presigned URL needs its length")
+    return _put(url, _exactly(as_reader(body), length), length, timeout)
 
 
 def download_via_presigned(url: str, *, timeout: float = 120.0) -> PresignedDownload:
     """GET a presigned URL; return a reader over the body (close it, or use ``with``)."""
-    conn, target = _connect(url, timeout)
+    conn, target = connect(url, timeout)
     try:
         conn.request("GET", target, headers={"Accept-Encoding": "identity"})
         response = conn.getresponse()
     except OSError as exc:
         conn.close()
-        raise Unavailable(f"S3 at {_where(url)} is unreachable: {exc}", retry_after=5) from exc
+        raise Unavailable(f"S3 at {where(url)} is unreachable: {exc}", retry_after=5) from exc
     if response.status != 200:
-        error = _error(url, response.status, response.read())
+        error = error_for(url, response.status, response.read())
         conn.close()
         raise error
     return PresignedDownload(conn, response, url)
@@ -88,7 +67,7 @@ class PresignedDownload:
         try:
             return self._response.read() if size < 0 else self._response.read(size)
         except (OSError, http.client.HTTPException) as exc:
-            raise Unavailable(f"download from {_where(self._url)} broke off: {exc}", retry_after=5) from exc
+            raise Unavailable(f"download from {where(self._url)} broke off: {exc}", retry_after=5) from exc
 
     def readable(self) -> bool:
         """Always true."""
@@ -109,31 +88,23 @@ class PresignedDownload:
         self.close()
 
 
-def _put(url: str, chunks: Iterable[bytes], length: int | None, timeout: float) -> str | None:
-    conn, target = _connect(url, timeout)
+def _put(url: str, chunks: Iterable[bytes | bytearray | memoryview], length: int, timeout: float) -> str | None:
+    conn, target = connect(url, timeout)
     try:
         conn.putrequest("PUT", target, skip_accept_encoding=True)
-        if length is None:
-            conn.putheader("Transfer-Encoding", "chunked")
-        else:
-            conn.putheader("Content-Length", str(length))
+        conn.putheader("Content-Length", str(length))
         conn.putheader("Content-Type", "application/octet-stream")
         conn.endheaders()
         for chunk in chunks:
-            if length is not None:
-                conn.send(chunk)
-            elif chunk:  # an empty chunk would end the body early
-                conn.send(b"%x\r\n%b\r\n" % (len(chunk), chunk))
-        if length is None:
-            conn.send(b"0\r\n\r\n")
+            conn.send(chunk)
         response = conn.getresponse()
         body = response.read()
     except OSError as exc:
-        raise Unavailable(f"upload to {_where(url)} failed: {exc}", retry_after=5) from exc
+        raise Unavailable(f"upload to {where(url)} failed: {exc}", retry_after=5) from exc
     finally:
         conn.close()
     if response.status not in (200, 201, 204):
-        raise _error(url, response.status, body)
+        raise error_for(url, response.status, body)
     return response.getheader("ETag")
 
 
@@ -147,7 +118,8 @@ def _exactly(reader: Readable, length: int) -> Iterator[bytes]:
         yield chunk
 
 
-def _connect(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+def connect(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+    """An unopened connection to the URL's host, and the request target (path and query)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise BadRequest("a presigned URL must be http(s)://host/…")
@@ -156,15 +128,17 @@ def _connect(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]
     return conn, f"{parts.path or '/'}?{parts.query}" if parts.query else parts.path or "/"
 
 
-def _where(url: str) -> str:
+def where(url: str) -> str:
+    """The URL without its query (which carries the signature): safe to log."""
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}{parts.path}"
 
 
-def _error(url: str, status: int, body: bytes) -> GroveError:
+def error_for(url: str, status: int, body: bytes) -> GroveError:
+    """The GroveError for an S3 error answer (its <Code>), naming the URL without its signature."""
     match = re.search(rb"<Code>([^<]*)</Code>", body)
     code = match.group(1).decode(errors="replace") if match else f"HTTP {status}"
-    message = f"{_where(url)}: {code}"
+    message = f"{where(url)}: {code}"
     if status == 404:
         return NotFound(message)
     if status == 403:

@@ -20,6 +20,7 @@ from typing import Any, BinaryIO, cast
 
 import urllib3
 from minio import Minio
+from minio.datatypes import Part
 from minio.error import InvalidResponseError, S3Error, ServerError
 from minio.lifecycleconfig import LifecycleConfig
 
@@ -172,6 +173,43 @@ class ObjectStore:
         self.ensure_bucket()
         with self._errors("presign", key):
             return str(self._signer.presigned_put_object(self.config.bucket, key, expires=_expiry(expires)))
+
+    # Multipart uploads, for writers that hold no credentials: the holder of the credentials starts and
+    # ends the upload, the writer PUTs each part to a presigned URL (every S3, AWS included, accepts that).
+
+    def start_multipart(self, key: str) -> str:
+        """Start a multipart upload of ``key``; its upload id (nothing is visible until it is completed)."""
+        self.ensure_bucket()
+        with self._errors("start an upload of", key):
+            return str(self._client._create_multipart_upload(self.config.bucket, key, {}))
+
+    def presign_part(self, key: str, upload_id: str, number: int, expires: float | timedelta = 3600.0) -> str:
+        """A URL that PUTs part ``number`` (1-10000) of an upload without credentials."""
+        with self._errors("presign", key):
+            return str(self._signer.get_presigned_url(
+                "PUT", self.config.bucket, key, expires=_expiry(expires),
+                extra_query_params={"uploadId": upload_id, "partNumber": str(number)}))
+
+    def complete_multipart(self, key: str, upload_id: str, etags: builtins.list[str]) -> str | None:
+        """Make ``key`` the parts' concatenation (parts 1..n, in order) at once; the new etag."""
+        with self._errors("complete the upload of", key):
+            parts = [Part(number, etag) for number, etag in enumerate(etags, 1)]
+            return self._client._complete_multipart_upload(self.config.bucket, key, upload_id, parts).etag
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        """Drop an upload and its parts (no error if it is gone); ``key`` keeps what it had."""
+        try:
+            with self._errors("abort the upload of", key):
+                self._client._abort_multipart_upload(self.config.bucket, key, upload_id)
+        except NotFound:
+            pass
+
+    def incomplete_uploads(self, prefix: str) -> builtins.list[tuple[str, str]]:
+        """(key, upload id) of the uploads under ``prefix`` that were neither completed nor aborted."""
+        self.ensure_bucket()
+        with self._errors("list uploads under", prefix):
+            found = self._client._list_multipart_uploads(self.config.bucket, prefix=prefix, max_uploads=1000)
+            return [(str(u.object_name), str(u.upload_id)) for u in found.uploads]
 
     def close(self) -> None:
         """Drop pooled connections."""

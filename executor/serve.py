@@ -132,7 +132,7 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
 
         def build(settings: ExecutorSettings) -> Any:
             app = create_app(settings)
-            if settings.snapshot_put_url and settings.idle_snapshot_s > 0:
+            if settings.snapshot_upload_url and settings.idle_snapshot_s > 0:
                 IdleSnapshots(Snapshots(settings), settings.idle_snapshot_s).install(app)
             return app
 
@@ -153,6 +153,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=32)
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
+    # grove's own records (restores and snapshots: sizes, parts, memory) go to stderr, the pod's log.
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s [%(process)d] %(name)s %(levelname)s %(message)s"))
+    for name in ("grove.executor", "grove.snapshot"):
+        logging.getLogger(name).addHandler(handler)
+        logging.getLogger(name).setLevel(logging.INFO)
     settings = ExecutorSettings.from_env()
     if os.environ.get("GROVE_EXECUTOR_SECCOMP") == "1":
         _install_seccomp()

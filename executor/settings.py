@@ -48,17 +48,17 @@ class ExecutorSettings:
     """If set, every command gets this OOM score so the kernel kills it before the executor."""
     oom_control_path: str | None = None
     """A cgroup v1 ``memory.oom_control`` file whose ``oom_kill`` counter tells OOM kills apart."""
-    snapshot_put_url: str | None = None
-    """Presigned PUT URL the workspace snapshot goes to (on SIGTERM and when idle); None: no snapshots."""
+    snapshot_upload_url: str | None = None
+    """The router's snapshot-upload endpoint: each snapshot (on SIGTERM and when idle) is a multipart upload
+    it starts and completes, its parts PUT to presigned URLs; None: no snapshots."""
+    snapshot_upload_token: str | None = None
+    """This sandbox's token for that endpoint (its own snapshot key, up to its disk's worth)."""
     snapshot_get_url: str | None = None
     """Presigned GET URL of the same snapshot, restored before the executor listens."""
     snapshot_dir: str | None = None
     """The directory (an API path) that snapshots keep, made at start if missing; None: ``workdir``."""
     idle_snapshot_s: float = 0.0
     """Snapshot after this long without a request (0: only on SIGTERM)."""
-    snapshot_streamed: bool = True
-    """Stream the snapshot to its PUT URL with chunked encoding (MinIO, SeaweedFS): nothing is staged on
-    the pod's disk. False (AWS S3 refuses chunked PUTs): staged, in memory up to 8 MiB, then on disk."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ExecutorSettings:
@@ -93,9 +93,9 @@ class ExecutorSettings:
             workdir=env.get("GROVE_EXECUTOR_WORKDIR", "/"),
             env=sandbox_env,
             output_dir=env.get("GROVE_EXECUTOR_OUTPUT_DIR", "/tmp/grove-output"),
-            snapshot_put_url=env.get("GROVE_EXECUTOR_SNAPSHOT_PUT_URL") or None,
+            snapshot_upload_url=env.get("GROVE_EXECUTOR_SNAPSHOT_UPLOAD_URL") or None,
+            snapshot_upload_token=env.get("GROVE_EXECUTOR_SNAPSHOT_UPLOAD_TOKEN") or None,
             snapshot_get_url=env.get("GROVE_EXECUTOR_SNAPSHOT_GET_URL") or None,
             snapshot_dir=env.get("GROVE_EXECUTOR_SNAPSHOT_DIR") or None,
-            snapshot_streamed=env.get("GROVE_EXECUTOR_SNAPSHOT_STREAMED", "1") != "0",
             **kwargs,  # type: ignore[arg-type]
         )

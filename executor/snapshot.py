@@ -1,9 +1,12 @@
 """Workspace snapshots: how a sandbox's files survive a pod that Knative scaled to zero.
 
-The executor holds two presigned URLs (a PUT and a GET of the same key; no S3 credentials). It restores
-the workspace from the GET URL before it listens — so it answers nothing until the files are back —
-and packs the workspace to the PUT URL when gunicorn's arbiter exits (SIGTERM: the pod is going away)
-and, in the worker, after ``idle_snapshot_s`` without a request if anything ran since the last one.
+The executor holds a presigned GET URL of its snapshot and an upload token (no S3 credentials). It
+restores the workspace from the GET URL before it listens — so it answers nothing until the files are
+back — and packs the workspace when gunicorn's arbiter exits (SIGTERM: the pod is going away) and, in
+the worker, after ``idle_snapshot_s`` without a request if anything ran since the last one. A snapshot
+is a multipart upload the router starts and completes (:mod:`artifacts.multipart`): the tar + zstd
+stream goes out one part at a time, so it costs one part of memory and nothing on the pod's disk, and
+the object changes only when the upload completes — a snapshot cut off leaves the last good one.
 
 A restore that fails for any reason but "there is no snapshot yet" stops the start: an executor that
 came up with an empty workspace would later overwrite the good snapshot with it.
@@ -13,13 +16,15 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import threading
 import time
 from typing import Any
 
 from flask import Flask
 
-from artifacts.presigned import download_via_presigned, upload_via_presigned
+from artifacts.multipart import HttpBroker, upload_multipart
+from artifacts.presigned import download_via_presigned
 from artifacts.snapshot import pack_directory, unpack_into
 from executor.paths import PathResolver
 from executor.settings import ExecutorSettings
@@ -33,9 +38,9 @@ class Snapshots:
     """Pack and restore one directory through presigned URLs."""
 
     def __init__(self, settings: ExecutorSettings) -> None:
-        self.put_url = settings.snapshot_put_url
+        self.broker = (HttpBroker(settings.snapshot_upload_url, settings.snapshot_upload_token or "")
+                       if settings.snapshot_upload_url else None)
         self.get_url = settings.snapshot_get_url
-        self.streamed = settings.snapshot_streamed
         api = settings.snapshot_dir or settings.workdir
         self.directory = PathResolver(settings.root, settings.workdir).resolve(api)
         """The directory on this filesystem that is kept."""
@@ -44,7 +49,7 @@ class Snapshots:
     @property
     def enabled(self) -> bool:
         """Whether there is anywhere to put a snapshot."""
-        return bool(self.put_url)
+        return self.broker is not None
 
     def restore(self) -> int | None:
         """Unpack the last snapshot into the directory; member count, or None if there was none."""
@@ -71,16 +76,20 @@ class Snapshots:
 
     def take(self, reason: str) -> dict[str, Any] | None:
         """Pack the directory and upload it (one at a time); None when snapshots are off."""
-        if not self.put_url:
+        if self.broker is None:
             return None
         with self._lock:
             started = time.monotonic()
-            # Streamed, the archive never touches the pod's disk: staged in /tmp it would count against
-            # the ephemeral-storage limit a second time, and the kubelet evicts a pod over it mid-snapshot.
-            etag = upload_via_presigned(self.put_url, pack_directory(self.directory), chunked=self.streamed)
+            # Never staged: a copy in /tmp would count against the ephemeral-storage limit a second time,
+            # and the kubelet evicts a pod over it mid-snapshot.
+            stats = upload_multipart(self.broker, pack_directory(self.directory))
             took = time.monotonic() - started
-        log.info("snapshot of %s (%s) uploaded in %.2fs", self.directory, reason, took)
-        return {"etag": etag, "seconds": took, "reason": reason}
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        log.info("snapshot of %s (%s): %d bytes in %d parts of %d in %.2fs, at most %d bytes held, peak RSS %d KiB",
+                 self.directory, reason, stats.size, stats.parts, stats.part_size, took, stats.largest_buffer,
+                 peak_kib)
+        return {"etag": stats.etag, "seconds": took, "reason": reason, "size": stats.size, "parts": stats.parts,
+                "largest_buffer": stats.largest_buffer}
 
 
 class IdleSnapshots:

@@ -49,6 +49,7 @@ from router.replies import reply
 from router.runs_api import get_run_file, list_run_files, put_run_file
 from router.service import SandboxService
 from router.settings import RouterSettings
+from router.snapshot_api import snapshot_upload
 from router.statedisk import storage_error
 from router.storage import open_storage
 from router.swerex import swerex_handler
@@ -77,6 +78,8 @@ class Route:
     """A header that may carry the API key instead of ``Authorization`` (SWE-ReX's client sends ``X-API-Key``)."""
     query: type | None = None
     """The model of the query parameters, for the spec (the handler parses them with it)."""
+    own_auth: bool = False
+    """The handler checks a bearer credential of its own instead of an API key (an executor's upload token)."""
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
@@ -193,6 +196,10 @@ ROUTES: list[Route] = [
           "Store a rollout run's file in S3 under runs/<run_id>/<name>", raw_body="application/octet-stream"),
     Route("GET", "/v1/runs/{run_id}/files", list_run_files, "A rollout run's stored files"),
     Route("GET", "/v1/runs/{run_id}/files/{name}", get_run_file, "One stored file of a rollout run"),
+    # The executor's, not the users': it authenticates with its sandbox's upload token, not an API key.
+    Route("POST", "/v1/sandboxes/{id}/snapshot-upload", snapshot_upload,
+          "Executors only (Knative): start, extend, complete or abort a workspace snapshot's multipart upload",
+          raw_body="application/json", own_auth=True),
     Route("GET", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler, "SWE-ReX remote runtime: is_alive",
           key_header="X-API-Key"),
     Route("POST", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler,
@@ -241,6 +248,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
 
 
 _PUBLIC = {(r.method, canonical_path(r.path)) for r in ROUTES if r.public}
+_OWN_AUTH = {(r.method, canonical_path(r.path)) for r in ROUTES if r.own_auth}
+_NO_KEY = _PUBLIC | _OWN_AUTH
 _KEY_HEADERS = {(r.method, canonical_path(r.path)): r.key_header for r in ROUTES if r.key_header}
 # The viewer's routes check its session cookie themselves (router/ui/guard.py); only matched ones skip here.
 _VIEWER = {(method, path) for method, path, _ in UI_ROUTES}
@@ -253,7 +262,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     routes take a session cookie instead, and check it themselves."""
     route = request.match_info.route.resource
     canonical = route.canonical if route is not None else request.path
-    if (request.method, canonical) not in _PUBLIC and (route is None or (request.method, canonical) not in _VIEWER):
+    if (request.method, canonical) not in _NO_KEY and \
+            (route is None or (request.method, canonical) not in _VIEWER):
         header = request.headers.get("Authorization")
         alternative = _KEY_HEADERS.get((request.method, canonical))
         if header is None and alternative and alternative in request.headers:

@@ -1,6 +1,6 @@
 """The Knative backend: each sandbox a scale-to-zero Knative Service on a cluster.
 
-Per sandbox: a Secret (executor token, command environment, presigned snapshot URLs), the Knative
+Per sandbox: a Secret (executor token, command environment, snapshot GET URL and upload token), the Knative
 Service (:mod:`router.knative.manifest`), and with ``egress: allow`` a NetworkPolicy. Readiness comes
 from one shared watch of the namespace's grove Services (:mod:`router.knative.informer`), never from
 polling. Scale-to-zero is Knative's: with no traffic for the window set from ``idle_timeout_s`` its
@@ -60,7 +60,7 @@ class KnativeBackend:
 
     def attach_storage(self, storage: Presigner) -> None:
         """Use ``storage`` for workspace snapshots (called by the app before any create)."""
-        self.snapshots = Snapshots(storage)
+        self.snapshots = Snapshots(storage, self.options.snapshot_part_bytes)
 
     # -- lifetime --------------------------------------------------------------------------------------
 
@@ -132,7 +132,7 @@ class KnativeBackend:
     async def _create_all(self, spec: SandboxSpec, *, keep_snapshot: bool) -> Started:
         objects = manifest.build(
             spec, self.options, image=status.pinned(self.options.image_for(spec.image), self._digests.get(spec.image)),
-            snapshot_urls=await self.snapshots.urls(spec.id, spec.ttl_s) if self.snapshots else None,
+            snapshot_access=await self.snapshots.access(spec.id, spec.ttl_s, spec.disk_mb) if self.snapshots else None,
         )
         created: list[dict[str, Any]] = []
         try:

@@ -35,8 +35,11 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--request-timeout", type=int, default=3600, help="timeoutSeconds of every revision")
     group.add_argument("--api-qps", type=float, default=20.0, help="Kubernetes create/delete calls per second")
     group.add_argument("--api-burst", type=int, default=40, help="Kubernetes calls allowed at once")
-    group.add_argument("--staged-snapshots", action="store_true",
-                       help="stage snapshots before the PUT (AWS S3 refuses chunked uploads; MinIO does not)")
+    group.add_argument("--router-url", default=KnativeOptions.router_url,
+                       help="the router as sandbox pods reach it (executors ask it for snapshot uploads)")
+    group.add_argument("--snapshot-part-mib", type=int, default=KnativeOptions.snapshot_part_bytes // 2**20,
+                       help="part size of snapshot uploads in MiB (at least 5, S3's smallest): the executor's "
+                            "memory bound while it snapshots")
     group.add_argument("--cluster-cidr", action="append", default=[],
                        help="a pod, service or node CIDR of the cluster (repeatable): closed to egress: allow")
     group.add_argument("--runtime-class", default=DEFAULT_RUNTIME_CLASS,
@@ -61,7 +64,8 @@ def options_from_args(args: argparse.Namespace) -> KnativeOptions:
         delete_burst=args.api_burst,
         runtime_class=None if args.runtime_class == "none" else args.runtime_class,
         cluster_cidrs=tuple(args.cluster_cidr),
-        snapshot_streamed=not args.staged_snapshots,
+        router_url=args.router_url,
+        snapshot_part_bytes=args.snapshot_part_mib * 2**20,
     )
 
 

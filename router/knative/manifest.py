@@ -3,7 +3,8 @@
 Pure functions of the sandbox's spec and the backend's options, so ``grove knative manifest`` prints
 exactly what a create sends. The Service's template never changes after the create (any change would
 make a new revision, i.e. a new pod, and lose the workspace): everything that differs per sandbox and
-is secret — the executor token, the command environment, the presigned snapshot URLs — is in the Secret.
+is secret — the executor token, the command environment, the snapshot's GET URL and upload token — is in
+the Secret.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def build(
     options: KnativeOptions,
     *,
     image: str,
-    snapshot_urls: tuple[str, str] | None = None,
+    snapshot_access: tuple[str, str] | None = None,
 ) -> SandboxObjects:
     """The sandbox's objects; ``image`` is the reference to run (pinned by digest when known)."""
     if not PurePosixPath(spec.workdir).is_absolute():
@@ -79,7 +80,7 @@ def build(
             "kind": "Secret",
             "metadata": meta(secret_name(spec.id), {}),
             "type": "Opaque",
-            "stringData": _secret_data(spec, snapshot_urls),
+            "stringData": _secret_data(spec, snapshot_access),
         },
         service=_service(spec, options, image, meta(spec.id, _service_labels(spec))),
         policy=_policy(spec, options, meta(policy_name(spec.id), {})) if spec.network.egress == "allow" else None,
@@ -103,11 +104,16 @@ def _service_labels(spec: SandboxSpec) -> dict[str, str]:
     return {L.VISIBILITY: "cluster-local", L.ROLE: "sandbox", **L.metadata_labels(spec.labels)}
 
 
-def _secret_data(spec: SandboxSpec, snapshot_urls: tuple[str, str] | None) -> dict[str, str]:
+def _secret_data(spec: SandboxSpec, snapshot_access: tuple[str, str] | None) -> dict[str, str]:
     data = {"token": spec.token, "env": executor_env(spec)}
-    if snapshot_urls is not None:
-        data["snapshot-put-url"], data["snapshot-get-url"] = snapshot_urls
+    if snapshot_access is not None:
+        data["snapshot-get-url"], data["snapshot-upload-token"] = snapshot_access
     return data
+
+
+def snapshot_upload_url(options: KnativeOptions, sandbox_id: str) -> str:
+    """Where the sandbox's executor asks the router for its snapshots' multipart uploads."""
+    return f"{options.router_url.rstrip('/')}/v1/sandboxes/{sandbox_id}/snapshot-upload"
 
 
 def autoscaling_annotations(idle_timeout_s: float, options: KnativeOptions) -> dict[str, str]:
@@ -157,12 +163,12 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
     env = [
         _from_secret("GROVE_EXECUTOR_TOKEN", spec.id, "token"),
         _from_secret("GROVE_EXECUTOR_ENV", spec.id, "env"),
-        _from_secret("GROVE_EXECUTOR_SNAPSHOT_PUT_URL", spec.id, "snapshot-put-url", optional=True),
         _from_secret("GROVE_EXECUTOR_SNAPSHOT_GET_URL", spec.id, "snapshot-get-url", optional=True),
+        _from_secret("GROVE_EXECUTOR_SNAPSHOT_UPLOAD_TOKEN", spec.id, "snapshot-upload-token", optional=True),
+        {"name": "GROVE_EXECUTOR_SNAPSHOT_UPLOAD_URL", "value": snapshot_upload_url(options, spec.id)},
         {"name": "GROVE_EXECUTOR_WORKDIR", "value": spec.workdir},
         {"name": "GROVE_EXECUTOR_SNAPSHOT_DIR", "value": spec.workdir},
         {"name": "GROVE_EXECUTOR_IDLE_SNAPSHOT_S", "value": f"{options.idle_snapshot_s:g}"},
-        {"name": "GROVE_EXECUTOR_SNAPSHOT_STREAMED", "value": "1" if options.snapshot_streamed else "0"},
         # A command ends (and its result is sent) before queue-proxy would cut the call at timeoutSeconds.
         # grove's own seccomp filter on the executor and its commands, as under the local backend's PID 1.
         {"name": "GROVE_EXECUTOR_SECCOMP", "value": "1"},

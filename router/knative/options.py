@@ -45,10 +45,11 @@ class KnativeOptions:
     """``serving.knative.dev/progress-deadline``: when Knative declares a revision that never got ready failed."""
     idle_snapshot_s: float = 60.0
     """The executor snapshots its workspace after this long without a request (0: only on SIGTERM)."""
-    snapshot_streamed: bool = True
-    """Executors stream snapshots to S3 (chunked PUT, as MinIO and SeaweedFS accept): no copy on the pod's
-    disk. Off for AWS S3, which refuses chunked PUTs: then a snapshot over 8 MiB is staged in the pod's
-    /tmp and counts against its ephemeral-storage limit (``disk_mb``) a second time."""
+    router_url: str = "http://grove-router.grove-system.svc.cluster.local:8470"
+    """The router as sandbox pods reach it: executors ask it for their snapshots' multipart uploads."""
+    snapshot_part_bytes: int = 16 * 1024 * 1024
+    """One part of a snapshot's multipart upload: what an executor holds in memory while it snapshots.
+    At least 5 MiB: S3 (AWS, MinIO and SeaweedFS alike) refuses smaller parts but the last."""
     create_qps: float = 20.0
     """Sustained Kubernetes write calls per second for creates (token bucket rate)."""
     create_burst: int = 40
@@ -96,6 +97,10 @@ class KnativeOptions:
                 ipaddress.ip_network(cidr, strict=True)
             except ValueError as exc:
                 raise Invalid(f"cluster CIDR {cidr!r} is not a network (e.g. 10.244.0.0/16): {exc}") from exc
+        if self.snapshot_part_bytes < 5 * 1024 * 1024:
+            raise Invalid(f"a snapshot part must be at least 5 MiB (S3's smallest), got {self.snapshot_part_bytes} B")
+        if not self.router_url.startswith(("http://", "https://")):
+            raise Invalid(f"the router URL for sandboxes must be http(s)://host:port, got {self.router_url!r}")
         if self.runtime_class is not None and not _DNS_SUBDOMAIN.fullmatch(self.runtime_class):
             raise Invalid(
                 f"runtime class {self.runtime_class!r} is not a valid RuntimeClass name "

@@ -1,29 +1,51 @@
-"""Executor snapshots through presigned URLs on the real S3 server: SIGTERM, idle timer, restore at start.
+"""Executor snapshots on the real S3 server: SIGTERM, idle timer, restore at start.
 
 Each executor start gets a fresh root directory, like a new container, so what comes back came back
-through S3.
+through S3. Uploads go through the router's own broker code (multipart, parts of 5 MiB here), served
+on loopback; the restore reads a presigned GET URL.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
+from collections.abc import Iterator
+
+import pytest
 
 from artifacts.store import ObjectStore
+from router.knative.manifest import snapshot_key
 from tests.support.executor_fixtures import start_executor
+from tests.support.snapshot_broker import BrokerServer, broker_for
 
-KEY = "snapshots/sb-00000000000000ee/workspace.tar.zst"
+SANDBOX = "sb-00000000000000ee"
+KEY = snapshot_key(SANDBOX)
+PART = 5 * 1024 * 1024  # S3's smallest part (SeaweedFS refuses less, as AWS does)
 
 
-def snapshot_env(store: ObjectStore, **extra: str) -> dict[str, str]:
-    return {"GROVE_EXECUTOR_SNAPSHOT_PUT_URL": store.presign_put(KEY, 600),
+@pytest.fixture
+def broker(object_store: ObjectStore) -> Iterator[BrokerServer]:
+    with BrokerServer(broker_for(object_store, PART)) as server:
+        yield server
+
+
+def snapshot_env(store: ObjectStore, broker: BrokerServer, **extra: str) -> dict[str, str]:
+    return {"GROVE_EXECUTOR_SNAPSHOT_UPLOAD_URL": broker.upload_url(SANDBOX),
+            "GROVE_EXECUTOR_SNAPSHOT_UPLOAD_TOKEN": broker.uploads.token(SANDBOX, 64),
             "GROVE_EXECUTOR_SNAPSHOT_GET_URL": store.presign_get(KEY, 600),
             "GROVE_EXECUTOR_SNAPSHOT_DIR": "/work/space", **extra}
 
 
-def test_sigterm_snapshots_and_the_next_start_restores(object_store: ObjectStore) -> None:
-    env = snapshot_env(object_store)
+def snapshot_logs(log: str) -> list[dict[str, int]]:
+    """Each snapshot's log line: its parts, the most bytes it held, the process's peak RSS."""
+    return [{"parts": int(m[1]), "held": int(m[2]), "rss_kib": int(m[3])} for m in re.finditer(
+        r"in (\d+) parts of \d+ in [\d.]+s, at most (\d+) bytes held, peak RSS (\d+) KiB", log)]
+
+
+def test_sigterm_snapshots_and_the_next_start_restores(object_store: ObjectStore, broker: BrokerServer) -> None:
+    env = snapshot_env(object_store, broker)
     with start_executor(env=env) as first:
         assert os.path.isdir(first.host_path("/work/space"))  # made at start, though nothing was restored
         client = first.client()
@@ -34,7 +56,8 @@ def test_sigterm_snapshots_and_the_next_start_restores(object_store: ObjectStore
         assert not object_store.exists(KEY)  # no idle timer here: nothing until the pod goes away
         first.proc.send_signal(signal.SIGTERM)
         first.proc.wait(timeout=20)
-    assert object_store.exists(KEY)
+        small = snapshot_logs(first.log())
+    assert object_store.exists(KEY) and len(small) == 1 and small[0]["parts"] == 1
 
     with start_executor(env=env) as second:
         assert second.root != first.root
@@ -45,11 +68,26 @@ def test_sigterm_snapshots_and_the_next_start_restores(object_store: ObjectStore
         assert os.readlink(os.path.join(space, "link")) == "a/b/f.txt"
         client = second.client()
         assert client.run(command="./tool", cwd="/work/space")["stdout"] == b"run\n"
+        # 40 MiB that do not compress: 8 parts, and the executor's memory grows by about one part, not eight.
+        big = client.run(command="head -c 40M /dev/urandom > big && sha256sum big", cwd="/work/space")["stdout"]
+        client.close()
+        second.proc.send_signal(signal.SIGTERM)
+        second.proc.wait(timeout=30)
+        found = snapshot_logs(second.log())
+        assert len(found) == 1, second.log()[-3000:]
+        large = found[0]
+    assert large["parts"] == 9 and large["held"] <= PART + 2 * 1024 * 1024
+    assert (large["rss_kib"] - small[0]["rss_kib"]) * 1024 < 2 * PART + 2 * 1024 * 1024, (small, large)
+    assert object_store.incomplete_uploads("snapshots/") == []
+
+    with start_executor(env=env) as third:
+        client = third.client()
+        assert client.run(command="sha256sum big", cwd="/work/space")["stdout"] == big
         client.close()
 
 
-def test_idle_timer_snapshots_once_per_burst_of_activity(object_store: ObjectStore) -> None:
-    env = snapshot_env(object_store, GROVE_EXECUTOR_IDLE_SNAPSHOT_S="0.3")
+def test_idle_timer_snapshots_once_per_burst_of_activity(object_store: ObjectStore, broker: BrokerServer) -> None:
+    env = snapshot_env(object_store, broker, GROVE_EXECUTOR_IDLE_SNAPSHOT_S="0.3")
     with start_executor(env=env) as ex:
         client = ex.client()
         assert client.run(command="echo one > n", cwd="/work/space")["exit_code"] == 0
@@ -68,11 +106,11 @@ def test_idle_timer_snapshots_once_per_burst_of_activity(object_store: ObjectSto
         client.close()
 
 
-def test_a_restore_that_fails_stops_the_start(object_store: ObjectStore) -> None:
+def test_a_restore_that_fails_stops_the_start(object_store: ObjectStore, broker: BrokerServer) -> None:
     """A workspace that cannot be restored must not come up empty (and later overwrite the snapshot)."""
     object_store.put_bytes(KEY, b"not a tar.zst")
     try:
-        with start_executor(env=snapshot_env(object_store)):
+        with start_executor(env=snapshot_env(object_store, broker)):
             raise AssertionError("the executor started with a workspace it could not restore")
     except RuntimeError as exc:
         assert "not a valid tar + zstd archive" in str(exc)

@@ -25,6 +25,7 @@ import yaml
 from artifacts.s3server import EmbeddedS3
 from router.knative.options import DEFAULT_RUNTIME_CLASS, KnativeOptions
 from sandbox_image.bundle import Bundle, build_bundle
+from tests.conftest import free_tcp_port
 from tests.support.crd_schema import REPO
 from tests.support.k8s_standin import KubeStandin
 from tests.support.knative_standin import KnativeStandin
@@ -32,6 +33,8 @@ from tests.support.router_fixtures import RouterProcess, router_state
 from tests.support.s3_fixtures import new_bucket
 
 NAMESPACE = "grove-sandboxes"
+PART_MIB = 5
+"""Part size of the stand-in routers' snapshot uploads."""
 
 
 @dataclass
@@ -113,10 +116,14 @@ def stand_in_cluster(bundle: Bundle) -> Iterator[Cluster]:
 def knative_router_on(cluster: Cluster, s3: EmbeddedS3, *more_args: str) -> Iterator[RouterProcess]:
     """``grove up --backend knative [more_args]`` against the stand-in for the block, with the real S3 server."""
     state = Path(os.path.realpath(tempfile.mkdtemp(prefix="gkr-")))
+    port = free_tcp_port()
     router = RouterProcess(
-        state, key="gk-" + secrets.token_hex(16),
+        state, key="gk-" + secrets.token_hex(16), port=port,
+        # Executors reach the router on loopback for their snapshot uploads, in parts of S3's smallest size
+        # (5 MiB), so a few tens of MiB of workspace make a snapshot of several parts.
         up_args=("--backend", "knative", "--namespace", NAMESPACE, "--kubeconfig", str(cluster.kubeconfig),
-                 "--endpoint-mode", "address", "--s3", s3.endpoint, "--s3-bucket", new_bucket(), *more_args),
+                 "--endpoint-mode", "address", "--s3", s3.endpoint, "--s3-bucket", new_bucket(),
+                 "--router-url", f"http://127.0.0.1:{port}", "--snapshot-part-mib", str(PART_MIB), *more_args),
         extra_env={"GROVE_S3_ACCESS_KEY": s3.access_key, "GROVE_S3_SECRET_KEY": s3.secret_key},
         backend="knative",
     )
