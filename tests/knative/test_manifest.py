@@ -44,7 +44,7 @@ def spec(**overrides: Any) -> SandboxSpec:
 
 def build(**overrides: Any) -> manifest.SandboxObjects:
     return manifest.build(spec(**overrides), KnativeOptions(), image="python:3.11-slim",
-                          snapshot_urls=("http://s3/put?X-Amz-Signature=s1g", "http://s3/get?X-Amz-Signature=s1g"))
+                          snapshot_access=("http://s3/get?X-Amz-Signature=s1g", "1024.s1g"))
 
 
 @pytest.mark.parametrize("network", [Network(), Network("allow"), Network("allow", ("10.0.0.0/8:443", "1.2.3.4"))])
@@ -71,7 +71,10 @@ def test_service_validates_against_the_crd_schema(network: Network) -> None:
     assert container["resources"]["limits"] == {"cpu": "500m", "memory": "768Mi", "ephemeral-storage": "10240Mi"}
     assert container["resources"]["requests"]["ephemeral-storage"] == "0"  # a ceiling, not a reservation
     secret_refs = {e["name"] for e in container["env"] if "valueFrom" in e}
-    assert {"GROVE_EXECUTOR_TOKEN", "GROVE_EXECUTOR_ENV", "GROVE_EXECUTOR_SNAPSHOT_PUT_URL"} <= secret_refs
+    assert {"GROVE_EXECUTOR_TOKEN", "GROVE_EXECUTOR_ENV", "GROVE_EXECUTOR_SNAPSHOT_GET_URL",
+            "GROVE_EXECUTOR_SNAPSHOT_UPLOAD_TOKEN"} <= secret_refs
+    upload = {e["name"]: e.get("value") for e in container["env"]}["GROVE_EXECUTOR_SNAPSHOT_UPLOAD_URL"]
+    assert upload == "http://grove-router.grove-system.svc.cluster.local:8470/v1/sandboxes/sb-0123456789abcdef/snapshot-upload"
     assert "tk-9f8e7d6c5b" not in json.dumps(service) and "s1g" not in json.dumps(service)  # secrets stay in the Secret
     assert template["spec"]["initContainers"][0]["volumeMounts"][0]["name"] == template["spec"]["volumes"][0]["name"]
     assert (objects.policy is not None) == (network.egress == "allow")
@@ -148,7 +151,7 @@ def test_a_runtime_class_puts_every_sandbox_under_it() -> None:
     none = manifest.build(spec(), KnativeOptions(runtime_class=None), image="python:3.11-slim")
     assert "runtimeClassName" not in none.service["spec"]["template"]["spec"]
     objects = manifest.build(spec(), KnativeOptions(runtime_class="kata"), image="python:3.11-slim",
-                             snapshot_urls=None)
+                             snapshot_access=None)
     template = objects.service["spec"]["template"]["spec"]
     assert template["runtimeClassName"] == "kata"
     assert validate(objects.service, load_schema()) == []

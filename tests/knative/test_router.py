@@ -8,6 +8,8 @@ snapshot — so files that come back came back through S3.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -16,7 +18,7 @@ from artifacts.s3server import EmbeddedS3
 from artifacts.store import ObjectStore
 from grove.errors import UpstreamTimeout
 from router.knative.manifest import policy_name, secret_name, snapshot_key
-from tests.support.knative_fixtures import NAMESPACE, Cluster
+from tests.support.knative_fixtures import NAMESPACE, PART_MIB, Cluster
 from tests.support.knative_standin import apply_defaults
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
 from tests.support.s3_fixtures import config_for
@@ -113,19 +115,43 @@ def test_a_failed_revision_is_reported_by_the_api(knative_router: RouterProcess,
 
 
 def test_a_workspace_near_its_disk_limit_snapshots_without_eviction(knative_router: RouterProcess,
-                                                                   cluster: Cluster) -> None:
-    """Streamed to S3, a snapshot adds nothing to the pod's disk: 40 MiB in a 64 MiB sandbox survives
-    scale-to-zero (staged in /tmp it would be 80 MiB, and the kubelet would evict the pod mid-snapshot)."""
+                                                                   cluster: Cluster, s3_server: EmbeddedS3) -> None:
+    """A snapshot is a multipart upload from one part of memory, nothing on the pod's disk: 40 MiB in a
+    64 MiB sandbox (over half its quota) survives scale-to-zero in nine parts of 5 MiB (staged in /tmp it
+    would be 80 MiB, and the kubelet would evict the pod mid-snapshot). The kubelet's SIGKILL in the middle
+    of the next snapshot leaves the last one (only a completed upload replaces it); the upload left behind
+    is aborted by the snapshot after."""
+    store = bucket_store(knative_router, s3_server)
     with knative_router.client() as grove:
         sb = grove.create("python:3.11-slim", heartbeat=False, disk_mb=64)
+        key = snapshot_key(sb.id)
         digest = sb.exec("head -c 40M /dev/urandom > big.bin && sha256sum big.bin").stdout
         cluster.knative.scale_to_zero(sb.id)
         assert cluster.knative.evictions == 0
-        assert sb.exec("sha256sum big.bin").stdout == digest
+        good = store.stat(key)
+        assert good.size > 8 * PART_MIB * 2**20 and store.incomplete_uploads(key) == []
+        assert sb.exec("sha256sum big.bin && echo v2 > state.txt").stdout == digest
+
+        pod = cluster.knative.services[sb.id].pod
+        assert pod is not None
+        pod.proc.send_signal(signal.SIGTERM)  # the executor starts its exit snapshot ...
+        wait_for(lambda: store.incomplete_uploads(key), 20, 0.01, "the exit snapshot's upload to start")
+        os.killpg(pod.proc.pid, signal.SIGKILL)  # ... and dies before it completes
+        cluster.knative.scale_to_zero(sb.id)
+        assert store.stat(key).etag == good.etag and len(store.incomplete_uploads(key)) == 1
+        assert sb.exec("sha256sum big.bin").stdout == digest  # the last good snapshot came back
+        assert sb.exec("test -e state.txt").exit_code == 1
+        sb.write_file("state.txt", b"v3\n")
+        cluster.knative.scale_to_zero(sb.id)
+        assert store.stat(key).etag != good.etag and store.incomplete_uploads(key) == []
+        assert sb.read_file("state.txt") == b"v3\n"
+
         # Past the limit, the stand-in's kubelet evicts the pod, as a real one would.
         sb.exec("head -c 30M /dev/urandom > more.bin", timeout_s=30)
         wait_for(lambda: cluster.knative.evictions == 1, 10, 0.05, "the eviction")
         sb.close()
+    wait_for(lambda: not store.exists(key) and not store.incomplete_uploads(key), 10, 0.05, "the snapshot to go")
+    store.close()
 
 
 def test_a_call_queue_proxy_cuts_is_a_clear_504_not_a_retry(knative_router: RouterProcess, cluster: Cluster) -> None:
