@@ -15,14 +15,32 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from artifacts.presigned import connect, error_for, upload_via_presigned, where
 from grove.errors import GroveError, InternalError, Unavailable, error_from_body
 
+T = TypeVar("T")
 log = logging.getLogger("grove.snapshot")
+# A router restarting or S3 hiccuping for a few seconds must not cost a snapshot (a pod going away has
+# Knative's termination grace, the request timeout): each call and part is tried again, the part from
+# the buffer it is still in.
+RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
+
+
+def _retried(what: str, attempt: Callable[[], T]) -> T:
+    for delay in (*RETRY_DELAYS_S, None):
+        try:
+            return attempt()
+        except Unavailable as exc:
+            if delay is None:
+                raise
+            log.warning("%s failed (%s); trying again in %gs", what, exc.message, delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 class Broker(Protocol):
@@ -79,7 +97,7 @@ class UploadStats:
 
 def upload_multipart(broker: Broker, chunks: Iterable[bytes]) -> UploadStats:
     """Upload ``chunks`` (e.g. a tar + zstd stream) through ``broker``; abort on any failure."""
-    started = broker.call("start")
+    started = _retried("starting the snapshot upload", lambda: broker.call("start"))
     upload_id, part_size = str(started["upload_id"]), int(started["part_size"])
     stats = UploadStats(part_size=part_size)
     urls: list[str] = list(started["urls"])
@@ -100,7 +118,9 @@ def upload_multipart(broker: Broker, chunks: Iterable[bytes]) -> UploadStats:
                     buffer = bytearray()
         if buffer or not etags:  # the last part may be short; an upload needs at least one
             etags.append(_put_part(broker, upload_id, urls, len(etags) + 1, buffer, stats))
-        stats.etag = broker.call("complete", upload_id=upload_id, etags=etags).get("etag")
+        done = _retried("completing the snapshot upload",
+                        lambda: broker.call("complete", upload_id=upload_id, etags=etags))
+        stats.etag = done.get("etag")
     except BaseException:
         try:
             broker.call("abort", upload_id=upload_id)
@@ -115,10 +135,11 @@ def _put_part(broker: Broker, upload_id: str, urls: list[str], number: int, data
               stats: UploadStats) -> str:
     if number > len(urls):  # URLs come in batches, as the stream needs them
         stats.urls_asked.append(number)
-        urls.extend(broker.call("parts", upload_id=upload_id, first=number)["urls"])
+        more = _retried("asking for part URLs", lambda: broker.call("parts", upload_id=upload_id, first=number))
+        urls.extend(more["urls"])
         if number > len(urls):
             raise InternalError(f"the snapshot broker gave no URL for part {number}")
-    etag = upload_via_presigned(urls[number - 1], data)
+    etag = _retried(f"uploading part {number}", lambda: upload_via_presigned(urls[number - 1], data))
     if not etag:
         raise InternalError(f"S3 answered part {number} of the snapshot without an ETag")
     stats.size += len(data)

@@ -99,6 +99,12 @@ def test_sandbox_namespace_denies_by_default() -> None:
     minio = next(d for d in resources() if d["kind"] == "StatefulSet")
     assert storage[0]["to"][0]["podSelector"]["matchLabels"].items() <= minio["spec"]["template"]["metadata"][
         "labels"].items()
+    # Executors ask the router for their snapshots' multipart uploads: its API port, and nothing else of it.
+    router = next(d for d in resources() if d["kind"] == "Deployment")
+    assert storage[1]["ports"] == [{"protocol": "TCP", "port": 8470}]
+    assert storage[1]["to"][0]["podSelector"]["matchLabels"].items() <= router["spec"]["template"]["metadata"][
+        "labels"].items()
+    assert storage[1]["to"][0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "grove-system"}
 
 
 def test_system_namespace_denies_by_default_and_opens_only_what_grove_uses() -> None:
@@ -127,6 +133,10 @@ def test_router_is_configured_for_the_cluster() -> None:
     # The arguments are the CLI's own: they parse, and artifacts expire after 30 days, trajectories are kept.
     parsed = build_parser().parse_args(args)
     assert parsed.artifact_retention_days == 30 and parsed.trajectory_retention_days is None
+    # Sandbox pods reach the router at its Service's name: the default of --router-url.
+    service = next(d for d in resources() if d["kind"] == "Service" and d["metadata"]["name"] == "grove-router")
+    port = service["spec"]["ports"][0]["port"]
+    assert parsed.router_url == f"http://grove-router.{service['metadata']['namespace']}.svc.cluster.local:{port}"
 
 
 def test_readme_walks_from_empty_cluster_to_first_sandbox() -> None:
