@@ -35,7 +35,7 @@ _RESTORE_ATTEMPTS = (0.0, 1.0, 2.0, 4.0)
 
 
 class Snapshots:
-    """Pack and restore one directory through presigned URLs."""
+    """Restore one directory from a presigned GET URL; snapshot it as multipart uploads the router brokers."""
 
     def __init__(self, settings: ExecutorSettings) -> None:
         self.broker = (HttpBroker(settings.snapshot_upload_url, settings.snapshot_upload_token or "")
