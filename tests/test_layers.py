@@ -103,6 +103,6 @@ def test_snapshot_modules_load_without_minio() -> None:
     # What the executor uses inside a sandbox, whose runtime bundle has no minio (nor urllib3).
     code = (
         "import sys; sys.modules['minio'] = None; sys.modules['urllib3'] = None\n"
-        "import artifacts.snapshot, artifacts.presigned, artifacts.unpack\n"
+        "import artifacts.snapshot, artifacts.presigned, artifacts.unpack, artifacts.multipart\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)

@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import tracemalloc
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from artifacts.multipart import upload_multipart
 from artifacts.store import ObjectStore
-from grove.errors import Invalid, TooLarge, Unauthorized
+from grove.errors import Invalid, TooLarge, Unauthorized, Unavailable
 from router.knative.manifest import snapshot_key
 from router.knative.uploads import part_size_for
 from tests.support.snapshot_broker import LocalBroker, broker_for
@@ -92,3 +93,22 @@ def test_the_broker_bounds_a_sandbox_to_its_own_key_and_disk(object_store: Objec
     broker.call("abort", upload_id=started["upload_id"])
     # A 1 TiB quota would need more than S3's 10000 parts of 16 MiB: its parts grow instead.
     assert part_size_for(2**40, 16 * 2**20) == 105 * 2**20 and part_size_for(10 * 2**30, 16 * 2**20) == 16 * 2**20
+
+
+class FlakyBroker:
+    """A broker that is unreachable for its first call of each kind named (a router restarting)."""
+
+    def __init__(self, broker: LocalBroker, *flaky: str) -> None:
+        self.broker, self.flaky = broker, set(flaky)
+
+    def call(self, op: str, **fields: Any) -> dict[str, Any]:
+        if op in self.flaky:
+            self.flaky.discard(op)
+            raise Unavailable("the snapshot broker is unreachable: connection refused")
+        return self.broker.call(op, **fields)
+
+
+def test_a_broker_away_for_a_moment_costs_no_snapshot(object_store: ObjectStore) -> None:
+    broker = LocalBroker(broker_for(object_store, PART), SANDBOX, disk_mb=64)
+    upload_multipart(FlakyBroker(broker, "start", "complete"), [b"kept"])
+    assert object_store.get_bytes(KEY) == b"kept" and broker.calls == ["start", "complete"]
