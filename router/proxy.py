@@ -118,7 +118,8 @@ async def forward(
                 raise UpstreamTimeout(
                     f"the platform in front of the sandbox cut the call with a 504 ({text!r}): it ran past the "
                     "longest call a sandbox allows (on Knative, the revision's timeoutSeconds, the router's "
-                    "--request-timeout); nothing is retried, and the command may still have run to its end"
+                    "--request-timeout; a call that woke the sandbox through the activator counts its cold start "
+                    "too); nothing is retried, and the command may still have run to its end"
                 )
             response = web.StreamResponse(
                 status=upstream.status,

@@ -259,27 +259,6 @@ def test_orphans_are_collected_and_a_lost_service_is_recreated(cluster: Cluster)
     run(cluster, second)
 
 
-@pytest.mark.parametrize("mode", ["address", "pod"])
-def test_smoke_in_the_other_endpoint_modes(cluster: Cluster, mode: str) -> None:
-    """The module runs in ``revision`` mode; here the other two: call, scale to zero, wake, call."""
-    sb = spec()
-
-    async def body(backend: KnativeBackend) -> None:
-        started = await backend.create(sb)
-        pod = cluster.knative.services[sb.id].pod
-        assert pod is not None
-        expected = f"http://{pod.address}:8012" if mode == "pod" else cluster.knative.services[sb.id].address
-        assert started.endpoint.url == expected
-        assert (await exec_(cluster, started, "echo one"))["stdout"] == "one\n"
-        await asyncio.to_thread(cluster.knative.scale_to_zero, sb.id)
-        again = await backend.resume(sb, await backend.stop(sb.id, started.handle))
-        assert (await exec_(cluster, again, "echo two"))["stdout"] == "two\n"  # a cold start on that path
-        assert cluster.knative.services[sb.id].starts == 2
-        await backend.delete(sb.id, {})
-
-    run(cluster, body, endpoint_mode=mode)
-
-
 def test_token_bucket_bounds_the_rate() -> None:
     async def body() -> float:
         bucket = TokenBucket(rate=50.0, burst=5)

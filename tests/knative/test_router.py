@@ -3,7 +3,8 @@
 The router is the real CLI with a kubeconfig for the stand-in; S3 is the real embedded server.
 Scale-to-zero is the stand-in autoscaler's (SIGTERM: the executor snapshots to S3); the next call goes
 through the stand-in's activator, which starts a new pod with an empty filesystem that restores the
-snapshot — so files that come back came back through S3.
+snapshot — so files that come back came back through S3. The router runs in the default ``revision``
+endpoint mode; the tests share one cluster and router (``test_endpoint_modes`` runs the other modes).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -18,10 +20,25 @@ from artifacts.s3server import EmbeddedS3
 from artifacts.store import ObjectStore
 from grove.errors import UpstreamTimeout
 from router.knative.manifest import policy_name, secret_name, snapshot_key
-from tests.support.knative_fixtures import NAMESPACE, PART_MIB, Cluster
+from sandbox_image.bundle import Bundle
+from tests.support.knative_fixtures import NAMESPACE, PART_MIB, Cluster, knative_router_on, stand_in_cluster
 from tests.support.knative_standin import apply_defaults
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
 from tests.support.s3_fixtures import config_for
+
+
+@pytest.fixture(scope="module")
+def cluster(runtime_bundle: Bundle) -> Iterator[Cluster]:
+    """The module's stand-in cluster (fails the module if grove left anything in it)."""
+    with stand_in_cluster(runtime_bundle) as found:
+        yield found
+
+
+@pytest.fixture(scope="module")
+def knative_router(cluster: Cluster, s3_server: EmbeddedS3) -> Iterator[RouterProcess]:
+    """The module's router, in the default ``revision`` endpoint mode."""
+    with knative_router_on(cluster, s3_server) as router:
+        yield router
 
 
 def bucket_store(router: RouterProcess, s3: EmbeddedS3) -> ObjectStore:
@@ -99,19 +116,21 @@ def test_a_restarted_router_readopts_its_sandboxes(knative_router: RouterProcess
         again = grove.attach(sb.id)
         assert again.info["status"] == "ready"
         assert again.read_file("/tmp/x") == b"x"
-    assert writes(cluster, sb.id) == {"create secrets": 1, "create services": 1}  # adopted, not made again
+        assert writes(cluster, sb.id) == {"create secrets": 1, "create services": 1}  # adopted, not made again
+        again.close()
 
 
 def test_a_failed_revision_is_reported_by_the_api(knative_router: RouterProcess, cluster: Cluster) -> None:
     cluster.knative.bad_images["ghcr.io/nobody/missing:1"] = "denied: requested access to the resource is denied"
+    before = set(cluster.leftovers())
     reply = knative_router.http("POST", "/v1/sandboxes", json_body={"image": "ghcr.io/nobody/missing:1"})
     assert reply.status == 503
     message = error_of(reply)["message"]
     assert "failed" in message and 'Unable to fetch image "ghcr.io/nobody/missing:1": denied' in message
     deadline = time.monotonic() + 5
-    while cluster.leftovers() and time.monotonic() < deadline:
+    while set(cluster.leftovers()) - before and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not cluster.leftovers()
+    assert not set(cluster.leftovers()) - before
 
 
 def test_a_workspace_near_its_disk_limit_snapshots_without_eviction(knative_router: RouterProcess,
@@ -124,10 +143,10 @@ def test_a_workspace_near_its_disk_limit_snapshots_without_eviction(knative_rout
     store = bucket_store(knative_router, s3_server)
     with knative_router.client() as grove:
         sb = grove.create("python:3.11-slim", heartbeat=False, disk_mb=64)
-        key = snapshot_key(sb.id)
+        key, evictions = snapshot_key(sb.id), cluster.knative.evictions
         digest = sb.exec("head -c 40M /dev/urandom > big.bin && sha256sum big.bin").stdout
         cluster.knative.scale_to_zero(sb.id)
-        assert cluster.knative.evictions == 0
+        assert cluster.knative.evictions == evictions
         good = store.stat(key)
         assert good.size > 8 * PART_MIB * 2**20 and store.incomplete_uploads(key) == []
         assert sb.exec("sha256sum big.bin && echo v2 > state.txt").stdout == digest
@@ -148,7 +167,7 @@ def test_a_workspace_near_its_disk_limit_snapshots_without_eviction(knative_rout
 
         # Past the limit, the stand-in's kubelet evicts the pod, as a real one would.
         sb.exec("head -c 30M /dev/urandom > more.bin", timeout_s=30)
-        wait_for(lambda: cluster.knative.evictions == 1, 10, 0.05, "the eviction")
+        wait_for(lambda: cluster.knative.evictions == evictions + 1, 10, 0.05, "the eviction")
         sb.close()
     wait_for(lambda: not store.exists(key) and not store.incomplete_uploads(key), 10, 0.05, "the snapshot to go")
     store.close()
@@ -156,15 +175,40 @@ def test_a_workspace_near_its_disk_limit_snapshots_without_eviction(knative_rout
 
 def test_a_call_queue_proxy_cuts_is_a_clear_504_not_a_retry(knative_router: RouterProcess, cluster: Cluster) -> None:
     """A revision whose response-start timeout is the cluster's default (as before grove set its own): the
-    stand-in's queue-proxy answers a plain-text 504, which the router names instead of passing on."""
-    cluster.knative.config["config-defaults"]["revision-response-start-timeout-seconds"] = "1"
+    stand-in's queue-proxy (a warm revision's Service goes straight to it) answers a plain-text 504, which the
+    router names instead of passing on."""
     with knative_router.client() as grove:
         sb = grove.create("python:3.11-slim", heartbeat=False)
         template = cluster.knative.services[sb.id].obj["spec"]["template"]["spec"]
         del template["responseStartTimeoutSeconds"]
-        apply_defaults(template, cluster.knative.config["config-defaults"])
+        apply_defaults(template, {**cluster.knative.config["config-defaults"],
+                                  "revision-response-start-timeout-seconds": "1"})
+        timeouts, activations = cluster.knative.timeouts, cluster.knative.hops["activator"]
         with pytest.raises(UpstreamTimeout) as err:
             sb.exec("sleep 2; echo late > late.txt")
         assert "cut the call with a 504 ('request timeout')" in err.value.message
-        assert cluster.knative.timeouts == 1  # one call: the SDK did not retry into the same request id
+        # One call: the SDK did not retry into the same request id; and not through the activator.
+        assert cluster.knative.timeouts == timeouts + 1 and cluster.knative.hops["activator"] == activations
+        sb.close()
+
+
+def test_a_cold_start_counts_against_the_activators_timeout(knative_router: RouterProcess, cluster: Cluster) -> None:
+    """The activator's timeout handler starts when the request arrives, so a cold start (here a 1.5 s image
+    pull) slower than the revision's response-start timeout is the activator's 504, which the router names;
+    the pod the activator asked for comes up regardless, and the next call reaches it."""
+    with knative_router.client() as grove:
+        sb = grove.create("python:3.11-slim", heartbeat=False)
+        ks = cluster.knative.services[sb.id]
+        ks.obj["spec"]["template"]["spec"]["responseStartTimeoutSeconds"] = 1
+        cluster.knative.scale_to_zero(sb.id)
+        cluster.knative.pull_s = 1.5
+        try:
+            with pytest.raises(UpstreamTimeout) as err:
+                sb.exec("echo cold")
+        finally:
+            cluster.knative.pull_s = 0.0
+        assert "cut the call with a 504 ('activator request timeout')" in err.value.message
+        assert "cold start" in err.value.message
+        wait_for(lambda: ks.pod is not None and ks.pod.serving, 15, 0.05, "the pod the activator asked for")
+        assert sb.exec("echo warm").stdout == b"warm\n"
         sb.close()

@@ -2,10 +2,11 @@
 
 ``cluster`` is a :class:`Cluster`: the real-protocol API server (:mod:`tests.support.k8s_standin`), Knative's
 part (:mod:`tests.support.knative_standin`) running executors from a real runtime bundle, and a kubeconfig file
-pointing at it. ``knative_router`` is ``grove up --backend knative --kubeconfig FILE --endpoint-mode
-address`` as a subprocess on it, using the session's real S3 server with a bucket of its own. At the
-end every sandbox is deleted through the API, and the test fails if any Knative Service, Secret,
-NetworkPolicy or pod is left; whatever is left is killed regardless.
+pointing at it. ``knative_router`` is ``grove up --backend knative --kubeconfig FILE`` as a subprocess on
+it, in the default ``revision`` endpoint mode (it resolves revision hostnames through the stand-in's DNS,
+see :class:`tests.support.cluster_network.ServiceNetwork`), using the session's real S3 server with a
+bucket of its own. At the end every sandbox is deleted through the API, and the test fails if any Knative
+Service, Secret, NetworkPolicy or pod is left; whatever is left is killed regardless.
 """
 
 from __future__ import annotations
@@ -47,12 +48,10 @@ class Cluster:
     scratch: Path
 
     def options(self, **overrides: object) -> KnativeOptions:
-        """Backend options for this cluster; ``address`` endpoints unless overridden (a router subprocess has
-        no way to the stand-in's Service network; backend tests reach revision URLs through its
-        ``gateway`` and run in ``revision`` mode)."""
+        """Backend options for this cluster (the default ``revision`` endpoint mode: an in-process client
+        reaches revision URLs through the stand-in's ``gateway``)."""
         values: dict[str, object] = {"namespace": NAMESPACE, "kubeconfig": str(self.kubeconfig),
-                                     "endpoint_mode": "address", "backoff_s": 0.01, "ready_timeout_s": 30.0,
-                                     "idle_snapshot_s": 0.0}
+                                     "backoff_s": 0.01, "ready_timeout_s": 30.0, "idle_snapshot_s": 0.0}
         values.update(overrides)
         return KnativeOptions(**values)  # type: ignore[arg-type]
 
@@ -113,8 +112,11 @@ def stand_in_cluster(bundle: Bundle) -> Iterator[Cluster]:
 
 
 @contextlib.contextmanager
-def knative_router_on(cluster: Cluster, s3: EmbeddedS3, *more_args: str) -> Iterator[RouterProcess]:
-    """``grove up --backend knative [more_args]`` against the stand-in for the block, with the real S3 server."""
+def knative_router_on(
+    cluster: Cluster, s3: EmbeddedS3, *more_args: str, mode: str = "revision"
+) -> Iterator[RouterProcess]:
+    """``grove up --backend knative [more_args]`` against the stand-in for the block, with the real S3 server, in
+    endpoint mode ``mode``; it runs with the cluster's DNS, so revision URLs resolve to their Services' ClusterIPs."""
     state = Path(os.path.realpath(tempfile.mkdtemp(prefix="gkr-")))
     port = free_tcp_port()
     router = RouterProcess(
@@ -122,10 +124,10 @@ def knative_router_on(cluster: Cluster, s3: EmbeddedS3, *more_args: str) -> Iter
         # Executors reach the router on loopback for their snapshot uploads, in parts of S3's smallest size
         # (5 MiB), so a few tens of MiB of workspace make a snapshot of several parts.
         up_args=("--backend", "knative", "--namespace", NAMESPACE, "--kubeconfig", str(cluster.kubeconfig),
-                 "--endpoint-mode", "address", "--s3", s3.endpoint, "--s3-bucket", new_bucket(),
+                 "--endpoint-mode", mode, "--s3", s3.endpoint, "--s3-bucket", new_bucket(),
                  "--router-url", f"http://127.0.0.1:{port}", "--snapshot-part-mib", str(PART_MIB), *more_args),
         extra_env={"GROVE_S3_ACCESS_KEY": s3.access_key, "GROVE_S3_SECRET_KEY": s3.secret_key},
-        backend="knative",
+        backend="knative", launcher=cluster.knative.network.wrap(),
     )
     try:
         router.start()

@@ -15,14 +15,23 @@
   executor — with ``/.grove`` pointing at a built bundle (the init container's copy), a fresh root
   directory per start (a new container's filesystem: files survive only through the snapshot), and
   the env resolved from the Secret, snapshot URLs included.
-* **activator + autoscaler**: ``status.address.url`` is a loopback proxy per Service that wakes a
-  scaled-to-zero pod on the next request and counts traffic; after the annotations' window and
-  retention (times ``time_scale``) without any, the pod gets SIGTERM (it snapshots) and is gone.
-  ``gateway`` is the cluster's Service network: an HTTP proxy routing ``<revision>.<ns>.svc.cluster.local``
-  by Host header to the same activator path (``revision`` endpoint mode).
+* **Service network** (:mod:`tests.support.cluster_network`): each revision's Service
+  ``<revision>.<ns>.svc.cluster.local`` has a ClusterIP on port 80 and a DNS record (a router subprocess run
+  under :meth:`ServiceNetwork.wrap` resolves it). As with ``target-burst-capacity: 0``, a connection goes
+  to the pod's queue-proxy while the revision has a ready pod, and to the activator while it has none
+  (``revision`` endpoint mode). ``gateway`` is the same network for in-process clients: an HTTP proxy
+  passing a request on to the ClusterIP its Host names.
+* **activator** (one, on an address of its own, port 8012): finds the revision as Knative's context handler
+  does — the ``Knative-Serving-Revision``/``-Namespace`` headers, else a Host ``<revision>.<ns>.svc.cluster.local``
+  (404 for any other) — holds the request while the autoscaler starts a pod, then proxies it to the pod's
+  queue-proxy, all under the revision's timeouts counted from its arrival (a cold start included).
+* **cluster-local gateway**: ``status.address.url`` is a loopback proxy per Service that passes requests on to
+  its revision's ClusterIP with the revision headers, as an ingress does (``address`` endpoint mode).
+* **autoscaler**: counts traffic; after the annotations' window and retention (times ``time_scale``) without
+  any, the pod gets SIGTERM (it snapshots) and is gone.
 * **queue-proxy**: each pod has a loopback address of its own (its "pod IP") with queue-proxy on 8012,
-  which its EndpointSlice ``<revision>-private-…`` lists while it runs (``pod`` endpoint mode). Every path
-  to the executor goes through queue-proxy's timeouts (response start, idle, ``timeoutSeconds``).
+  which its EndpointSlice ``<revision>-private-…`` lists while it runs, among queue-proxy's other ports
+  (``pod`` endpoint mode). Every path to the executor goes through queue-proxy's timeouts.
 * **kubelet**: readiness probing as queue-proxy does it, and eviction of a pod whose files outgrow its
   ephemeral-storage limit.
 """
@@ -31,15 +40,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
+import functools
 import hashlib
 import os
-import secrets
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,15 +60,22 @@ from aiohttp import web
 
 from sandbox_image.bundle import DEFAULT_MOUNT_POINT, Bundle
 from tests.conftest import free_tcp_port
+from tests.support.cluster_network import ServiceNetwork, on_own_address
 from tests.support.crd_schema import load_schema, validate
 from tests.support.k8s_standin import KubeStandin, Obj
+from tests.support.knative_proxies import relay, timed_proxy
 
 REPO = Path(__file__).resolve().parent.parent.parent
 QUEUE_PORT = 8012
+"""queue-proxy's port (``networking.BackendHTTPPort``), the one a revision's private EndpointSlice names ``http``;
+the activator serves on it too."""
 SYSTEM_NS = "knative-serving"
 """Where Knative's ConfigMaps live."""
-"""queue-proxy's port, the one a revision's private EndpointSlice lists."""
-_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host", "content-length"}
+_QUEUE_PORTS = (("https", 8112), ("http", QUEUE_PORT), ("http-autometric", 9090), ("http-usermetric", 9091),
+                ("http-queueadm", 8022))
+"""The private Service's ports as its EndpointSlice lists them (``pkg/reconciler/serverlessservice/resources``)."""
+_REVISION_HEADERS = frozenset({"knative-serving-revision", "knative-serving-namespace"})
+CLUSTER_DOMAIN = "cluster.local"
 
 
 def serving_config() -> dict[str, dict[str, str]]:
@@ -78,6 +96,8 @@ class Pod:
     address: str = "127.0.0.1"
     """The pod's IP (a loopback address of its own): its queue-proxy listens there on 8012."""
     queue: web.AppRunner | None = None
+    serving: bool = False
+    """queue-proxy listens and the pod is a ready endpoint (the revision's Service then sends connections here)."""
     probe_interval: float = 0.0
     """Seconds between them."""
 
@@ -116,10 +136,18 @@ class KnativeStandin:
         self.gateway = ""
         """``http://127.0.0.1:port``: the cluster network, routing by Host (use as the HTTP proxy of revision URLs)."""
         self._gateway: web.AppRunner | None = None
+        self.pull_s = 0.0
+        """Seconds each pod start waits before its container runs (an image pull on a cold node)."""
         self.evictions = 0
         """Pods the kubelet evicted for outgrowing their ephemeral-storage limit."""
         self.timeouts = 0
-        """Calls the activator/queue-proxy ended with its timeout (a 504, or a cut response)."""
+        """Calls the activator or queue-proxy ended with its timeout (a 504, or a cut response)."""
+        self.network = ServiceNetwork(scratch)
+        self.activator = ""
+        """The activator's address (port 8012)."""
+        self._activator: web.AppRunner | None = None
+        self.hops: collections.Counter[str] = collections.Counter()
+        """Requests each hop served: ``activator``, ``queue-proxy``, ``gateway`` (the cluster-local one)."""
 
     @property
     def config(self) -> dict[str, dict[str, str]]:
@@ -143,6 +171,7 @@ class KnativeStandin:
         self.api.on_create["services"] = self.created
         self.api.on_delete["services"] = self.deleted
         self.api.run(self._start_gateway())
+        self.api.run(self._start_activator())
         return self
 
     # -- the webhook -----------------------------------------------------------------------------------
@@ -202,6 +231,8 @@ class KnativeStandin:
                     "status": {"observedGeneration": 1,
                                "containerStatuses": [{"name": "sandbox", "imageDigest": digest}]}}
         self.api.put("revisions", ns, revision, "ADDED")
+        # The revision's Service and its DNS record exist from here (its endpoints: the activator, for now).
+        await self.network.expose(self.revision_host(ks), functools.partial(self._endpoint_of, ks))
         if image in self.bad_images:
             return self._fail(ks, "ContainerMissing", f'Unable to fetch image "{image}": {self.bad_images[image]}')
         runtime_class = obj["spec"]["template"]["spec"].get("runtimeClassName")
@@ -249,6 +280,7 @@ class KnativeStandin:
         await self._stop_pod(ks)
         if ks.proxy is not None:
             await ks.proxy.cleanup()
+        await self.network.withdraw(self.revision_host(ks))
         self.services.pop(obj["metadata"]["name"], None)
         ns = obj["metadata"]["namespace"]
         self.api.remove("revisions", ns, ks.revision)
@@ -257,6 +289,7 @@ class KnativeStandin:
     # -- pods ------------------------------------------------------------------------------------------
 
     async def _start_pod(self, ks: KService) -> None:
+        await asyncio.sleep(self.pull_s)
         container = ks.obj["spec"]["template"]["spec"]["containers"][0]
         ns = ks.obj["metadata"]["namespace"]
         port = free_tcp_port()
@@ -315,6 +348,7 @@ class KnativeStandin:
         pod, ks.pod = ks.pod, None
         if pod is None:
             return
+        pod.serving = False
         self._endpoints(ks)
         if pod.queue is not None:
             await pod.queue.cleanup()
@@ -339,6 +373,7 @@ class KnativeStandin:
             if await asyncio.to_thread(_disk_usage, pod.root, pod.proc.pid) <= limit:
                 continue
             self.evictions += 1
+            pod.serving = False
             if ks.pod is pod:
                 ks.pod = None
                 self._endpoints(ks)
@@ -353,18 +388,21 @@ class KnativeStandin:
 
     def _endpoints(self, ks: KService) -> None:
         ns = ks.obj["metadata"]["namespace"]
-        ready = [{"addresses": [ks.pod.address], "conditions": {"ready": True}}] if ks.pod else []
+        ready = [{"addresses": [ks.pod.address], "conditions": {"ready": True}}] if ks.pod and ks.pod.serving else []
         self.api.put("endpointslices", ns, {
             "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
             "metadata": {"name": f"{ks.revision}-private-x7k2p", "namespace": ns, "labels": {
                 "kubernetes.io/service-name": f"{ks.revision}-private", "serving.knative.dev/revision": ks.revision,
                 "networking.internal.knative.dev/serviceType": "Private"}},
-            "endpoints": ready, "ports": [{"name": "http", "port": QUEUE_PORT, "protocol": "TCP"}],
+            "endpoints": ready, "ports": [{"name": n, "port": p, "protocol": "TCP"} for n, p in _QUEUE_PORTS],
         })
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+            # A connection per request: a hop never reuses one to a pod that has gone since (the race of a
+            # pooled connection with a pod's shutdown is the caller's to meet, not the stand-in's own).
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True),
+                                                  timeout=aiohttp.ClientTimeout(total=None))
         return self._session
 
     def scale_to_zero(self, name: str) -> None:
@@ -383,10 +421,12 @@ class KnativeStandin:
                 await self._stop_pod(ks, grace=0)
                 if ks.proxy is not None:
                     await ks.proxy.cleanup()
+            await self.network.close()
+            for runner in (self._gateway, self._activator):
+                if runner is not None:
+                    await runner.cleanup()
             if self._session is not None:
                 await self._session.close()
-            if self._gateway is not None:
-                await self._gateway.cleanup()
         self.api.run(down())
         for proc in list(self.procs):  # pods whose termination was still under way
             with contextlib.suppress(ProcessLookupError):
@@ -394,116 +434,128 @@ class KnativeStandin:
             proc.wait(timeout=10)
         self.procs.clear()
 
-    # -- activator and autoscaler ----------------------------------------------------------------------
+    # -- the data path: Service network, activator, queue-proxy ----------------------------------------
 
-    async def _activate(self, ks: KService, request: web.Request) -> web.StreamResponse:
-        """The activator: hold the request through a cold start, then hand it to the pod's queue-proxy."""
-        ks.inflight += 1
+    @staticmethod
+    def revision_host(ks: KService) -> str:
+        """The DNS name of a revision's Service (what ``revision`` endpoint mode dials)."""
+        return f"{ks.revision}.{ks.obj['metadata']['namespace']}.svc.{CLUSTER_DOMAIN}"
+
+    def _endpoint_of(self, ks: KService) -> tuple[str, int]:
+        """Where a new connection to the revision's ClusterIP goes: its ready pod's queue-proxy; with none,
+        the activator (the serverless service's proxy mode; ``target-burst-capacity: 0`` takes the activator
+        out of the path as soon as a pod is ready)."""
+        pod = ks.pod
+        return (pod.address, QUEUE_PORT) if pod is not None and pod.serving else (self.activator, QUEUE_PORT)
+
+    def _cut(self) -> None:
+        self.timeouts += 1
+
+    async def _activate(self, request: web.Request) -> web.StreamResponse:
+        """The activator (``pkg/activator/handler``): the revision from Knative's revision headers, else from a
+        Host ``<revision>.<namespace>.svc.<cluster domain>[:port]`` (``context_handler.go``); then hold the
+        request while the revision scales from zero and proxy it to the pod's queue-proxy, the revision
+        headers pruned, under the revision's timeouts from the request's arrival."""
+        self.hops["activator"] += 1
+        name = request.headers.get("Knative-Serving-Revision", "")
+        ns = request.headers.get("Knative-Serving-Namespace", "")
+        if not name or not ns:
+            parts = request.host.split(".", 3)
+            if len(parts) == 4 and parts[2] == "svc" and parts[3].split(":", 1)[0] == CLUSTER_DOMAIN:
+                name, ns = parts[0], parts[1]
+        ks = next((k for k in self.services.values()
+                   if k.revision == name and k.obj["metadata"]["namespace"] == ns and not k.deleted), None)
+        if ks is None:
+            missing = f'revision.serving.knative.dev "{name}" not found'
+            return web.Response(status=404, text=f"Error getting active endpoint: {missing}\n")
+        ks.inflight += 1  # the activator reports the waiting request: the autoscaler scales up for it
         try:
-            async with ks.lock:
-                if ks.pod is None and not ks.deleted:
-                    await self._start_pod(ks)  # cold start: the request waits, like at the activator
-            return await self._queue(ks, request)
+            woken = asyncio.ensure_future(self._wake(ks))
+            woken.add_done_callback(lambda t: t.cancelled() or t.exception())  # a pod that failed: reported by the wait
+
+            def target() -> str:
+                if ks.pod is None:
+                    raise RuntimeError(f"revision {ks.revision} has no pod")
+                return f"http://{ks.pod.address}:{QUEUE_PORT}"
+            return await timed_proxy(self._client(), request, target, ks.obj["spec"]["template"]["spec"],
+                                     "activator request timeout", self._cut, before=asyncio.shield(woken),
+                                     drop=_REVISION_HEADERS)
         finally:
             ks.inflight -= 1
             ks.last = time.monotonic()
 
-    async def _queue(self, ks: KService, request: web.Request) -> web.StreamResponse:
-        assert ks.pod is not None
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        data = request.content if request.can_read_body else None
-        return await self._proxy(ks, request, headers, data)
+    async def _wake(self, ks: KService) -> None:
+        """Scale from zero (whether or not the request that asked still waits)."""
+        async with ks.lock:
+            if ks.pod is None and not ks.deleted:
+                await self._start_pod(ks)
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
-        """The cluster's Service network by Host header: ``<revision>.<ns>.svc.cluster.local`` reaches the
-        revision's activator (a scaled-to-zero revision's Service points at it; a warm one's at its pods,
-        which the activator path reaches too). Tests use it as an HTTP proxy for revision URLs."""
-        host = request.host.split(":")[0]
-        for ks in list(self.services.values()):
-            if host == f"{ks.revision}.{ks.obj['metadata']['namespace']}.svc.cluster.local":
-                return await self._activate(ks, request)
-        return web.Response(status=404, text=f"no revision answers to Host {host}")
+        """``gateway``: the Service network for an in-process client, which cannot use the hosts file: the
+        request goes on to the ClusterIP its Host names, and from there where a connection would."""
+        ip = self.network.ip_of(request.host.split(":")[0])
+        if ip is None:
+            return web.Response(status=502, text=f"no Service answers to Host {request.host}")
+        return await relay(self._client(), request, f"http://{ip}")
+
+    async def _serve(self, runner: web.AppRunner, address: str, port: int) -> None:
+        await runner.setup()
+        await web.TCPSite(runner, address, port).start()
+
+    def _app(self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.AppRunner:
+        app = web.Application(client_max_size=1 << 34)
+        app.router.add_route("*", "/{tail:.*}", handler)
+        return web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
 
     async def _start_gateway(self) -> None:
-        app = web.Application(client_max_size=1 << 34)
-        app.router.add_route("*", "/{tail:.*}", self._route)
-        self._gateway = web.AppRunner(app, access_log=None)
-        await self._gateway.setup()
-        await web.TCPSite(self._gateway, "127.0.0.1", 0).start()
+        self._gateway = self._app(self._route)
+        await self._serve(self._gateway, "127.0.0.1", 0)
         self.gateway = f"http://127.0.0.1:{self._gateway.addresses[0][1]}"
+
+    async def _start_activator(self) -> None:
+        self._activator = self._app(self._activate)
+        await self._activator.setup()
+
+        async def listen(address: str) -> None:
+            assert self._activator is not None
+            await web.TCPSite(self._activator, address, QUEUE_PORT).start()
+        self.activator, _ = await on_own_address(listen)
 
     async def _start_queue_proxy(self, ks: KService, pod: Pod) -> None:
         """queue-proxy on the pod's own address and Knative's port 8012, as its EndpointSlice lists it."""
         async def serve(request: web.Request) -> web.StreamResponse:
+            self.hops["queue-proxy"] += 1
             ks.inflight += 1  # queue-proxy reports its concurrency to the autoscaler
             try:
-                return await self._queue(ks, request)
+                return await timed_proxy(self._client(), request, lambda: f"http://127.0.0.1:{pod.port}",
+                                         ks.obj["spec"]["template"]["spec"], "request timeout", self._cut)
             finally:
                 ks.inflight -= 1
                 ks.last = time.monotonic()
 
-        app = web.Application(client_max_size=1 << 34)
-        app.router.add_route("*", "/{tail:.*}", serve)
-        pod.queue = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        pod.queue = self._app(serve)
         await pod.queue.setup()
-        for _ in range(50):  # a loopback address of its own (127/8 is all loopback), like a pod IP
-            pod.address = f"127.{secrets.randbelow(254) + 1}.{secrets.randbelow(254) + 1}.{secrets.randbelow(253) + 2}"
-            try:
-                await web.TCPSite(pod.queue, pod.address, QUEUE_PORT).start()
-                return
-            except OSError:
-                continue
-        raise RuntimeError("no free loopback address for queue-proxy")
+
+        async def listen(address: str) -> None:
+            assert pod.queue is not None
+            await web.TCPSite(pod.queue, address, QUEUE_PORT).start()
+        pod.address, _ = await on_own_address(listen)
+        pod.serving = True
 
     async def _start_proxy(self, ks: KService) -> None:
+        """The cluster-local gateway's route for this Service (``status.address.url``): on to the revision's
+        ClusterIP with the revision headers an ingress adds, the Host left as the client sent it."""
+        ns = ks.obj["metadata"]["namespace"]
+
         async def forward(request: web.Request) -> web.StreamResponse:
-            return await self._activate(ks, request)
+            self.hops["gateway"] += 1
+            ip = self.network.ip_of(self.revision_host(ks))
+            return await relay(self._client(), request, f"http://{ip}",
+                               {"Knative-Serving-Revision": ks.revision, "Knative-Serving-Namespace": ns})
 
-        app = web.Application(client_max_size=1 << 34)
-        app.router.add_route("*", "/{tail:.*}", forward)
-        ks.proxy = web.AppRunner(app, access_log=None)
-        await ks.proxy.setup()
-        await web.TCPSite(ks.proxy, "127.0.0.1", 0).start()
+        ks.proxy = self._app(forward)
+        await self._serve(ks.proxy, "127.0.0.1", 0)
         ks.address = f"http://127.0.0.1:{ks.proxy.addresses[0][1]}"
-
-    async def _proxy(self, ks: KService, request: web.Request, headers: dict[str, str],
-                     data: object) -> web.StreamResponse:
-        """Forward to the pod under queue-proxy's timeouts (``pkg/http/handler/timeout.go``): a 504 when no
-        byte came within the response-start (or idle) timeout; at ``timeoutSeconds`` the call is cut, a
-        started response getting the message appended and ending."""
-        assert ks.pod is not None
-        spec = ks.obj["spec"]["template"]["spec"]
-        total = float(spec.get("timeoutSeconds") or 300)
-        start = float(spec.get("responseStartTimeoutSeconds") or 0)
-        idle = float(spec.get("idleTimeoutSeconds") or 0)
-        began = time.monotonic()
-        first = min(t for t in (total, start or total, idle or total))
-        upstream_cm = self._client().request(request.method, f"http://127.0.0.1:{ks.pod.port}{request.path_qs}",
-                                             headers=headers, data=data, auto_decompress=False)
-        try:
-            upstream = await asyncio.wait_for(upstream_cm.__aenter__(), first)
-        except TimeoutError:
-            self.timeouts += 1
-            return web.Response(status=504, text="request timeout")
-        try:
-            out = web.StreamResponse(status=upstream.status, headers={
-                k: v for k, v in upstream.headers.items() if k.lower() not in _HOP})
-            await out.prepare(request)
-            while True:
-                left = total - (time.monotonic() - began)
-                try:
-                    chunk = await asyncio.wait_for(upstream.content.readany(), max(0.0, min(left, idle or left)))
-                except TimeoutError:
-                    self.timeouts += 1
-                    await out.write(b"request timeout")
-                    break
-                if not chunk:
-                    break
-                await out.write(chunk)
-            await out.write_eof()
-            return out
-        finally:
-            await upstream_cm.__aexit__(None, None, None)
 
     async def _autoscale(self, ks: KService) -> None:
         notes = ks.obj["spec"]["template"]["metadata"]["annotations"]

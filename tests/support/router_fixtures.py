@@ -279,6 +279,8 @@ class RouterProcess:
     """Where the router's output goes, if not ``<state>/router.log`` (a test that fills the state disk)."""
     die_with_parent: bool = False
     """SIGTERM the router when the process that started it dies (a benchmark killed outright)."""
+    launcher: tuple[str, ...] = ()
+    """An argv prefix the router runs under, which must exec it (the stand-in cluster's DNS: a hosts file)."""
 
     @property
     def url(self) -> str:
@@ -323,7 +325,7 @@ class RouterProcess:
         env.pop("GROVE_URL", None)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [GROVE_BIN, "--state-dir", str(self.state_dir), "up", "--port", str(self.port),
+                [*self.launcher, GROVE_BIN, "--state-dir", str(self.state_dir), "up", "--port", str(self.port),
                  "--ready-file", str(ready), *self.up_args],
                 env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                 preexec_fn=_stop_with_parent if self.die_with_parent else None,
