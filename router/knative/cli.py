@@ -32,6 +32,8 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--instance", default="grove", help="this router's name in the grove.dev/instance label")
     group.add_argument("--endpoint-mode", default="revision", choices=ENDPOINT_MODES,
                        help="where data-path calls go: the revision's Service, the Service address, or the pod")
+    group.add_argument("--cluster-domain", default=KnativeOptions.cluster_domain,
+                       help="the cluster's DNS domain, in revision URLs (Knative's activator matches it in the Host)")
     group.add_argument("--request-timeout", type=int, default=3600, help="timeoutSeconds of every revision")
     group.add_argument("--api-qps", type=float, default=20.0, help="Kubernetes create/delete calls per second")
     group.add_argument("--api-burst", type=int, default=40, help="Kubernetes calls allowed at once")
@@ -57,6 +59,7 @@ def options_from_args(args: argparse.Namespace) -> KnativeOptions:
         default_image=args.default_image,
         instance=args.instance,
         endpoint_mode=args.endpoint_mode,
+        cluster_domain=args.cluster_domain,
         request_timeout_s=args.request_timeout,
         create_qps=args.api_qps,
         create_burst=args.api_burst,

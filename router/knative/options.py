@@ -36,7 +36,8 @@ class KnativeOptions:
     Knative Service's ``status.address.url`` (through the cluster-local gateway); ``pod``: the ready
     pod's IP on the queue-proxy port from its EndpointSlice, falling back to the revision URL."""
     cluster_domain: str = "cluster.local"
-    """DNS suffix of cluster Services, for revision URLs."""
+    """DNS suffix of cluster Services, for revision URLs: Knative's activator takes the revision from a Host
+    ``<revision>.<namespace>.svc.<cluster domain>`` and answers 404 to any other domain."""
     request_timeout_s: int = 3600
     """``timeoutSeconds`` of each revision: the longest single data-path call (a long exec)."""
     ready_timeout_s: float = 600.0
@@ -101,6 +102,9 @@ class KnativeOptions:
             raise Invalid(f"a snapshot part must be at least 5 MiB (S3's smallest), got {self.snapshot_part_bytes} B")
         if not self.router_url.startswith(("http://", "https://")):
             raise Invalid(f"the router URL for sandboxes must be http(s)://host:port, got {self.router_url!r}")
+        if not _DNS_SUBDOMAIN.fullmatch(self.cluster_domain):
+            raise Invalid(f"cluster domain {self.cluster_domain!r} is not a DNS name (the cluster's: cluster.local, "
+                          "unless its kubelets were configured otherwise)")
         if self.runtime_class is not None and not _DNS_SUBDOMAIN.fullmatch(self.runtime_class):
             raise Invalid(
                 f"runtime class {self.runtime_class!r} is not a valid RuntimeClass name "

@@ -161,6 +161,17 @@ def test_a_runtime_class_puts_every_sandbox_under_it() -> None:
             KnativeOptions(runtime_class=bad)
 
 
+def test_the_cluster_domain_is_an_option_and_a_dns_name() -> None:
+    """Revision URLs end in the cluster's domain (the activator matches it in the Host): settable, checked."""
+    parser = argparse.ArgumentParser()
+    add_cluster_options(parser)
+    assert options_from_args(parser.parse_args([])).cluster_domain == "cluster.local"
+    assert options_from_args(parser.parse_args(["--cluster-domain", "corp.internal"])).cluster_domain == "corp.internal"
+    for bad in ("", "Cluster.Local", "a..b", "cluster.local:80"):
+        with pytest.raises(Invalid, match="cluster domain"):
+            KnativeOptions(cluster_domain=bad)
+
+
 @pytest.mark.parametrize("fmt", ["yaml", "json"])
 def test_grove_knative_manifest_prints_what_a_create_makes(fmt: str) -> None:
     proc = subprocess.run(
