@@ -26,7 +26,7 @@ from grove.errors import (
 )
 from router.appkeys import service_of
 from router.fulloutputs import full_outputs_of, store_full_outputs
-from router.proxy import StreamAborted, forward
+from router.proxy import StreamAborted, Unreached, forward
 from router.recorder import Digest, exec_step
 from router.registry import SandboxRecord
 
@@ -49,13 +49,34 @@ async def call_executor(
     record = service.registry.get(request.match_info["id"])
     started = time.time()
     with service.calling(record), service.recorder.faults(record, f"{request.method} {upstream_path}"):
-        endpoint = await service.endpoint(record)
-        response = await forward(
-            request, service.upstreams, endpoint, upstream_path, lambda: service.lost(record), **kwargs
-        )
+        response = await _forward_once_more_if_unreached(request, record, upstream_path, **kwargs)
     if response.status == 500:
         service.recorder.infra_error(record, f"{request.method} {upstream_path}: the executor failed internally")
     return record, response, started
+
+
+async def _forward_once_more_if_unreached(
+    request: web.Request, record: SandboxRecord, upstream_path: str, **kwargs: Any
+) -> web.StreamResponse:
+    """Forward to the sandbox's endpoint. An endpoint that refused the connection got nothing of the call: if
+    the backend's endpoints can move and the sandbox turns out gone (it goes idle), the call wakes it and is
+    sent once more; otherwise it is the executor lost, as any broken connection."""
+    service = service_of(request)
+    for attempt in (1, 2):
+        endpoint = await service.endpoint(record)
+        try:
+            return await forward(
+                request, service.upstreams, endpoint, upstream_path, lambda: service.lost(record), **kwargs
+            )
+        except Unreached as exc:
+            await service.lost(record)
+            if attempt == 2 or not service.backend.endpoints_move or record.status != "idle":
+                raise BadGateway(
+                    f"the sandbox's executor went away: its endpoint refused the connection ({exc}); "
+                    "the sandbox is restarted on the next call, its files kept"
+                ) from exc
+            log.info("%s: its endpoint %s is gone; waking it and sending the call again", record.id, endpoint.url)
+    raise AssertionError("unreachable")
 
 
 async def read_capped(request: web.Request, limit: int, what: str = "request body") -> bytes:

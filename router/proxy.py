@@ -23,6 +23,10 @@ class StreamAborted(Exception):
     """The executor failed after the response had started: the only honest signal left is to cut it."""
 
 
+class Unreached(Exception):
+    """The endpoint refused the connection: nothing of the call was sent, so it can be sent again."""
+
+
 class Upstreams:
     """One pooled client session per executor endpoint (Unix sockets cannot share a connector)."""
 
@@ -134,6 +138,8 @@ async def forward(
                 await response.write(chunk)
             await response.write_eof()
             return response
+    except aiohttp.ClientConnectorError as exc:
+        raise Unreached(f"{type(exc).__name__}: {exc}") from exc  # before any byte was sent: the caller decides
     except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
         await on_lost()
         if response is not None and response.prepared:

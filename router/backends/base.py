@@ -71,6 +71,10 @@ class Backend(Protocol):
     exit_grace_s: float
     """How long a sandbox whose executor just vanished may still look running (its process exiting):
     a call that lost its executor looks this long before concluding the executor is alive."""
+    endpoints_move: bool
+    """Whether an endpoint that refuses connections can mean the sandbox merely moved (a Knative pod that
+    scaled to zero before the router's watch said so), not that it failed: then a call that reached nothing
+    is sent once more once the sandbox went idle, and wakes it."""
     executor_reaches_storage: bool
     """Whether the object store's address means the same server inside a sandbox as in the router. Not on
     the local backend: there a presigned URL names 127.0.0.1, which inside is the sandbox's own loopback,

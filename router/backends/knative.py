@@ -42,6 +42,7 @@ class KnativeBackend:
 
     name = "knative"
     exit_grace_s = 0.0  # is_running reads the watch cache: a pod that is gone is gone
+    endpoints_move = True  # pod mode: a refused pod address is a pod gone with scale-to-zero
     executor_reaches_storage = True
     warm_by_traffic = True  # the autoscaler counts requests: a heartbeat must be one
     # Baked into the revision template (working dir and snapshot dir, the autoscaling window, the presigned
@@ -57,6 +58,10 @@ class KnativeBackend:
         self._services: Informer | None = None
         self._slices: Informer | None = None
         self._digests: dict[str, str] = {}
+        if options.endpoint_mode == "pod":
+            # A call can reach a pod's address after the pod went and before the EndpointSlice watch says so:
+            # a lost call looks again for that long, so the sandbox goes idle and the call is sent again.
+            self.exit_grace_s = 2.0
 
     def attach_storage(self, storage: Presigner) -> None:
         """Use ``storage`` for workspace snapshots (called by the app before any create)."""

@@ -58,6 +58,7 @@ class LocalBackend:
     name = "local"
     # A SIGKILLed PID 1 first waits for every process of its namespace to die (longer under load).
     exit_grace_s = 2.0
+    endpoints_move = False  # a refused socket is a dead executor: the call fails, the next one restarts it
     executor_reaches_storage = False
     warm_by_traffic = False  # the router's own reaper scales to zero, from the record a heartbeat touches
     claim_fixed: tuple[str, ...] = ()

@@ -138,6 +138,9 @@ class KnativeStandin:
         self._gateway: web.AppRunner | None = None
         self.pull_s = 0.0
         """Seconds each pod start waits before its container runs (an image pull on a cold node)."""
+        self.slice_lag_s = 0.0
+        """Seconds before a pod's removal reaches its EndpointSlice (the controller batches updates, the watch
+        carries them): meanwhile a client that read the slice can still dial the pod's address."""
         self.evictions = 0
         """Pods the kubelet evicted for outgrowing their ephemeral-storage limit."""
         self.timeouts = 0
@@ -387,6 +390,16 @@ class KnativeStandin:
             return
 
     def _endpoints(self, ks: KService) -> None:
+        """Publish the revision's private EndpointSlice; a removal after ``slice_lag_s`` (as it is then)."""
+        if self.slice_lag_s and not (ks.pod and ks.pod.serving):
+            async def later() -> None:
+                await asyncio.sleep(self.slice_lag_s)
+                self._publish_endpoints(ks)
+            asyncio.get_running_loop().create_task(later())
+            return
+        self._publish_endpoints(ks)
+
+    def _publish_endpoints(self, ks: KService) -> None:
         ns = ks.obj["metadata"]["namespace"]
         ready = [{"addresses": [ks.pod.address], "conditions": {"ready": True}}] if ks.pod and ks.pod.serving else []
         self.api.put("endpointslices", ns, {
