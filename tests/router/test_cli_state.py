@@ -3,15 +3,18 @@ subcommand, ``grove down`` (also after a killed router), and a CLI piped into ``
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
 
 import pytest
 
 from artifacts.s3proc import live_weed_pid
 from grove.runfile import running_router
-from tests.support.router_fixtures import GROVE_BIN, RouterProcess, process_alive, wait_for
+from sandbox_image.bundle import MANIFEST
+from tests.support.router_fixtures import GROVE_BIN, RouterProcess, process_alive, router_state, wait_for
 
 pytestmark = pytest.mark.local_only
 
@@ -29,6 +32,14 @@ def stored(router: RouterProcess, sandbox_id: str) -> bool:
     return router.http("GET", f"/v1/trajectories/{sandbox_id}").status == 200
 
 
+@pytest.fixture
+def new_user_router() -> Iterator[RouterProcess]:
+    """A router on a state dir as a new user's first ``grove up`` finds it: empty, so the router builds its
+    runtime bundle itself (the other tests' state dirs start with a copy of the session's)."""
+    with router_state(seed=False) as router:
+        yield router
+
+
 def test_commands_find_the_router_serving_the_state_dir(fresh_router: RouterProcess) -> None:
     state = str(fresh_router.state_dir)
     assert running_router(fresh_router.state_dir) is not None
@@ -40,7 +51,10 @@ def test_commands_find_the_router_serving_the_state_dir(fresh_router: RouterProc
     assert again.returncode == 1 and f"already serves {state}" in again.stderr and "grove --state-dir" in again.stderr
 
 
-def test_down_deletes_every_sandbox_stores_its_trajectory_and_stops_the_router(fresh_router: RouterProcess) -> None:
+def test_down_deletes_every_sandbox_stores_its_trajectory_and_stops_the_router(
+        new_user_router: RouterProcess) -> None:
+    fresh_router = new_user_router
+    assert json.loads((fresh_router.layout.runtime / MANIFEST).read_text())["stamp"]  # built by `grove up`
     with fresh_router.client() as grove:
         ids = [grove.create(heartbeat=False).id for _ in range(2)]
         grove.attach(ids[0]).exec("echo recorded")

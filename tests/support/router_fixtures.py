@@ -36,6 +36,7 @@ from grove.client import Grove, Sandbox
 from grove.statedir import StateDir
 from router.backends.local import LocalBackend
 from router.local import egress_rules
+from sandbox_image.bundle import build_bundle
 from tests.conftest import free_tcp_port
 from tests.support.executor_fixtures import MSGPACK, Reply, processes_with
 
@@ -448,6 +449,32 @@ def _stop_with_parent() -> None:
 _PR_SET_PDEATHSIG = 1
 
 
+_bundle_cache: list[Path] = []
+
+
+def seed_runtime(state_dir: Path) -> None:
+    """Put a copy of the session's runtime bundle into a state dir before its router first starts.
+
+    ``grove up`` builds the bundle into every new state dir (about 2 s of copying, compiling and
+    stripping) and reuses one whose stamp is current: the copy makes each start take the reuse path,
+    which is what every later start of a router does anyway. The build itself is tested in
+    tests/sandbox_image/test_bundle.py and by the routers that opt out (``router_state(seed=False)``).
+    A plain copy, not hard links: a test may rebuild or retire a state dir's bundle.
+    """
+    if not _bundle_cache:
+        _bundle_cache.append(build_bundle(Path(tempfile.mkdtemp(prefix="gt-bundle-")) / "runtime").path)
+    subprocess.run(["cp", "-a", str(_bundle_cache[0]), str(StateDir(state_dir).runtime)],
+                   check=True, capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _runtime_bundle_copies() -> Iterator[None]:
+    """Removes the session's bundle that :func:`seed_runtime` copies from, once every test is done."""
+    yield
+    while _bundle_cache:
+        shutil.rmtree(_bundle_cache.pop().parent, ignore_errors=True)
+
+
 def new_state_dir() -> Path:
     """A fresh, short state dir under /tmp (Unix socket paths inside it must stay < 108 bytes)."""
     return Path(os.path.realpath(tempfile.mkdtemp(prefix="gt-")))
@@ -455,12 +482,14 @@ def new_state_dir() -> Path:
 
 @contextlib.contextmanager
 def router_state(
-    *, start: bool = True, disk_mb: int | None = None, up_args: tuple[str, ...] = ()
+    *, start: bool = True, disk_mb: int | None = None, up_args: tuple[str, ...] = (), seed: bool = True
 ) -> Iterator[RouterProcess]:
     """A router on a fresh state dir for the block; at exit every trace of it is checked and removed.
 
     ``disk_mb``: the state dir is a tmpfs of that size (and the router's log lives beside it, not on it).
     ``up_args``: more options for ``grove up``.
+    ``seed``: the state dir starts with a copy of the session's runtime bundle (see :func:`seed_runtime`);
+    False leaves it empty, so the router's first start builds the bundle itself.
     """
     state = new_state_dir()
     instance_of(state)  # remembered now, while the state dir exists
@@ -470,6 +499,8 @@ def router_state(
     try:
         if disk_mb is not None:
             mount_state_disk(state, disk_mb)
+        if seed:
+            seed_runtime(state)
         if start:
             router.start()
         yield router
