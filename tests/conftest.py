@@ -13,8 +13,8 @@ import pytest
 # Component fixtures live in tests/support/; list each module here once.
 pytest_plugins = [
     "tests.support.executor_fixtures",
+    "tests.support.s3_fixtures",  # before router_fixtures, which imports it (pytest rewrites its asserts first)
     "tests.support.router_fixtures",
-    "tests.support.s3_fixtures",
     "tests.support.knative_fixtures",
 ]
 
@@ -40,6 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """Register grove's markers."""
     config.addinivalue_line("markers", "local_only: about the local backend's host; not run against Knative")
     config.addinivalue_line("markers", "fast: pure logic, no router, sandbox or server (`make test-fast`)")
+    config.addinivalue_line("markers", "embedded_s3: the module's ``router`` runs its own embedded S3 server")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

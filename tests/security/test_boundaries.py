@@ -20,6 +20,9 @@ from grove.client import Sandbox
 from tests.security.probes import CONNECT
 from tests.support.router_fixtures import RouterProcess, error_of, layer_file
 
+# Reads its router's embedded S3 port: that server too must be out of a sandbox's reach.
+pytestmark = pytest.mark.embedded_s3
+
 ECONNREFUSED, ENETUNREACH = 111, 101
 SCAN = (
     "import glob, sys\n"

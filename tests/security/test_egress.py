@@ -37,7 +37,9 @@ from tests.support.router_fixtures import (
     wait_for,
 )
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, veths, nftables)")
+# Reads its router's embedded S3 port (that server is one more loopback service a sandbox must not reach).
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, veths, nftables)"),
+              pytest.mark.embedded_s3]
 
 HOST_SIDE, SERVER, OTHER, METADATA = "198.51.100.1", "198.51.100.2", "198.51.100.3", "169.254.169.254"
 PORT, OTHER_PORT, METADATA_PORT = 8080, 9090, 80

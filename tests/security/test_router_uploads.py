@@ -22,6 +22,9 @@ from grove.client import Grove
 from tests.router.test_record import s3_of
 from tests.support.router_fixtures import RouterProcess, wait_for
 
+# Measures its router's embedded S3 data dir.
+pytestmark = pytest.mark.embedded_s3
+
 
 @pytest.fixture(scope="module")
 def bucket(router: RouterProcess) -> Iterator[ObjectStore]:

@@ -32,6 +32,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from artifacts.s3server import EmbeddedS3
 from grove.client import Grove, Sandbox
 from grove.statedir import StateDir
 from router.backends.local import LocalBackend
@@ -39,6 +40,7 @@ from router.local import egress_rules
 from sandbox_image.bundle import build_bundle
 from tests.conftest import free_tcp_port
 from tests.support.executor_fixtures import MSGPACK, Reply, processes_with
+from tests.support.s3_fixtures import new_bucket
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids", "cpu")
@@ -482,7 +484,12 @@ def new_state_dir() -> Path:
 
 @contextlib.contextmanager
 def router_state(
-    *, start: bool = True, disk_mb: int | None = None, up_args: tuple[str, ...] = (), seed: bool = True
+    *,
+    start: bool = True,
+    disk_mb: int | None = None,
+    up_args: tuple[str, ...] = (),
+    seed: bool = True,
+    s3: EmbeddedS3 | None = None,
 ) -> Iterator[RouterProcess]:
     """A router on a fresh state dir for the block; at exit every trace of it is checked and removed.
 
@@ -490,10 +497,15 @@ def router_state(
     ``up_args``: more options for ``grove up``.
     ``seed``: the state dir starts with a copy of the session's runtime bundle (see :func:`seed_runtime`);
     False leaves it empty, so the router's first start builds the bundle itself.
+    ``s3``: the router stores in a bucket of its own on this running server (``--s3``) instead of
+    starting its embedded one.
     """
     state = new_state_dir()
     instance_of(state)  # remembered now, while the state dir exists
     router = RouterProcess(state, key="gk-" + secrets.token_hex(16), up_args=up_args)
+    if s3 is not None:
+        router.up_args += ("--s3", s3.endpoint, "--s3-bucket", new_bucket())
+        router.extra_env.update({"GROVE_S3_ACCESS_KEY": s3.access_key, "GROVE_S3_SECRET_KEY": s3.secret_key})
     if disk_mb is not None:
         router.log_file = state.with_name(state.name + ".log")
     try:
@@ -528,10 +540,19 @@ def router_state(
 
 
 @pytest.fixture(scope="module")
-def router() -> Iterator[RouterProcess]:
-    """One router per test module."""
-    with router_state() as r:
-        yield r
+def router(request: pytest.FixtureRequest) -> Iterator[RouterProcess]:
+    """One router per test module, storing in the session's S3 server (a bucket of its own).
+
+    Starting and stopping an embedded S3 server with each module's router cost ~2 s a module; a module
+    that looks at the router's embedded server itself (its data dir, its port) is marked
+    ``embedded_s3``. ``fresh_router`` and routers of a module's own run their embedded server as ever.
+    """
+    if request.node.get_closest_marker("embedded_s3") is not None:
+        with router_state() as r:
+            yield r
+    else:
+        with router_state(s3=request.getfixturevalue("s3_server")) as r:
+            yield r
 
 
 @pytest.fixture

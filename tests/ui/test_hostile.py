@@ -3,9 +3,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from grove.client import Grove
 from tests.ui.conftest import Viewer
 from tests.ui.samples import HOSTILE, PAYLOADS, episode, hostile
+
+# Stores records behind the router's back in its embedded S3 (tests/ui/conftest.py).
+pytestmark = pytest.mark.embedded_s3
 
 SID = "sb-hostile00000001"
 

@@ -7,12 +7,17 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from grove.client import Grove
 from grove.rollouts.plots import draw
 from grove.rollouts.report import groups_of, summarize
 from tests.support.router_fixtures import RouterProcess
 from tests.ui.conftest import Viewer, until
 from tests.ui.samples import episode, full_output, huge
+
+# Stores records behind the router's back in its embedded S3 (tests/ui/conftest.py).
+pytestmark = pytest.mark.embedded_s3
 
 OPEN_BOUND_S = 8.0
 """A 2,000-step, 50 MB trajectory shows its header and first steps within this (cold: from S3)."""
