@@ -34,7 +34,10 @@ def test_no_5xx_and_no_hang_under_fuzzing(router: RouterProcess, tmp_path: Path)
         )
         report = run.stdout[-8000:] + run.stderr[-2000:]
         assert run.returncode == 0, report
-        assert "generated" in report and " failed" not in report.split("SUMMARY")[-1], report
+        # The summary's warnings may say "failed" of what is no failure (an operation that takes a token of
+        # its own, such as snapshot-upload, "Authentication failed" with the router's key): not those lines.
+        summary = [line for line in report.split("SUMMARY")[-1].splitlines() if "⚠️" not in line]
+        assert "generated" in report and not [line for line in summary if " failed" in line], report
         assert "unhandled error" not in router.log()  # the router's log of any 500
         # The fuzzed sandbox may well have been deleted by the run (DELETE is in the spec); the one next
         # to it saw nothing of it.
