@@ -164,7 +164,7 @@ def any_router(
     is not collected for Knative, where a cluster provides its own.
     """
     if request.param == "local":
-        with router_state() as router:
+        with router_state(s3=s3_server) as router:
             yield router
     else:
         with stand_in_cluster(runtime_bundle) as found, knative_router_on(found, s3_server) as router:
