@@ -60,6 +60,9 @@ class SandboxRun:
     deleted: float | None = None
     server_create_s: float | None = None
     """The router's own ``ready_at - created_at``."""
+    router_took: float | None = None
+    """When the router took the create up (its ``created_at``, on this clock): what came before it is the
+    client sending and the router's queue of requests not yet read."""
     execs: list[tuple[str, float, float]] = field(default_factory=list)
     """(command name, sent, answered) of each exec that answered."""
     errors: list[tuple[str, str]] = field(default_factory=list)
@@ -105,6 +108,8 @@ class BurstResult:
             "commands_per_s": round(commands_ok / self.wall_s, 1) if self.wall_s else 0.0,
             "create": summarize(creates, PCTS),
             "create_server_side": summarize([r.server_create_s for r in runs if r.server_create_s is not None], PCTS),
+            "create_until_taken_up": summarize(
+                [r.router_took - r.create_sent for r in runs if r.router_took is not None], PCTS),
             "exec": summarize(execs, PCTS),
             "exec_by_command": per_command,
             "delete": summarize(deletes, PCTS),
@@ -137,7 +142,7 @@ def _kind(phase: str, exc: BaseException) -> str:
 
 
 async def _one(grove: AsyncGrove, run: SandboxRun, t0: float, gate: asyncio.Semaphore | None,
-               pool: str | None = None) -> None:
+               pool: str | None = None, wall0: float = 0.0) -> None:
     if gate is not None:
         await gate.acquire()
     try:
@@ -151,6 +156,8 @@ async def _one(grove: AsyncGrove, run: SandboxRun, t0: float, gate: asyncio.Sema
         created, ready = sandbox.info.get("created_at"), sandbox.info.get("ready_at")
         if isinstance(created, float) and isinstance(ready, float):
             run.server_create_s = ready - created
+        if isinstance(created, float) and wall0:
+            run.router_took = created - wall0
         try:
             for name, command, check in COMMANDS:
                 sent = time.perf_counter() - t0
@@ -182,8 +189,8 @@ async def burst(url: str, key: str, n: int, *, concurrency: int = 0, pool: str |
     runs = [SandboxRun(i) for i in range(n)]
     gate = asyncio.Semaphore(concurrency) if concurrency else None
     async with AsyncGrove(url, key, timeout_s=600) as grove:
-        t0 = time.perf_counter()
-        outcomes = await asyncio.gather(*(_one(grove, r, t0, gate, pool) for r in runs), return_exceptions=True)
+        t0, wall0 = time.perf_counter(), time.time()
+        outcomes = await asyncio.gather(*(_one(grove, r, t0, gate, pool, wall0) for r in runs), return_exceptions=True)
         wall = time.perf_counter() - t0
     for run, outcome in zip(runs, outcomes, strict=True):
         if isinstance(outcome, BaseException):  # a bug in this driver must show, not vanish

@@ -91,13 +91,13 @@ class Filler:
     def _wanting(self) -> Pool | None:
         """A pool short of members, if the router has room for another sandbox."""
         service = self._service
-        if len(service.registry.live()) >= service.settings.max_sandboxes:
+        if service.registry.count() >= service.settings.max_sandboxes:
             return None
         now = time.monotonic()
         for pool in self._all():
             if pool.error is not None and now - pool.failed_at < _RETRY_AFTER_FAILURE_S:
                 continue  # tried again later: the image may be back, the disk freed
-            if len(service.registry.pooled(pool.definition.name)) < pool.definition.size:
+            if service.registry.pool_count(pool.definition.name) < pool.definition.size:
                 return pool
         return None
 
@@ -149,7 +149,7 @@ class Filler:
             record.image_digest = await service.backend.image_digest(record.request.image)
         except NotFound as exc:
             raise NotFound(f"its image is gone: {exc.message}") from exc
-        service.registry.save(record)
+        await service.registry.store(record)
         service.registry.add(record)
         try:
             started = await service.start_member(record)
@@ -161,7 +161,7 @@ class Filler:
             return
         record.status, record.handle, record.endpoint_url = "ready", started.handle, started.endpoint.url
         record.image_digest, record.ready_at = started.image_digest, time.time()
-        service.registry.save(record)
+        await service.registry.store(record)
 
 
 @functools.lru_cache(maxsize=256)

@@ -173,7 +173,7 @@ class Pools:
 
     def take(self, pool: Pool) -> SandboxRecord | None:
         """Take a ready member out of the pool (no await: two claims never get the same one)."""
-        for record in self._service.registry.pooled(pool.definition.name):
+        for record in self._service.registry.members(pool.definition.name):
             if record.status == "ready":
                 record.status = "pending"  # taken: no other claim, no reaper, no resize touches it now
                 pool.claims += 1

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import os
 import re
 import secrets
-import tempfile
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from grove.errors import Conflict, NotFound
 from grove.statedir import StateDir
 from router.backends.base import Endpoint, SandboxSpec
 from router.models import CreateRequest, Metadata, NetworkModel
+from router.recordfiles import RecordFiles
 
 ID_RE = re.compile(r"^sb-[0-9a-f]{16}$")
 SAFE_ID_RE = re.compile(r"sb-[0-9a-z]{1,64}")
@@ -118,6 +117,10 @@ class SandboxRecord:
         return cls(request=CreateRequest(**req), **data)
 
 
+def _encode(record: SandboxRecord) -> bytes:
+    return json.dumps(record.to_disk()).encode()  # one C-encoder call, one write (json.dump writes per token)
+
+
 _MEMORY_ONLY = ("last_activity", "inflight")
 _DISK_FIELDS = tuple(f for f in dataclasses.fields(SandboxRecord) if f.name not in _MEMORY_ONLY)
 
@@ -128,8 +131,11 @@ class Registry:
     def __init__(self, state_dir: Path) -> None:
         self._dir = StateDir(state_dir).records
         self._dir.mkdir(parents=True, exist_ok=True)
+        self._files = RecordFiles(self._dir)
         self._records: dict[str, SandboxRecord] = {}
         self._ended: OrderedDict[str, SandboxRecord] = OrderedDict()
+        self._pooled: dict[str, dict[str, SandboxRecord]] = {}
+        """Per pool, its unclaimed members (every claim looks there: no scan of all records)."""
         self.by_request_id: dict[str, str] = {}
 
     def load(self) -> list[SandboxRecord]:
@@ -149,39 +155,50 @@ class Registry:
     def add(self, record: SandboxRecord) -> None:
         """Track a record (not yet written)."""
         self._records[record.id] = record
+        if record.pool is not None:
+            self._pooled.setdefault(record.pool, {})[record.id] = record
         if record.request.request_id:
             self.by_request_id[record.request.request_id] = record.id
 
     def save(self, record: SandboxRecord) -> None:
-        """Write the record atomically (temp file, fsync, rename)."""
-        data = json.dumps(record.to_disk()).encode()  # one C-encoder call, one write (json.dump writes per token)
-        fd, tmp = tempfile.mkstemp(dir=self._dir, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self._dir / f"{record.id}.json")
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        """Write the record atomically (temp file, fsync, rename), on the calling thread."""
+        self._files.write(record.id, _encode(record))
+
+    async def store(self, record: SandboxRecord) -> None:
+        """:meth:`save`, with the wait for the disk in a worker thread (the event loop serves other calls
+        meanwhile); the record as it is now is what lands, after any earlier write of it."""
+        await self._files.write_async(record.id, _encode(record))
+
+    async def close(self) -> None:
+        """Wait for the writes in flight."""
+        await self._files.drain()
 
     def unlink(self, sandbox_id: str) -> None:
         """Remove a record's file (which needs no free space); the in-memory record stays as it is."""
-        with contextlib.suppress(FileNotFoundError):
-            (self._dir / f"{sandbox_id}.json").unlink()
+        self._files.unlink(sandbox_id)
 
     def drop(self, record: SandboxRecord) -> None:
         """Stop tracking a record that never became a sandbox (no tombstone: no one ever saw its id)."""
         self._records.pop(record.id, None)
+        self._unpool(record.pool, record)
+
+    def claimed_from(self, pool: str, record: SandboxRecord) -> None:
+        """A member of ``pool`` was claimed (its ``pool`` already cleared): it is a users' sandbox now."""
+        self._unpool(pool, record)
+
+    def _unpool(self, pool: str | None, record: SandboxRecord) -> None:
+        if pool is not None and (members := self._pooled.get(pool)) is not None:
+            members.pop(record.id, None)
+            if not members:
+                del self._pooled[pool]
 
     def forget(self, record: SandboxRecord) -> None:
         """Drop a deleted sandbox; keep a tombstone so its id answers ``deleted`` for a while."""
         self._records.pop(record.id, None)
+        self._unpool(record.pool, record)
         if record.request.request_id:
             self.by_request_id.pop(record.request.request_id, None)
-        self.unlink(record.id)
+        self._files.discard(record.id)
         self._ended[record.id] = record
         while len(self._ended) > _TOMBSTONES:
             self._ended.popitem(last=False)
@@ -204,6 +221,10 @@ class Registry:
         record = self._records.get(sandbox_id) or self._ended.get(sandbox_id)
         return record if record is None or pooled or record.pool is None else None
 
+    def count(self) -> int:
+        """How many sandboxes are not deleted, pool members included."""
+        return len(self._records)
+
     def live(self) -> list[SandboxRecord]:
         """Every sandbox not deleted, pool members included (they count toward the limits)."""
         return list(self._records.values())
@@ -214,7 +235,15 @@ class Registry:
 
     def pooled(self, pool: str) -> list[SandboxRecord]:
         """The unclaimed members of a pool, oldest first."""
-        return [r for r in self._records.values() if r.pool == pool]
+        return list(self._pooled.get(pool, {}).values())
+
+    def pool_count(self, pool: str) -> int:
+        """How many unclaimed members a pool has."""
+        return len(self._pooled.get(pool, ()))
+
+    def members(self, pool: str) -> Iterable[SandboxRecord]:
+        """The unclaimed members of a pool, oldest first, without a copy (not to be changed while read)."""
+        return self._pooled.get(pool, {}).values()
 
     def known_ids(self) -> set[str]:
         """Ids of live sandboxes."""

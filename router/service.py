@@ -11,7 +11,7 @@ import time
 from collections.abc import Coroutine, Iterator
 from typing import Any
 
-from artifacts.archive import TrajectoryArchive
+from artifacts.archive import Stored, TrajectoryArchive
 from artifacts.artifact_index import ArtifactIndex
 from artifacts.store import ObjectStore
 from grove.errors import Conflict, GroveError, InternalError, Invalid, Unavailable
@@ -59,6 +59,8 @@ class SandboxService:
         self._last_flush = 0.0
         self._locks: dict[str, asyncio.Lock] = {}
         self._creating: dict[str, asyncio.Task[None]] = {}
+        self._handing: dict[str, asyncio.Task[None]] = {}
+        """Claims answered whose executor has not taken the claim's token yet (the first call waits)."""
         self._reaper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self.warming: set[str] = set()
@@ -129,9 +131,10 @@ class SandboxService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
         self.full_outputs.close()  # stores still waiting their turn are not worth a slow shutdown
-        for task in [*self._creating.values(), *self._background]:
+        for task in [*self._creating.values(), *self._handing.values(), *self._background]:
             with contextlib.suppress(BaseException):
                 await task
+        await self.registry.close()
         self.journal.flush_held(last=True)
         await self.upstreams.close()
         await self.backend.close()
@@ -156,7 +159,7 @@ class SandboxService:
         else:
             if pool is not None:
                 req = self.pools.as_create(pool, req)
-            if len(self.registry.live()) >= self.settings.max_sandboxes:
+            if self.registry.count() >= self.settings.max_sandboxes:
                 raise Unavailable(f"this router already runs {self.settings.max_sandboxes} sandboxes", retry_after=5)
             if not req.workdir.startswith("/"):
                 raise Invalid("'workdir' must be an absolute path")
@@ -164,7 +167,7 @@ class SandboxService:
             self.backend.check(record.spec())
             record.image_digest = await self.backend.image_digest(req.image)
             # Written before anything tracks it: a full state disk fails the call here and leaves nothing.
-            self.registry.save(record)
+            await self.registry.store(record)
             try:
                 self.recorder.start(record)
             except BaseException:
@@ -200,38 +203,45 @@ class SandboxService:
                 raise InternalError(f"pool member {record.id} is ready without an endpoint")
             record.request, record.token, record.pool = req, secrets.token_urlsafe(32), None
             record.created_at = record.last_activity = time.time()
-            record.ready_at = None
+            self.registry.claimed_from(pool.definition.name, record)
             try:
-                self.registry.save(record)
+                # On disk as the claimant's (still pending: a router restarted before the hand-over ends
+                # starts it afresh) before the answer, so a restarted router never puts it back in the pool.
+                await self.registry.store(record)
                 self.recorder.start(record)
             except BaseException:
                 self.background(self.delete(record.id, reason="its claim failed"), f"deleting {record.id}")
                 raise
             if req.request_id:
                 self.registry.by_request_id[req.request_id] = record.id
-            self._creating[record.id] = asyncio.create_task(self._hand_over(record, previous))
+            self._handing[record.id] = asyncio.create_task(self._hand_over(record, previous))
+            record.status, record.ready_at = "ready", time.time()
             return record
         return None
 
     async def _hand_over(self, record: SandboxRecord, previous: Endpoint) -> None:
         """Make a claimed member its claimant's: the backend relabels it and keeps the claim's secrets for
         a restart; the executor swaps in a fresh app with the claim's token, env and workdir (the pool
-        token stops working). Nothing ran in the member before: no files or processes of anyone's."""
+        token stops working). Nothing ran in the member before: no files or processes of anyone's.
+
+        The create is answered before this ends (in a burst of claims, the executors' round trips would
+        queue the answers behind each other); every call that reaches the executor (:meth:`endpoint`)
+        and a delete wait for it first, so no call meets the pool's app, and a failed hand-over fails
+        the sandbox with its reason, which the first call answers (409) and the trajectory records."""
         try:
             env = await self.backend.claim(record.spec(), record.handle)
             await self.upstreams.post_json(previous, "/v1/claim",
                                            {"token": record.token, "env": env, "workdir": record.request.workdir})
         except Exception as exc:
             message = exc.message if isinstance(exc, GroveError) else f"{type(exc).__name__}: {exc}"
-            record.status, record.error = "failed", f"claiming pool member: {message}"
-            self.recorder.infra_error(record, f"the sandbox failed to start: {record.error}")
-        else:
-            if record.status == "pending":
-                record.status, record.ready_at = "ready", time.time()
+            if record.status == "ready":
+                record.status, record.error = "failed", f"claiming pool member: {message}"
+            self.recorder.infra_error(record, f"the sandbox failed to start: claiming pool member: {message}")
+        try:
+            with contextlib.suppress(OSError):  # a full disk: the record on disk says pending; a restart retries
+                await self.registry.store(record)
         finally:
-            self._creating.pop(record.id, None)
-        with contextlib.suppress(OSError):  # a full disk: the record on disk says pending; a restart retries
-            self.registry.save(record)
+            self._handing.pop(record.id, None)
 
     async def start_member(self, record: SandboxRecord) -> Started | None:
         """Start a pool member (tracked like a create, so a delete meanwhile waits for it); None if it was
@@ -251,11 +261,31 @@ class SandboxService:
     def busy(self) -> bool:
         """Whether users' sandboxes are working: a create starting, a call in flight or just answered (pool
         filling defers to them)."""
-        if self.calls_in_flight or time.monotonic() - self.last_call_ended < _QUIET_S:
+        if self.calls_in_flight or self._handing or time.monotonic() - self.last_call_ended < _QUIET_S:
             return True
         return any(self.registry.lookup(i) is not None for i in self._creating)
 
     async def _bring_up(self, record: SandboxRecord) -> None:
+        # Tracked until its record is written: every call waits for that (see endpoint), and it shows
+        # "ready" only once that is on disk, so no caller sees ready a sandbox a full disk then fails.
+        try:
+            if await self._start(record):
+                try:
+                    await self.registry.store(dataclasses.replace(record, status="ready")
+                                              if record.status == "pending" else record)
+                except OSError as exc:
+                    if (full := storage_error(exc, self.settings.state_dir)) is None:
+                        raise
+                    await self._unrecorded_start(record, full.message)
+                else:
+                    if record.status == "pending":  # not deleted meanwhile
+                        record.status = "ready"
+        finally:
+            self._creating.pop(record.id, None)
+
+    async def _start(self, record: SandboxRecord) -> bool:
+        """Start the sandbox (it stays ``pending`` until its record says ready, or becomes ``failed``);
+        whether its record is to be written (not when it was deleted meanwhile)."""
         try:
             started = await self.backend.create(record.spec())
         except GroveError as exc:
@@ -270,28 +300,20 @@ class SandboxService:
         else:
             if record.status == "deleting":  # deleted while it was starting
                 await self.backend.delete(record.id, started.handle)
-                return
-            record.status = "ready"
+                return False
             record.handle, record.endpoint_url = started.handle, started.endpoint.url
             if started.image_digest != record.image_digest:
                 self.recorder.note(record, {"sandbox_update": {"image_digest": started.image_digest}})
             record.image_digest = started.image_digest
             record.ready_at = time.time()
             record.last_activity = time.time()
-        finally:
-            self._creating.pop(record.id, None)
-        try:
-            self.registry.save(record)
-        except OSError as exc:
-            if (full := storage_error(exc, self.settings.state_dir)) is None:
-                raise
-            await self._unrecorded_start(record, full.message)
+        return True
 
     async def _unrecorded_start(self, record: SandboxRecord, error: str) -> None:
         """The state disk filled while the sandbox started: its record still says ``pending``, which a
         restarted router would start again. Take it down and drop the file; it stays listed as failed
         (and a restart collects whatever is left of it as an orphan)."""
-        started, endpoint_url, handle = record.status == "ready", record.endpoint_url, record.handle
+        started, endpoint_url, handle = record.endpoint_url is not None, record.endpoint_url, record.handle
         # Failed before the first await: no caller may see it ready, not even while it is taken down.
         record.status, record.error, record.handle, record.endpoint_url = "failed", error, {}, None
         self.registry.unlink(record.id)
@@ -308,7 +330,7 @@ class SandboxService:
                 return record
             record.status, record.end_reason = "deleting", reason
             try:
-                self.registry.save(record)
+                await self.registry.store(record)
             except OSError as exc:
                 if not is_no_space(exc):
                     raise
@@ -316,9 +338,10 @@ class SandboxService:
                 # A crash from here on leaves an orphan (and a journal) that the next start collects.
                 log.warning("deleting %s on a full state disk: its record is dropped first", sandbox_id)
                 self.registry.unlink(sandbox_id)
-            if task := self._creating.get(sandbox_id):
-                with contextlib.suppress(BaseException):
-                    await task
+            for task in (self._creating.get(sandbox_id), self._handing.get(sandbox_id)):
+                if task is not None:
+                    with contextlib.suppress(BaseException):
+                        await task
             await self.upstreams.drop(record.endpoint_url)
             await self.backend.delete(sandbox_id, record.handle)
             record.status, record.ended_at, record.endpoint_url = "deleted", time.time(), None
@@ -331,14 +354,10 @@ class SandboxService:
 
     async def _store_trajectory(self, sandbox_id: str) -> None:
         """Hand the finished journal to the trajectory store (S3 or its spool), then drop it."""
-        if not self.journal.exists(sandbox_id):
-            return
         if self.trajectories is None:
             return  # no storage configured: the journal stays in the state dir, nothing is lost
-        record = self.journal.record(sandbox_id)
-        record["sandbox"].setdefault("id", sandbox_id)  # a journal torn before its header still names it
         try:
-            where = await asyncio.to_thread(self.trajectories.store, record)
+            where = await asyncio.to_thread(self._store_journal, self.trajectories, sandbox_id)
         except Exception as exc:
             # Keep the journal: the next router start stores it again. Deleting must not fail on this.
             if full := storage_error(exc, self.settings.state_dir):  # S3 down and no room to spool
@@ -346,8 +365,19 @@ class SandboxService:
             else:
                 log.exception("storing the trajectory of %s failed; its journal is kept", sandbox_id)
             return
-        log.info("trajectory of %s stored (%s)", sandbox_id, where)
+        if where is not None:
+            log.info("trajectory of %s stored (%s)", sandbox_id, where)
+
+    def _store_journal(self, trajectories: TrajectoryArchive, sandbox_id: str) -> Stored | None:
+        """Read, store and drop a journal, in one worker thread (each step may wait for a disk or S3, none
+        of them on the event loop); None if there is no journal."""
+        if not self.journal.exists(sandbox_id):
+            return None
+        record = self.journal.record(sandbox_id)
+        record["sandbox"].setdefault("id", sandbox_id)  # a journal torn before its header still names it
+        where = trajectories.store(record)
         self.journal.remove(sandbox_id)
+        return where
 
     async def note_own_fault(self, record: SandboxRecord, *, rebase: bool = False) -> str | None:
         """Ask the backend whether the sandbox caused its executor's loss; remember it for the call."""
@@ -391,17 +421,18 @@ class SandboxService:
 
     async def endpoint(self, record: SandboxRecord) -> Endpoint:
         """The executor to call, starting the sandbox first if it was scaled to zero (like an activator)."""
+        # A start or a claim's hand-over in flight: its end (record written included) comes first.
+        if task := self._creating.get(record.id) or self._handing.get(record.id):
+            await asyncio.shield(task)
         if record.status == "ready" and (endpoint := record.endpoint()):
             return endpoint
-        if task := self._creating.get(record.id):
-            await asyncio.shield(task)
         async with self._lock(record.id):
             if record.status == "idle":
                 started = await self.backend.resume(record.spec(), record.handle)
                 record.handle, record.endpoint_url, record.status = started.handle, started.endpoint.url, "ready"
                 record.error = None
                 try:
-                    self.registry.save(record)
+                    await self.registry.store(record)
                 except OSError as exc:
                     if not is_no_space(exc):
                         raise
@@ -443,7 +474,7 @@ class SandboxService:
             await self.upstreams.drop(record.endpoint_url)
             record.handle = await self.backend.stop(record.id, record.handle)
             record.status, record.endpoint_url, record.error = "idle", None, error
-            self.registry.save(record)
+            await self.registry.store(record)
             event = {"type": "lifecycle", "t": time.time(), "event": "scaled_to_zero", "error": error}
             self.recorder.note(record, event)
 

@@ -122,6 +122,27 @@ def test_pool_refills_after_claims_and_matches_by_spec(router: RouterProcess, gr
         grove.attach(sandbox_id).close()
 
 
+def test_claim_answers_at_once_and_a_failed_hand_over_fails_its_first_call(router: RouterProcess,
+                                                                           grove: Grove) -> None:
+    """A claim is answered before its executor took the claim's token (the first call waits for that); when
+    the hand-over fails, the sandbox is failed with the reason, which its first call answers."""
+    grove.create_pool("broken", size=1, resources={**SMALL, "memory_mb": 340})
+    _ready(grove, "broken", 1)
+    (member,) = _members(router, "broken")
+    # PID 1 runs on, so the member stays in the pool, but nothing answers its executor's socket any more.
+    (router.layout.sandboxes / member / "executor.sock").unlink()
+    sb = grove.create(pool="broken", heartbeat=False)
+    assert sb.id == member and sb.info["status"] == "ready"
+    with pytest.raises(Conflict, match=f"sandbox {member} failed: claiming pool member: executor did not answer"):
+        sb.exec("true")
+    assert grove.attach(sb.id).info["status"] == "failed"
+    trajectory = grove.request("GET", f"/v1/sandboxes/{sb.id}/trajectory")
+    assert trajectory["outcome"]["result"] == "infra_error"
+    assert "claiming pool member" in trajectory["outcome"]["reason"]
+    sb.close()
+    grove.delete_pool("broken")
+
+
 def test_resize_and_delete(router: RouterProcess, grove: Grove) -> None:
     grove.create_pool("sized", size=1, resources={**SMALL, "memory_mb": 320})
     _ready(grove, "sized", 1)
