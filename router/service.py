@@ -59,6 +59,10 @@ class SandboxService:
         self._last_flush = 0.0
         self._locks: dict[str, asyncio.Lock] = {}
         self._creating: dict[str, asyncio.Task[None]] = {}
+        self._requests: dict[str, asyncio.Future[None]] = {}
+        """Creates writing their records, by request_id (a retry meanwhile waits, then finds the sandbox)."""
+        self._writing = 0
+        """Fresh creates writing their records (not yet counted in the registry)."""
         self._handing: dict[str, asyncio.Task[None]] = {}
         """Claims answered whose executor has not taken the claim's token yet (the first call waits)."""
         self._reaper: asyncio.Task[None] | None = None
@@ -147,40 +151,60 @@ class SandboxService:
     async def create(self, req: CreateRequest, given: frozenset[str] = frozenset()) -> SandboxRecord:
         """Create a sandbox (idempotent by ``request_id``); wait for it unless ``wait`` is false. A create
         naming a pool (``given``: the fields its body set) or matching one's spec claims a ready member."""
-        claimed: SandboxRecord | None = None
+        # A create with this request_id still writing its record: this one is its retry, or a duplicate.
+        while req.request_id and (first := self._requests.get(req.request_id)) is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(first)
         if req.request_id and (existing := self.registry.by_request_id.get(req.request_id)):
             record = self.registry.get(existing)
             if self.pools.as_made(req) != dataclasses.replace(record.request, wait=req.wait):
                 raise Conflict(f"request_id {req.request_id!r} was already used to create {record.id} with another "
                                "body; a retry must send the same body, a new sandbox needs a new request_id")
-        elif (pool := self.pools.pool_for(req, given)) is not None and (
-                claimed := await self._claim(pool, self.pools.as_create(pool, req))) is not None:
-            record = claimed
         else:
-            if pool is not None:
-                req = self.pools.as_create(pool, req)
-            if self.registry.count() >= self.settings.max_sandboxes:
-                raise Unavailable(f"this router already runs {self.settings.max_sandboxes} sandboxes", retry_after=5)
-            if not req.workdir.startswith("/"):
-                raise Invalid("'workdir' must be an absolute path")
-            record = SandboxRecord(id=new_id(), request=req, token=secrets.token_urlsafe(32), created_at=time.time())
-            self.backend.check(record.spec())
-            record.image_digest = await self.backend.image_digest(req.image)
-            # Written before anything tracks it: a full state disk fails the call here and leaves nothing.
-            await self.registry.store(record)
+            written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            if req.request_id:
+                self._requests[req.request_id] = written
             try:
-                self.recorder.start(record)
-            except BaseException:
-                self.registry.unlink(record.id)
-                self.journal.remove(record.id)
-                raise
-            self.registry.add(record)
-            self._creating[record.id] = asyncio.create_task(self._bring_up(record))
+                record = await self._create_new(req, given)
+            finally:
+                if req.request_id:
+                    del self._requests[req.request_id]
+                written.set_result(None)
         task = self._creating.get(record.id)
         if req.wait and task is not None:
             await asyncio.shield(task)
         if req.wait and record.status == "failed":
             raise Unavailable(f"sandbox {record.id} failed to start: {record.error}", retry_after=1)
+        return record
+
+    async def _create_new(self, req: CreateRequest, given: frozenset[str]) -> SandboxRecord:
+        """A claimed pool member, or a new sandbox starting."""
+        if (pool := self.pools.pool_for(req, given)) is not None:
+            if (claimed := await self._claim(pool, self.pools.as_create(pool, req))) is not None:
+                return claimed
+            req = self.pools.as_create(pool, req)
+        # Creates still writing their records count too: the limit holds however many arrive at once.
+        if self.registry.count() + self._writing >= self.settings.max_sandboxes:
+            raise Unavailable(f"this router already runs {self.settings.max_sandboxes} sandboxes", retry_after=5)
+        if not req.workdir.startswith("/"):
+            raise Invalid("'workdir' must be an absolute path")
+        record = SandboxRecord(id=new_id(), request=req, token=secrets.token_urlsafe(32), created_at=time.time())
+        self.backend.check(record.spec())
+        self._writing += 1
+        try:
+            record.image_digest = await self.backend.image_digest(req.image)
+            # Written before anything tracks it: a full state disk fails the call here and leaves nothing.
+            await self.registry.store(record)
+        finally:
+            self._writing -= 1
+        try:
+            self.recorder.start(record)
+        except BaseException:
+            self.registry.unlink(record.id)
+            self.journal.remove(record.id)
+            raise
+        self.registry.add(record)
+        self._creating[record.id] = asyncio.create_task(self._bring_up(record))
         return record
 
     async def _claim(self, pool: Pool, req: CreateRequest) -> SandboxRecord | None:
