@@ -48,6 +48,7 @@ def pooled_burst(router: Router, group: cpuacct.CpuGroup | None, n: int, concurr
         meter.start()
         result = asyncio.run(burst(router.url, router.key, n, concurrency=concurrency, pool=POOL))
         cpu = meter.stop(n)
+        api.close()  # idle through the burst, longer than the router's keep-alive: a new connection
         shown = api.call("GET", f"/v1/pools/{POOL}")
         api.call("DELETE", f"/v1/pools/{POOL}")
     finally:
@@ -56,6 +57,7 @@ def pooled_burst(router: Router, group: cpuacct.CpuGroup | None, n: int, concurr
     report.update(cpu=cpu, fill_s=round(fill_s, 3), idle_memory_per_pooled_sandbox=memory,
                   claims=shown["claims"], misses=shown["misses"])
     print(f"pooled burst of {n}: pool filled in {fill_s:.1f} s; {report['success_rate'] * 100:.1f}% ok in "
-          f"{report['end_to_end_s']:.1f} s, create p50 {report['create']['p50_ms']:.1f} ms, "
+          f"{report['end_to_end_s']:.1f} s, create p50 {report['create']['p50_ms']:.1f} ms (taken up by the router "
+          f"after {report['create_until_taken_up'].get('p50_ms', 0):.1f} ms p50), "
           f"{shown['claims']} claims, {shown['misses']} misses", flush=True)
     return report
