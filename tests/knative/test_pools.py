@@ -50,6 +50,8 @@ def test_a_claim_is_two_patches_and_no_new_revision(knative_router: RouterProces
         sb = grove.create(pool="kn", env={"TASK_VAR": "claimed"}, metadata={"task_id": "kn-task"},
                           heartbeat=False)
         assert sb.id in members
+        # The create answers before the hand-over ends; the first call waits for it.
+        assert sb.exec("echo $TASK_VAR").stdout == b"claimed\n"
         made = {f"{verb} {plural}": n - before.get((owner, verb, plural), 0)
                 for (owner, verb, plural), n in cluster.api.calls.items() if owner == sb.id}
         assert {k: v for k, v in made.items() if v} == {"patch secrets": 1, "patch services": 1}
@@ -60,7 +62,6 @@ def test_a_claim_is_two_patches_and_no_new_revision(knative_router: RouterProces
         assert service["metadata"]["generation"] == 1 and ks.starts == 1
         assert any(v == "kn-task" for v in service["metadata"]["labels"].values())
 
-        assert sb.exec("echo $TASK_VAR").stdout == b"claimed\n"
         token = json.loads(knative_router.layout.record(sb.id).read_text())["token"]
         assert _status(cluster, sb.id, members[sb.id]["token"]) == 401
         assert _status(cluster, sb.id, token) == 200
