@@ -42,7 +42,10 @@ log = logging.getLogger("grove.executor")
 def create_app(settings: ExecutorSettings | None = None) -> Flask:
     """Build the app; with no settings they are read from ``GROVE_EXECUTOR_*`` now (not at import)."""
     settings = settings or ExecutorSettings.from_env()
-    app = Flask("grove-executor")
+    # Both paths given: Flask would otherwise look for a module named "grove-executor" along sys.path, twice
+    # (every directory of it, at every sandbox start). No static folder: the executor serves no files of its own.
+    here = os.path.abspath(settings.root)
+    app = Flask("grove-executor", root_path=here, instance_path=here, static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = None  # streamed bodies are capped by each handler instead
     paths = PathResolver(settings.root, settings.workdir)
     outputs = KeptOutputs()

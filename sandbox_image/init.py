@@ -1,17 +1,19 @@
 """The local sandbox's init: runs once per sandbox start, from the runtime bundle, as root on the host.
 
-``python -m sandbox_image.init`` reads a JSON config on stdin and:
+``python -m sandbox_image.init`` reads a JSON config on stdin, unshares a PID namespace and forks its
+PID 1 (the zygote, :mod:`sandbox_image.zygote`, forks PID 1 straight into a new PID namespace instead:
+one process and one copy of the interpreter's memory less per start). PID 1:
 
 1. joins the sandbox's cgroups, binds the executor's Unix socket (a host path the router reaches) and,
    given a ``uid_base``, makes the sandbox's user namespace (:mod:`sandbox_image.userns`);
-2. unshares mount, UTS, IPC, network and PID namespaces and forks PID 1 of the new PID namespace;
-3. PID 1 mounts the overlay root (the image read-only below — through an idmapped mount, so its files
+2. unshares mount, UTS, IPC and network namespaces;
+3. mounts the overlay root (the image read-only below — through an idmapped mount, so its files
    are the sandbox root's — and the sandbox's own layer above), the runtime bundle read-only at
    ``/.grove``, a fresh ``/proc`` and a minimal ``/dev``, brings up ``lo`` in its empty network
    namespace, ``pivot_root``s into the new root, enters the user namespace (root inside is an
-   unprivileged id range on the host from here on), drops capabilities, installs the seccomp filter and
-   becomes the executor, serving on the inherited socket;
-4. the first process reports ``{"pid": <host pid of PID 1>}`` (or ``{"error": ...}``) and exits.
+   unprivileged id range on the host from here on), drops capabilities, installs the seccomp filter;
+4. reports ``{"pid": <host pid of PID 1>}`` (or ``{"error": ...}``) and becomes the executor, serving on
+   the socket.
 
 Nothing is mounted in the host's namespace, so nothing can leak there: every mount dies with PID 1.
 """
@@ -23,9 +25,10 @@ import os
 import socket
 import stat
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from sandbox_image import disk, linux, seccomp, userns
+from sandbox_image import disk, importpaths, linux, seccomp, userns
 
 if TYPE_CHECKING:
     from executor.serve import ExecutorServer
@@ -51,56 +54,63 @@ def main() -> None:
 
 
 def launch(config: dict[str, Any]) -> int:
-    """Steps 1, 2 and 4; returns the host pid of the sandbox's PID 1 once its setup is done."""
-    for procs in config["cgroup_procs"]:
-        with open(procs, "w", encoding="ascii") as fh:
-            fh.write(str(os.getpid()))
-    listener = _bind(config["socket"])
-    oom_fd = os.open(config["oom_control"], os.O_RDONLY) if config.get("oom_control") else None
-    log_fd = os.open(config["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    # gunicorn fixes its default chdir to the cwd at import: make that "/", which exists in every root.
-    os.chdir("/")
-    # Import what the executor needs while the bundle is still at its host path: after pivot_root the
-    # paths in sys.path change, and PID 1 forks the worker from this already-loaded interpreter.
-    import gunicorn.workers.gthread  # noqa: F401
-
-    import executor.app
-    import executor.serve  # noqa: F401
-
-    uid_base = config.get("uid_base")
-    userns_fd = userns.create(int(uid_base)) if uid_base is not None else None
-    linux.unshare(
-        linux.CLONE_NEWNS | linux.CLONE_NEWUTS | linux.CLONE_NEWIPC | linux.CLONE_NEWNET | linux.CLONE_NEWPID
-    )
+    """Steps 1 to 4 from a process of its own: forks PID 1 into a new PID namespace and returns its host pid
+    once its setup is done. (The zygote forks PID 1 itself and calls :func:`become_pid1` in it.)"""
+    linux.unshare(linux.CLONE_NEWPID)
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(ready_r)
-        # PID 1's argv names the bundle's host path (inside the state dir): readable by every process
-        # of the sandbox in /proc/1/cmdline.
-        linux.set_cmdline("grove-executor")
-        try:
-            _setup(config, userns_fd)
-        except BaseException as exc:
-            import traceback
-
-            where = traceback.extract_tb(exc.__traceback__)[-1]
-            os.write(ready_w, f"{type(exc).__name__}: {exc} (at {where.name}:{where.lineno})".encode())
-            os._exit(1)
-        os.write(ready_w, b"ok")
-        os.close(ready_w)
-        # Nothing of whoever started us stays open: stdin from /dev/null, output to the sandbox's log.
-        null = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
-        _serve(config, listener, oom_fd)
-        os._exit(0)
+        become_pid1(config, lambda error: os.write(ready_w, (error or "ok").encode()))
     os.close(ready_w)
     report = os.read(ready_r, 4096).decode(errors="replace")
     if report != "ok":
         raise RuntimeError(report or "sandbox init died during setup")
     return pid
+
+
+def become_pid1(config: dict[str, Any], report: Callable[[str | None], object]) -> NoReturn:
+    """Steps 1 to 3 in the first process of a new PID namespace, still in the host's other namespaces and
+    cgroups: join the sandbox's cgroups, make its namespaces and root, then ``report(None)`` (or the error,
+    and exit) and serve until killed."""
+    try:
+        # Before anything else, so that what this process does is charged to the sandbox ("0": this process).
+        for procs in config["cgroup_procs"]:
+            with open(procs, "w", encoding="ascii") as fh:
+                fh.write("0")
+        listener = _bind(config["socket"])
+        oom_fd = os.open(config["oom_control"], os.O_RDONLY) if config.get("oom_control") else None
+        log_fd = os.open(config["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        # gunicorn fixes its default chdir to the cwd at import: make that "/", which exists in every root.
+        os.chdir("/")
+        # Import what the executor needs while the bundle is still at its host path (a no-op when forked
+        # from the zygote, which has them).
+        import gunicorn.workers.gthread  # noqa: F401
+
+        import executor.app
+        import executor.serve  # noqa: F401
+
+        uid_base = config.get("uid_base")
+        userns_fd = userns.create(int(uid_base)) if uid_base is not None else None
+        linux.unshare(linux.CLONE_NEWNS | linux.CLONE_NEWUTS | linux.CLONE_NEWIPC | linux.CLONE_NEWNET)
+        # PID 1's argv names the bundle's host path (inside the state dir): readable by every process
+        # of the sandbox in /proc/1/cmdline.
+        linux.set_cmdline("grove-executor")
+        _setup(config, userns_fd)
+    except BaseException as exc:
+        import traceback
+
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        report(f"{type(exc).__name__}: {exc} (at {where.name}:{where.lineno})")
+        os._exit(1)
+    report(None)
+    # Nothing of whoever started us stays open: stdin from /dev/null, output to the sandbox's log.
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    _serve(config, listener, oom_fd)
+    os._exit(0)
 
 
 def _bind(path: str) -> socket.socket:
@@ -148,7 +158,7 @@ def _setup(config: dict[str, Any], userns_fd: int | None) -> None:
     linux.pivot_root(".", ".")
     linux.umount2(".", linux.MNT_DETACH)
     os.chdir("/")
-    _remap_sys_path(config["bundle"])
+    importpaths.remap_on_import(config["bundle"], BUNDLE_MOUNT)
     # The OOM killer must pick the sandbox's commands, never its executor: commands get the highest
     # score (see command_oom_score_adj); lowering our own needs CAP_SYS_RESOURCE on the host.
     try:
@@ -240,35 +250,9 @@ def _make_dev(dev: str) -> None:
     os.symlink("/proc/self/fd", f"{dev}/fd")
 
 
-PACKAGE_PATHS: list[list[str]] = []
 WORKER_TMP_DIR = "/dev/shm"
 SERVER_TEMPLATE: ExecutorServer | None = None
 """The executor's gunicorn application, built ahead of time by the zygote (None when run on its own)."""
-
-
-def _package_paths() -> list[list[str]]:
-    """The ``__path__`` lists of every loaded package."""
-    found: list[list[str]] = []
-    for module in list(sys.modules.values()):
-        search = getattr(module, "__path__", None)
-        if isinstance(search, list):
-            found.append(search)
-    return found
-
-
-def _remap_sys_path(host_bundle: str) -> None:
-    """Point the import system at the bundle's new place: sys.path and every loaded package's __path__."""
-    host = host_bundle.rstrip("/")
-
-    def moved(paths: list[str]) -> list[str]:
-        return [BUNDLE_MOUNT + p[len(host) :] if p.startswith(host) else p for p in paths]
-
-    sys.path[:] = moved(sys.path)
-    # Only package search lists need moving; the zygote lists them once, so each sandbox does not
-    # touch (and so copy the memory pages of) every loaded module.
-    for search in PACKAGE_PATHS or _package_paths():
-        search[:] = moved(search)
-    sys.path_importer_cache.clear()
 
 
 def _serve(config: dict[str, Any], listener: socket.socket, oom_fd: int | None) -> None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import functools
 import os
 import struct
 from collections.abc import Iterable, Mapping
@@ -186,6 +187,18 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
+_INSN_SIZE = struct.calcsize("HBBI")
+
+
+@functools.cache
+def packed() -> bytes:
+    """This machine's filter as the kernel takes it (``struct sock_filter`` after ``struct sock_filter``).
+
+    Built once per process: the zygote builds it before it forks, so a sandbox start does not assemble it again.
+    """
+    return b"".join(struct.pack("HBBI", *insn) for insn in program(_this_arch()))
+
+
 def install() -> None:
     """Install the filter on this process (all its threads) and everything it starts from now on.
 
@@ -194,10 +207,9 @@ def install() -> None:
     ``no_new_privs`` first, as the kernel then requires.
     """
     arch = _this_arch()
-    insns = program(arch)
-    raw = b"".join(struct.pack("HBBI", *insn) for insn in insns)
+    raw = packed()
     buf = ctypes.create_string_buffer(raw, len(raw))
-    prog = _SockFprog(len(insns), ctypes.cast(buf, ctypes.c_void_p))
+    prog = _SockFprog(len(raw) // _INSN_SIZE, ctypes.cast(buf, ctypes.c_void_p))
     libc = _LIBC
 
     def attempt() -> int:

@@ -38,7 +38,9 @@ def create(base: int) -> int:
             os.setresgid(base, base, base)
             os.setresuid(base, base, base)
             linux.unshare(linux.CLONE_NEWUSER)
-            os.write(ready_w, b"k")
+            # Our pid as the host's /proc names it: the caller may be PID 1 of a PID namespace of its own,
+            # where fork() returned the pid we have in there.
+            os.write(ready_w, b"k" + os.readlink("/proc/self").encode())
         except BaseException:
             os.write(ready_w, b"e")
         os.read(go_r, 1)
@@ -46,14 +48,16 @@ def create(base: int) -> int:
     os.close(ready_w)
     os.close(go_r)
     try:
-        if os.read(ready_r, 1) != b"k":
+        ready = os.read(ready_r, 64)
+        if ready[:1] != b"k":
             raise OSError("cannot create the sandbox's user namespace (user namespaces disabled on this host?)")
+        holder = int(ready[1:])
         mapping = f"0 {base} {RANGE}\n"
         # The map is written from outside (we have CAP_SETUID/CAP_SETGID here), so setgroups stays allowed.
         for name in ("uid_map", "gid_map"):
-            with open(f"/proc/{pid}/{name}", "w", encoding="ascii") as fh:
+            with open(f"/proc/{holder}/{name}", "w", encoding="ascii") as fh:
                 fh.write(mapping)
-        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        return os.open(f"/proc/{holder}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         os.close(ready_r)
         os.close(go_w)  # the holder's read returns: it exits; the namespace lives on in our fd

@@ -3,22 +3,23 @@
 Starting a fresh interpreter per sandbox costs ~200 ms of CPU (Python, Flask, gunicorn imports) and
 ~30 MiB per process. The zygote pays that once: it imports everything the executor needs, freezes
 the heap out of the garbage collector's reach (so forked children keep sharing its pages), then reads
-one JSON request per line on stdin and forks a child per request that runs
-:func:`sandbox_image.init.launch` and writes ``{"rid", "pid"|"error"}`` as one line on stdout (a line
-under PIPE_BUF, so concurrent children never interleave). When stdin closes — the router exited — the
-zygote exits; the sandboxes it started live on.
+one JSON request per line on stdin and forks, per request, the sandbox's PID 1 straight into a new
+PID namespace; it runs :func:`sandbox_image.init.become_pid1` and writes ``{"rid", "pid"|"error"}`` as
+one line on stdout once set up (a line under PIPE_BUF, so concurrent children never interleave). When
+stdin closes — the router exited — the zygote exits; the sandboxes it started live on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
-from sandbox_image import init
+from sandbox_image import importpaths, init, linux
 
 
 def _lazy_url_builders() -> None:
@@ -47,14 +48,25 @@ def _lazy_url_builders() -> None:
 
 def _warm_up() -> None:
     """Import and exercise what every executor start needs, so children inherit it ready-made."""
+    # Besides what the executor imports at the top of its modules, what every sandbox start or first request
+    # would import (gthread's pool; the ascii codec of the cgroup and /proc writes; the warm-pool wrapper):
+    # imported after the sandbox's pivot_root, each one would scan the bundle's directories again and land
+    # in memory pages of the sandbox's own.
+    import concurrent.futures.thread  # noqa: F401
+    import encodings.ascii  # noqa: F401
+
     import gunicorn.arbiter
     import gunicorn.glogging
     import gunicorn.workers.gthread  # noqa: F401
 
     import executor.app
+    import executor.claim
     import executor.serve
     from executor.settings import ExecutorSettings
+    from sandbox_image import seccomp
 
+    with contextlib.suppress(OSError):  # no system call table for this machine: every start says so
+        seccomp.packed()
     _lazy_url_builders()
     # gunicorn's config (120 settings, each validated and copied) built once here; every sandbox
     # re-targets its own copy of it (see init._serve).
@@ -73,24 +85,51 @@ def _warm_up() -> None:
     client.post("/v1/exec", data=b"\x80", headers={**auth, "Content-Type": "application/msgpack"})
 
 
-def _child(request: dict[str, Any]) -> None:
+def _pid1(request: dict[str, Any], host_pid_ns: int) -> NoReturn:
+    """In the child forked into a new PID namespace (its PID 1): set the sandbox up, report, serve."""
+    os.close(host_pid_ns)  # no handle on the host's PID namespace may reach the sandbox
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # Its pid on the host, for the router: the host's /proc is still mounted here (the zygote's mount namespace).
+    host_pid = int(os.readlink("/proc/self"))
+
+    def report(error: str | None) -> None:
+        reply = {"rid": request["rid"], "error": error} if error else {"rid": request["rid"], "pid": host_pid}
+        os.write(1, (json.dumps(reply) + "\n").encode())
+
+    init.become_pid1(request["config"], report)
+
+
+def _spawn(request: dict[str, Any], host_pid_ns: int) -> None:
+    """Fork the sandbox's PID 1 straight into a new PID namespace; the zygote's own stays the host's."""
     try:
-        reply: dict[str, Any] = {"rid": request["rid"], "pid": init.launch(request["config"])}
-    except Exception as exc:
-        reply = {"rid": request["rid"], "error": f"{type(exc).__name__}: {exc}"}
-    os.write(1, (json.dumps(reply) + "\n").encode())
+        linux.unshare(linux.CLONE_NEWPID)  # for the children made from now on: undone right after the fork
+        try:
+            pid = os.fork()
+        except OSError:
+            linux.setns(host_pid_ns, linux.CLONE_NEWPID)
+            raise
+    except OSError as exc:
+        print(json.dumps({"rid": request.get("rid"), "error": f"{type(exc).__name__}: {exc}"}), flush=True)
+        return
+    if pid == 0:
+        try:
+            _pid1(request, host_pid_ns)
+        finally:
+            os._exit(1)
+    # A failure here leaves the zygote unable to make another namespace: it exits (and is started again).
+    linux.setns(host_pid_ns, linux.CLONE_NEWPID)
 
 
 def main() -> None:
     """Serve spawn requests until stdin closes."""
-    os.chdir("/")  # see init.launch: gunicorn fixes its default chdir at import time
+    os.chdir("/")  # see init.become_pid1: gunicorn fixes its default chdir at import time
     _warm_up()
-    init.PACKAGE_PATHS[:] = init._package_paths()
+    importpaths.PACKAGE_PATHS[:] = importpaths.package_paths()
     gc.collect()
     gc.freeze()
     # Children are reaped by the kernel; each one reports on stdout before it exits.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    host_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     print(json.dumps({"ready": os.getpid()}), flush=True)
     for line in sys.stdin:
         if not line.strip():
@@ -100,11 +139,7 @@ def main() -> None:
         except ValueError as exc:
             print(json.dumps({"rid": None, "error": f"bad request line: {exc}"}), flush=True)
             continue
-        if os.fork() == 0:
-            try:
-                _child(request)
-            finally:
-                os._exit(0)
+        _spawn(request, host_pid_ns)
 
 
 if __name__ == "__main__":

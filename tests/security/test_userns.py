@@ -70,6 +70,32 @@ def test_files_written_inside_belong_to_the_range_and_the_image_is_untouched(
         assert path.stat().st_uid == 0 and b"extra" not in path.read_bytes()
 
 
+def _namespace_links(pid: int) -> list[str]:
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:  # closed meanwhile
+            continue
+        if target.split(":", 1)[0] in ("pid", "mnt", "net", "user", "uts", "ipc", "cgroup", "time"):
+            found.append(target)
+    return found
+
+
+def test_pid1_holds_no_handle_on_a_namespace(router: RouterProcess, pair: tuple[Sandbox, Sandbox]) -> None:
+    # The zygote forks PID 1 into a new PID namespace and keeps a descriptor of the host's to return to;
+    # PID 1 must not inherit it (nor keep the user namespace's once it has entered it).
+    a, _ = pair
+    pid1 = []
+    for pid in cgroup_procs(router.state_dir, a.id):
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            nspid = next(line for line in fh if line.startswith("NSpid:")).split()[1:]
+        if nspid[-1] == "1":
+            pid1.append(pid)
+    assert len(pid1) == 1
+    assert _namespace_links(pid1[0]) == []
+
+
 def test_root_inside_has_no_power_over_the_host_owned_namespaces(pair: tuple[Sandbox, Sandbox]) -> None:
     a, _ = pair
     # Owned by the host's user namespace: root inside cannot rename the host, touch the network
