@@ -92,6 +92,10 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
         """Copy our options into gunicorn's config."""
         for key, value in self._options.items():
             self.cfg.set(key, value)
+        if "http_parser" in self.cfg.settings:  # a gunicorn that has the choice
+            # Its default ("auto") tries `import gunicorn_h1c` (a C parser grove does not ship) on every worker's
+            # first request: a failed import that scans every directory of sys.path, in every sandbox.
+            self.cfg.set("http_parser", "python")
 
     def run_single_worker(self) -> None:
         """Serve with one gthread worker in this very process, without an arbiter (the sandbox's init
