@@ -166,13 +166,17 @@ def test_file_api_raced_by_a_link_swap_stays_in_the_root(client: Client, swappin
 
 def test_swerex_read_of_a_fifo_answers_at_once(executor: RunningExecutor, client: Client) -> None:
     """SWE-ReX's read_file opened a FIFO (size 0, under the cap) and blocked the worker for good."""
-    os.mkfifo(executor.host_path("/work/fifo-read"))
-    reply = client.request("POST", "/swerex/read_file", json.dumps({"path": "/work/fifo-read"}).encode(),
-                           {"Content-Type": "application/json"})
-    assert reply.status == 511, reply.body
-    assert "not a regular file" in reply.json()["swerexception"]["message"]
-    for path in ("/v1/files?path=/work/fifo-read",):
-        assert client.request("GET", path).status == 400
+    fifo = executor.host_path("/work/fifo-read")
+    os.mkfifo(fifo)
+    try:
+        reply = client.request("POST", "/swerex/read_file", json.dumps({"path": "/work/fifo-read"}).encode(),
+                               {"Content-Type": "application/json"})
+        assert reply.status == 511, reply.body
+        assert "not a regular file" in reply.json()["swerexception"]["message"]
+        for path in ("/v1/files?path=/work/fifo-read",):
+            assert client.request("GET", path).status == 400
+    finally:  # the executor is the session's: a FIFO left in its /work blocks a later test that reads it all
+        os.unlink(fifo)
 
 
 class _Sink(BaseHTTPRequestHandler):
