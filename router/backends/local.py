@@ -366,10 +366,14 @@ class LocalBackend:
 async def _detached(image: Path) -> bool:
     """Wait (a bounded time) until no loop device holds ``image``; whether none does."""
     deadline = time.monotonic() + _DETACH_TIMEOUT_S
-    while await asyncio.to_thread(disk.attached_loops, image):
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.01)
+    # One scan of every loop device finds the holders; the poll then reads only theirs, and a last full
+    # scan confirms none is left (one attached meanwhile is found there, as the old per-poll scans would).
+    while holders := await asyncio.to_thread(disk.attached_loops, image):
+        while holders:
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.01)
+            holders = await asyncio.to_thread(disk.attached_loops, image, holders)
     return True
 
 

@@ -145,14 +145,21 @@ def sparse_copy(src: Path, dest: Path) -> None:
         fout.truncate(size)
 
 
-def attached_loops(image: Path) -> list[str]:
-    """The loop devices (``loopN``) whose backing file is ``image`` (also once it has been deleted)."""
+def attached_loops(image: Path, among: list[str] | None = None) -> list[str]:
+    """The loop devices (``loopN``) whose backing file is ``image`` (also once it has been deleted).
+
+    ``among``: look only at these devices (a wait for a detach polls the ones found holding the image,
+    not every loop device of the host: there can be a thousand, read each time).
+    """
     wanted = str(image)
     found = []
-    try:
-        names = os.listdir("/sys/block")
-    except OSError:
-        return []
+    if among is not None:
+        names = among
+    else:
+        try:
+            names = os.listdir("/sys/block")
+        except OSError:
+            return []
     for name in names:
         if not name.startswith("loop"):
             continue
