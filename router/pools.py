@@ -3,7 +3,7 @@
 A pool's definition is a file under ``<state>/pools`` (it survives restarts); its members are ordinary
 sandbox records with ``pool`` set, hidden from the API until claimed. One filler task starts members one
 at a time, and only while no user's create waits, so refilling never competes with working sandboxes.
-What a claim applies and guarantees is :meth:`SandboxService.claim`'s business; this module keeps the
+What a claim applies and guarantees is :meth:`router.claims.Claims.claim`'s business; this module keeps the
 pools: definitions, their members, the filling.
 """
 

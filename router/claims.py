@@ -1,0 +1,115 @@
+"""A create claiming a ready pool member: what of the request applies, and the hand-over behind the answer.
+
+:mod:`router.pools` keeps the pools and their members; this module hands one member to one create.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import Coroutine
+from typing import Any, Protocol
+
+from grove.errors import GroveError, InternalError, Invalid
+from router.backends.base import Backend, Endpoint
+from router.models import CreateRequest
+from router.pool_filler import Pool, same_image
+from router.pools import Pools
+from router.proxy import Upstreams
+from router.recorder import Recorder
+from router.registry import Registry, SandboxRecord
+from router.starting import InFlight
+
+
+class ClaimHost(Protocol):
+    """What a claim needs of the sandbox service (which owns the records and the backend)."""
+
+    backend: Backend
+    registry: Registry
+    upstreams: Upstreams
+    recorder: Recorder
+    pools: Pools
+
+    async def delete(self, sandbox_id: str, *, reason: str = ...) -> SandboxRecord:
+        """Delete a sandbox."""
+
+    def background(self, work: Coroutine[Any, Any, Any], what: str) -> None:
+        """Run work after the answer was sent."""
+
+
+class Claims(InFlight):
+    """Claims of pool members, and the hand-overs in flight: claims answered whose executor has not taken
+    the claim's token yet (the first call waits)."""
+
+    def __init__(self, service: ClaimHost) -> None:
+        super().__init__()
+        self._service = service
+
+    def handing(self) -> bool:
+        """Whether any hand-over is in flight."""
+        return bool(self._tasks)
+
+    async def claim(self, pool: Pool, req: CreateRequest) -> SandboxRecord | None:
+        """Hand a ready member of the pool to this create, or None if the pool has none (or only members
+        of an image since replaced). Everything of the request the member was not made with is applied
+        here; see :meth:`_hand_over`."""
+        service = self._service
+        if not req.workdir.startswith("/"):
+            raise Invalid("'workdir' must be an absolute path")
+        digest = await service.backend.image_digest(req.image)  # a removed image: NotFound, nothing taken
+        made = service.pools.made_with(pool)
+        if any(getattr(req, name) != getattr(made, name) for name in service.backend.claim_fixed):
+            pool.misses += 1
+            return None
+        while (record := service.pools.take(pool)) is not None:
+            if not same_image(record.image_digest, digest):
+                service.background(service.delete(record.id, reason="its image was replaced"), f"deleting {record.id}")
+                continue
+            previous = record.endpoint()
+            if previous is None:
+                raise InternalError(f"pool member {record.id} is ready without an endpoint")
+            record.request, record.token, record.pool = req, secrets.token_urlsafe(32), None
+            record.created_at = record.last_activity = time.time()
+            service.registry.claimed_from(pool.definition.name, record)
+            try:
+                # On disk as the claimant's (still pending: a router restarted before the hand-over ends
+                # starts it afresh) before the answer, so a restarted router never puts it back in the pool.
+                await service.registry.store(record)
+                service.recorder.start(record)
+            except BaseException:
+                service.background(service.delete(record.id, reason="its claim failed"), f"deleting {record.id}")
+                raise
+            if req.request_id:
+                service.registry.by_request_id[req.request_id] = record.id
+            self._tasks[record.id] = asyncio.create_task(self._hand_over(record, previous))
+            record.status, record.ready_at = "ready", time.time()
+            return record
+        return None
+
+    async def _hand_over(self, record: SandboxRecord, previous: Endpoint) -> None:
+        """Make a claimed member its claimant's: the backend relabels it and keeps the claim's secrets for
+        a restart; the executor swaps in a fresh app with the claim's token, env and workdir (the pool
+        token stops working). Nothing ran in the member before: no files or processes of anyone's.
+
+        The create is answered before this ends (in a burst of claims, the executors' round trips would
+        queue the answers behind each other); every call that reaches the executor
+        (``SandboxService.endpoint``) and a delete wait for it first, so no call meets the pool's app, and
+        a failed hand-over fails the sandbox with its reason, which the first call answers (409) and the
+        trajectory records."""
+        service = self._service
+        try:
+            env = await service.backend.claim(record.spec(), record.handle)
+            await service.upstreams.post_json(previous, "/v1/claim",
+                                              {"token": record.token, "env": env, "workdir": record.request.workdir})
+        except Exception as exc:
+            message = exc.message if isinstance(exc, GroveError) else f"{type(exc).__name__}: {exc}"
+            if record.status == "ready":
+                record.status, record.error = "failed", f"claiming pool member: {message}"
+            service.recorder.infra_error(record, f"the sandbox failed to start: claiming pool member: {message}")
+        try:
+            with contextlib.suppress(OSError):  # a full disk: the record on disk says pending; a restart retries
+                await service.registry.store(record)
+        finally:
+            self._tasks.pop(record.id, None)
