@@ -13,27 +13,15 @@ from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from grove.errors import GroveError, InternalError, Invalid
-from router.backends.base import Backend, Endpoint
+from router.backends.base import Endpoint
 from router.models import CreateRequest
 from router.pool_filler import Pool, same_image
-from router.pools import Pools
-from router.proxy import Upstreams
-from router.recorder import Recorder
-from router.registry import Registry, SandboxRecord
-from router.starting import InFlight
+from router.registry import SandboxRecord
+from router.starting import InFlight, StartHost
 
 
-class ClaimHost(Protocol):
-    """What a claim needs of the sandbox service (which owns the records and the backend)."""
-
-    backend: Backend
-    registry: Registry
-    upstreams: Upstreams
-    recorder: Recorder
-    pools: Pools
-
-    async def delete(self, sandbox_id: str, *, reason: str = ...) -> SandboxRecord:
-        """Delete a sandbox."""
+class ClaimHost(StartHost, Protocol):
+    """What a claim needs of the sandbox service: what starting needs, and work behind the answer."""
 
     def background(self, work: Coroutine[Any, Any, Any], what: str) -> None:
         """Run work after the answer was sent."""
@@ -95,7 +83,7 @@ class Claims(InFlight):
 
         The create is answered before this ends (in a burst of claims, the executors' round trips would
         queue the answers behind each other); every call that reaches the executor
-        (``SandboxService.endpoint``) and a delete wait for it first, so no call meets the pool's app, and
+        (``Scaling.endpoint``) and a delete wait for it first, so no call meets the pool's app, and
         a failed hand-over fails the sandbox with its reason, which the first call answers (409) and the
         trajectory records."""
         service = self._service

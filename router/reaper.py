@@ -1,5 +1,5 @@
-"""What takes a sandbox down without its client asking: the TTL, heartbeat expiry and idle scale-to-zero,
-and executors found dead (between calls by the reaper's pass, or by a call that lost its executor)."""
+"""The reaper: a pass every ``reap_interval_s`` applies the timeouts a client may not be around for (TTL,
+heartbeat expiry, idle scale-to-zero), notices executors that died between calls and keeps the spool flowing."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import time
 from typing import Protocol
 
 from router.backends.base import Backend
-from router.proxy import Upstreams
 from router.recorder import Recorder
 from router.registry import Registry, SandboxRecord
+from router.scaling import Scaling, lost_error
 from router.settings import RouterSettings
 from router.trajectory_store import TrajectoryStore
 
@@ -25,7 +25,6 @@ class ReaperHost(Protocol):
     settings: RouterSettings
     backend: Backend
     registry: Registry
-    upstreams: Upstreams
     recorder: Recorder
 
     def lock(self, sandbox_id: str) -> asyncio.Lock:
@@ -38,9 +37,10 @@ class ReaperHost(Protocol):
 class Reaper:
     """Applies the timeouts every ``reap_interval_s`` and scales to zero sandboxes whose executor died."""
 
-    def __init__(self, service: ReaperHost, stored: TrajectoryStore) -> None:
+    def __init__(self, service: ReaperHost, stored: TrajectoryStore, scaling: Scaling) -> None:
         self._service = service
         self._stored = stored
+        self._scaling = scaling
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -92,51 +92,8 @@ class Reaper:
             # A client waiting on a call in flight is alive, however long the command runs.
             await service.delete(record.id, reason=f"no heartbeat for {req.heartbeat_timeout_s:g}s")
         elif record.status == "ready" and record.inflight == 0 and now - record.last_activity > req.idle_timeout_s:
-            await self._to_idle(record)
+            await self._scaling.to_idle(record)
         elif record.status == "ready" and not await service.backend.is_running(record.id, record.handle):
-            own = await self.note_own_fault(record)
-            await self._to_idle(record, error=_lost_error(own))
+            own = await self._scaling.note_own_fault(record)
+            await self._scaling.to_idle(record, error=lost_error(own))
             service.recorder.fault(record, "the executor exited between calls")
-
-    async def note_own_fault(self, record: SandboxRecord, *, rebase: bool = False) -> str | None:
-        """Ask the backend whether the sandbox caused its executor's loss; remember it for the call."""
-        try:
-            record.own_fault = await self._service.backend.own_fault(record.id, record.handle, rebase=rebase)
-        except Exception:
-            log.exception("could not tell whether %s caused its own fault", record.id)
-            record.own_fault = None
-        return record.own_fault
-
-    async def lost(self, record: SandboxRecord) -> None:
-        """A call found the executor gone: if its process is dead, the next call restarts it.
-
-        A killed executor can take a moment to be gone (``Backend.exit_grace_s``): look again for that
-        long, or the next call would find the same dead socket instead of a restarted sandbox."""
-        # First, while the evidence is there: an OOM kill in the sandbox since the last look is its doing,
-        # whichever of its processes the kernel chose (PID 1 with everything, or the executor alone).
-        own = await self.note_own_fault(record)
-        backend = self._service.backend
-        deadline = time.monotonic() + backend.exit_grace_s
-        while record.status == "ready" and await backend.is_running(record.id, record.handle):
-            if time.monotonic() >= deadline:
-                return  # still running: the connection broke, not the executor
-            await asyncio.sleep(0.02)
-        if record.status == "ready":
-            await self._to_idle(record, error=_lost_error(own))
-
-    async def _to_idle(self, record: SandboxRecord, *, error: str | None = None) -> None:
-        service = self._service
-        async with service.lock(record.id):
-            if record.status != "ready":
-                return
-            await service.upstreams.drop(record.endpoint_url)
-            record.handle = await service.backend.stop(record.id, record.handle)
-            record.status, record.endpoint_url, record.error = "idle", None, error
-            await service.registry.store(record)
-            event = {"type": "lifecycle", "t": time.time(), "event": "scaled_to_zero", "error": error}
-            service.recorder.note(record, event)
-
-
-def _lost_error(own: str | None) -> str:
-    why = f"exited ({own})" if own else "exited unexpectedly"
-    return f"the executor {why}; restarted on the next call"

@@ -1,8 +1,8 @@
 """Sandbox lifecycle: create, wake and delete, driving the collaborators that own the rest.
 
 Starting a sandbox (and re-adoption after a restart) is :mod:`router.starting`'s, a claim of a pool
-member :mod:`router.claims`', the timeouts and lost executors :mod:`router.reaper`'s, storing a
-finished trajectory :mod:`router.trajectory_store`'s.
+member :mod:`router.claims`', scaling to zero and back (and lost executors) :mod:`router.scaling`'s,
+the timeouts' pass :mod:`router.reaper`'s, storing a finished trajectory :mod:`router.trajectory_store`'s.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import secrets
 import time
 from collections.abc import Coroutine, Iterator
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 from artifacts.archive import TrajectoryArchive
 from artifacts.artifact_index import ArtifactIndex
 from artifacts.store import ObjectStore
-from grove.errors import Conflict, InternalError, Invalid, Unavailable
+from grove.errors import Conflict, Unavailable
 from router.backends.base import Backend, Endpoint, Started
 from router.claims import Claims
 from router.models import CreateRequest
@@ -28,7 +27,8 @@ from router.pools import Pools
 from router.proxy import Upstreams
 from router.reaper import Reaper
 from router.recorder import Recorder
-from router.registry import Registry, SandboxRecord, new_id
+from router.registry import Registry, SandboxRecord
+from router.scaling import Scaling
 from router.settings import RouterSettings
 from router.starting import Starts
 from router.statedisk import is_no_space
@@ -66,8 +66,6 @@ class SandboxService:
         self._locks: dict[str, asyncio.Lock] = {}
         self._requests: dict[str, asyncio.Future[None]] = {}
         """Creates writing their records, by request_id (a retry meanwhile waits, then finds the sandbox)."""
-        self._writing = 0
-        """Fresh creates writing their records (not yet counted in the registry)."""
         self._background: set[asyncio.Task[Any]] = set()
         self.warming: set[str] = set()
         """Sandboxes with a keep-warm request in flight (:mod:`router.keepwarm`)."""
@@ -85,8 +83,10 @@ class SandboxService:
         """Claims of pool members and their hand-overs (router/claims.py)."""
         self.stored = TrajectoryStore(self.journal, self.trajectories, settings.state_dir)
         """Where finished journals go (router/trajectory_store.py)."""
-        self.reaper = Reaper(self, self.stored)
-        """The timeouts and lost executors (router/reaper.py)."""
+        self.scaling = Scaling(self)
+        """Scaling to zero and back, and executors lost (router/scaling.py)."""
+        self.reaper = Reaper(self, self.stored, self.scaling)
+        """The timeouts, applied now and then (router/reaper.py)."""
 
     # -- start and stop ------------------------------------------------------------------------------
 
@@ -157,29 +157,7 @@ class SandboxService:
             if (claimed := await self.claims.claim(pool, self.pools.as_create(pool, req))) is not None:
                 return claimed
             req = self.pools.as_create(pool, req)
-        # Creates still writing their records count too: the limit holds however many arrive at once.
-        if self.registry.count() + self._writing >= self.settings.max_sandboxes:
-            raise Unavailable(f"this router already runs {self.settings.max_sandboxes} sandboxes", retry_after=5)
-        if not req.workdir.startswith("/"):
-            raise Invalid("'workdir' must be an absolute path")
-        record = SandboxRecord(id=new_id(), request=req, token=secrets.token_urlsafe(32), created_at=time.time())
-        self.backend.check(record.spec())
-        self._writing += 1
-        try:
-            record.image_digest = await self.backend.image_digest(req.image)
-            # Written before anything tracks it: a full state disk fails the call here and leaves nothing.
-            await self.registry.store(record)
-        finally:
-            self._writing -= 1
-        try:
-            self.recorder.start(record)
-        except BaseException:
-            self.registry.unlink(record.id)
-            self.journal.remove(record.id)
-            raise
-        self.registry.add(record)
-        self.starts.bring_up(record)
-        return record
+        return await self.starts.create(req)
 
     async def delete(self, sandbox_id: str, *, reason: str = "deleted by request") -> SandboxRecord:
         """Kill everything of the sandbox and forget it (its id then answers ``deleted``)."""
@@ -210,6 +188,7 @@ class SandboxService:
             self.registry.forget(record)
         self._locks.pop(sandbox_id, None)
         return record
+
     def background(self, work: Coroutine[Any, Any, Any], what: str) -> None:
         """Run work after the answer was sent; failures are logged, never lost silently."""
 
@@ -242,43 +221,20 @@ class SandboxService:
         record.last_activity = time.time()
 
     async def endpoint(self, record: SandboxRecord) -> Endpoint:
-        """The executor to call, starting the sandbox first if it was scaled to zero (like an activator)."""
-        # A start or a claim's hand-over in flight: its end (record written included) comes first.
-        if task := self.starts.pending(record.id) or self.claims.pending(record.id):
-            await asyncio.shield(task)
-        if record.status == "ready" and (endpoint := record.endpoint()):
-            return endpoint
-        async with self.lock(record.id):
-            if record.status == "idle":
-                started = await self.backend.resume(record.spec(), record.handle)
-                record.handle, record.endpoint_url, record.status = started.handle, started.endpoint.url, "ready"
-                record.error = None
-                try:
-                    await self.registry.store(record)
-                except OSError as exc:
-                    if not is_no_space(exc):
-                        raise
-                    # Unrecorded, a restarted router would start a second tree over the same layer.
-                    await self.upstreams.drop(record.endpoint_url)
-                    record.handle = await self.backend.stop(record.id, started.handle)
-                    record.status, record.endpoint_url = "idle", None
-                    raise
-                self.recorder.note(record, {"type": "lifecycle", "t": time.time(), "event": "resumed"})
-        if record.status == "failed":
-            raise Conflict(f"sandbox {record.id} failed: {record.error}; delete it and create another")
-        if record.status in ("deleting", "deleted"):
-            raise Conflict(f"sandbox {record.id} was deleted ({record.end_reason})")
-        endpoint = record.endpoint()
-        if endpoint is None:
-            raise InternalError(f"sandbox {record.id} is {record.status} without an endpoint")
-        return endpoint
+        """The executor to call, starting the sandbox first if it was scaled to zero (:mod:`router.scaling`)."""
+        return await self.scaling.endpoint(record)
+
+    def in_flight(self, sandbox_id: str) -> asyncio.Task[None] | None:
+        """The sandbox's start or claim hand-over in flight, if any."""
+        return self.starts.pending(sandbox_id) or self.claims.pending(sandbox_id)
+
     async def lost(self, record: SandboxRecord) -> None:
         """A call found the executor gone: if its process is dead, the next call restarts it."""
-        await self.reaper.lost(record)
+        await self.scaling.lost(record)
 
     async def note_own_fault(self, record: SandboxRecord, *, rebase: bool = False) -> str | None:
         """Ask the backend whether the sandbox caused its executor's loss; remember it for the call."""
-        return await self.reaper.note_own_fault(record, rebase=rebase)
+        return await self.scaling.note_own_fault(record, rebase=rebase)
 
     async def reap_once(self) -> None:
         """One pass of the reaper (:meth:`router.reaper.Reaper.reap_once`)."""

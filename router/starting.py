@@ -1,6 +1,6 @@
-"""Sandboxes starting: a create's bring-up, a pool member's start, and re-adoption after a router restart.
+"""Sandboxes starting: a fresh create and its bring-up, a pool member's start, re-adoption after a restart.
 
-Each start is tracked until its record is written: a call (``SandboxService.endpoint``) and a delete wait
+Each start is tracked until its record is written: a call (``Scaling.endpoint``) and a delete wait
 for it first, and a sandbox shows ``ready`` only once that is on disk.
 """
 
@@ -10,15 +10,17 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import secrets
 import time
 from typing import Any, Protocol
 
-from grove.errors import GroveError
+from grove.errors import GroveError, Invalid, Unavailable
 from router.backends.base import Backend, Started
+from router.models import CreateRequest
 from router.pools import Pools
 from router.proxy import Upstreams
 from router.recorder import Recorder
-from router.registry import Registry, SandboxRecord
+from router.registry import Registry, SandboxRecord, new_id
 from router.settings import RouterSettings
 from router.statedisk import storage_error
 
@@ -61,6 +63,35 @@ class Starts(InFlight):
     def __init__(self, service: StartHost) -> None:
         super().__init__()
         self._service = service
+        self._writing = 0
+        """Fresh creates writing their records (not yet counted in the registry)."""
+
+    async def create(self, req: CreateRequest) -> SandboxRecord:
+        """A new sandbox: its record written (the only step the create waits for), its start begun."""
+        service = self._service
+        # Creates still writing their records count too: the limit holds however many arrive at once.
+        if service.registry.count() + self._writing >= service.settings.max_sandboxes:
+            raise Unavailable(f"this router already runs {service.settings.max_sandboxes} sandboxes", retry_after=5)
+        if not req.workdir.startswith("/"):
+            raise Invalid("'workdir' must be an absolute path")
+        record = SandboxRecord(id=new_id(), request=req, token=secrets.token_urlsafe(32), created_at=time.time())
+        service.backend.check(record.spec())
+        self._writing += 1
+        try:
+            record.image_digest = await service.backend.image_digest(req.image)
+            # Written before anything tracks it: a full state disk fails the call here and leaves nothing.
+            await service.registry.store(record)
+        finally:
+            self._writing -= 1
+        try:
+            service.recorder.start(record)
+        except BaseException:
+            service.registry.unlink(record.id)
+            service.recorder.journal.remove(record.id)
+            raise
+        service.registry.add(record)
+        self.bring_up(record)
+        return record
 
     def users_starting(self) -> bool:
         """Whether a user's sandbox is starting (a pool member's start does not count)."""
