@@ -107,24 +107,6 @@ def sweep_stale_groups() -> list[str]:
     return removed
 
 
-def kernel_threads_s() -> float:
-    """CPU seconds used so far by all kernel threads (children of kthreadd: kworkers doing namespace
-    teardown, RCU callbacks, ...) — shared with everything else on the machine."""
-    total = 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                raw = fh.read()
-        except OSError:
-            continue
-        fields = raw[raw.rfind(b")") + 2 :].split()
-        if fields[1] == b"2" or entry.name == "2":  # ppid 2: a kernel thread
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 @contextlib.contextmanager
 def bench_group() -> Iterator[CpuGroup | None]:
     """A group for one benchmark's router process tree (to tell grove's CPU from other tenants'), or
