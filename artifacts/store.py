@@ -196,6 +196,17 @@ class ObjectStore:
             parts = [Part(number, etag) for number, etag in enumerate(etags, 1)]
             return self._client._complete_multipart_upload(self.config.bucket, key, upload_id, parts).etag
 
+    def uploaded_bytes(self, key: str, upload_id: str) -> int:
+        """The bytes of an upload's parts so far (a presigned part URL does not bound its part's size)."""
+        total, marker = 0, None
+        with self._errors("list the parts of", key):
+            while True:
+                listed = self._client._list_parts(self.config.bucket, key, upload_id, part_number_marker=marker)
+                total += sum(part.size or 0 for part in listed.parts)
+                if not listed.is_truncated or not listed.next_part_number_marker:
+                    return total
+                marker = listed.next_part_number_marker
+
     def abort_multipart(self, key: str, upload_id: str) -> None:
         """Drop an upload and its parts (no error if it is gone); ``key`` keeps what it had."""
         try:

@@ -48,6 +48,9 @@ class MultipartStorage(Protocol):
     def abort_multipart(self, key: str, upload_id: str) -> None:
         """Drop an upload."""
 
+    def uploaded_bytes(self, key: str, upload_id: str) -> int:
+        """The bytes of an upload's parts so far."""
+
     def incomplete_uploads(self, prefix: str) -> list[tuple[str, str]]:
         """(key, upload id) of the uploads in progress under ``prefix``."""
 
@@ -121,6 +124,12 @@ class SnapshotUploads:
         if not isinstance(etags, list) or not etags or len(etags) > max_parts or \
                 not all(isinstance(e, str) and e for e in etags):
             raise Invalid(f"'etags' must list the parts' ETags in order (1 to {max_parts})")
+        # A presigned part URL does not bound its part's size: the quota is checked on what was uploaded.
+        uploaded = await asyncio.to_thread(self.storage.uploaded_bytes, key, upload_id)
+        if uploaded > max_bytes:
+            await asyncio.to_thread(self.storage.abort_multipart, key, upload_id)
+            raise TooLarge(f"the snapshot of {sandbox_id} holds {uploaded} bytes, more than its disk quota allows "
+                           f"({max_bytes}): it was not stored, and the previous snapshot stays")
         etag = await asyncio.to_thread(self.storage.complete_multipart, key, upload_id, etags)
         return {"etag": etag, "parts": len(etags)}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tracemalloc
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -93,6 +94,23 @@ def test_the_broker_bounds_a_sandbox_to_its_own_key_and_disk(object_store: Objec
     broker.call("abort", upload_id=started["upload_id"])
     # A 1 TiB quota would need more than S3's 10000 parts of 16 MiB: its parts grow instead.
     assert part_size_for(2**40, 16 * 2**20) == 105 * 2**20 and part_size_for(10 * 2**30, 16 * 2**20) == 16 * 2**20
+
+
+def test_parts_larger_than_the_quota_allows_are_never_stored(object_store: ObjectStore) -> None:
+    """A presigned part URL takes a part of any size: the broker checks the parts' total at completion."""
+    broker = LocalBroker(broker_for(object_store, PART), SANDBOX, disk_mb=1)
+    upload_multipart(broker, [b"the last good snapshot"])
+    started = broker.call("start")  # 1 MiB and a part's slack: 2 parts of 5 MiB
+    assert started["max_parts"] == 2
+    etags = []
+    for url, size in zip(started["urls"], (PART, PART + 2**20), strict=True):  # 11 MiB in all
+        request = urllib.request.Request(url, data=os.urandom(size), method="PUT")
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            etags.append(answer.headers["ETag"])
+    with pytest.raises(TooLarge, match="more than its disk quota allows"):
+        broker.call("complete", upload_id=started["upload_id"], etags=etags)
+    assert object_store.get_bytes(KEY) == b"the last good snapshot"
+    assert object_store.incomplete_uploads("snapshots/") == []
 
 
 class FlakyBroker:
