@@ -21,7 +21,6 @@ from typing import Any
 from perf import burst_phases, cpuacct, leaks, router_phases
 from perf.burst import BurstResult, burst, latency_samples, timeline
 from perf.burst_report import markdown, targets
-from perf.calls import child_pids
 from perf.common import (
     RESULTS_DIR,
     Router,
@@ -39,20 +38,6 @@ from perf.pooled import pooled_burst
 NAME = "burst"
 TIMELINE_PNG = RESULTS_DIR / "burst_timeline.png"
 CDF_PNG = RESULTS_DIR / "burst_cdf.png"
-
-
-def _assign_helpers(router: Router, group: cpuacct.CpuGroup | None) -> None:
-    """Put the router's helpers in their sub-groups: the embedded S3 server, and the zygote (whose
-    sandboxes, forked from it, stay in its group with every command they run)."""
-    if group is None:
-        return
-    for pid in child_pids(router.pid):
-        try:
-            with open(f"/proc/{pid}/comm", encoding="utf-8") as fh:
-                comm = fh.read().strip()
-        except OSError:
-            continue
-        group.add(pid, "s3" if comm == "weed" else "sandboxes")
 
 
 def _wait_empty(router: Router, timeout_s: float = 120.0) -> None:
@@ -100,7 +85,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         if group is not None:
             group.add(router.pid, "router")
         asyncio.run(burst(router.url, router.key, 3))  # starts the zygote and S3; not measured
-        _assign_helpers(router, group)
+        if group is not None:
+            cpuacct.assign_router_helpers(router.pid, group)
         quiet = burst_phases.quiet_exec_sync(router, args.calls, args.per_command)
         idle = asyncio.run(burst_phases.idle_sandboxes(router, group, args.idle, args.settle))
         zero = router_phases.scale_to_zero(router, args.cold)

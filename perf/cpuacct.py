@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from perf.calls import child_pids
+
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 
 
@@ -120,3 +122,15 @@ def bench_group() -> Iterator[CpuGroup | None]:
         yield group
     finally:
         group.close()
+
+
+def assign_router_helpers(router_pid: int, group: CpuGroup) -> None:
+    """Put the router's helpers in their sub-groups: the embedded S3 server, and the zygote (whose
+    sandboxes, forked from it, stay in its group with every command they run)."""
+    for pid in child_pids(router_pid):
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8") as fh:
+                comm = fh.read().strip()
+        except OSError:
+            continue
+        group.add(pid, "s3" if comm == "weed" else "sandboxes")

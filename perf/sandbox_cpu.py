@@ -24,7 +24,7 @@ from typing import Any
 
 from perf import cpuacct
 from perf.burst import burst
-from perf.calls import TICK_S, child_pids, system_busy_ticks
+from perf.calls import TICK_S, system_busy_ticks
 from perf.common import code_version, running_router, sigterm_as_exit
 
 
@@ -61,16 +61,6 @@ def kernel_threads_used(before: dict[int, tuple[str, int]], after: dict[int, tup
     return used
 
 
-def _assign(router_pid: int, group: cpuacct.CpuGroup) -> None:
-    for pid in child_pids(router_pid):
-        try:
-            with open(f"/proc/{pid}/comm", encoding="utf-8") as fh:
-                comm = fh.read().strip()
-        except OSError:
-            continue
-        group.add(pid, "s3" if comm == "weed" else "sandboxes")
-
-
 def measure(n: int, rounds: int) -> dict[str, Any]:
     """``rounds`` bursts of ``n`` on one router; CPU per sandbox by role, summed over the rounds."""
     with cpuacct.bench_group() as group, running_router() as router:
@@ -78,7 +68,7 @@ def measure(n: int, rounds: int) -> dict[str, Any]:
             raise SystemExit("no writable cgroup v1 cpuacct hierarchy here: cannot tell roles apart")
         group.add(router.pid, "router")
         asyncio.run(burst(router.url, router.key, 3))  # starts the zygote and S3; not measured
-        _assign(router.pid, group)
+        cpuacct.assign_router_helpers(router.pid, group)
         time.sleep(2.0)
         totals: dict[str, float] = {}
         ok = 0
