@@ -1,110 +1,275 @@
-"""The records' files: each written whole and durably (temp file, fsync, rename), off the event loop.
+"""The records' files, made durable in groups: one log append and one fsync for every write asked for
+meanwhile, off the event loop.
 
-An fsync on this machine's ext4 takes about 3 ms of waiting for the disk. Done on the event loop, a
-sandbox's three to four record writes (created, ready, deleting; a claim's two) stopped every other
-call that long: a burst of 1,000 claims spent seconds with the loop parked in fsync. Here the disk's
-wait happens in worker threads, so the loop serves other calls meanwhile, and concurrent fsyncs share
-the file system's journal commits. The caller still awaits its write: when it returns, the record is
-on disk, and a full disk still raises there.
+An fsync on this machine's ext4 takes about 3 ms of waiting for the disk. A sandbox writes its record
+three to four times (created, ready, deleting; a claim twice), and a burst of 1,000 creates or claims
+asks for thousands of writes at once: one fsync each queued them behind each other on the disk. Here
+one writer thread takes every write waiting, appends them all to the write-ahead log
+(:mod:`router.recordlog`) with one ``fdatasync``, then replaces the record files without an fsync of
+their own, and only then answers the writes' callers: when a write returns, the record is durable (in
+the log) and its file shows it. A full disk still raises in the caller when the append fails (which is
+cut back off the log); a file that cannot be replaced after its append lags the log until it can be
+(the log, not the file, is what a restart trusts).
 
-Writes of one record land in the order they were asked for (each waits for the one before it), and a
-file removed while a write of it is in flight stays removed.
+The log is rotated past :data:`ROTATE_BYTES`. A checkpoint thread then fsyncs the files the old log
+touched that still exist (in a burst most are deleted by then: nothing to sync) and removes the old log;
+writes go on meanwhile into the new one. A router starting replays whatever logs are left, so a record
+file a crash left stale, empty or missing is brought back to its newest write.
+
+Writes of one record land in the order they were asked for (one thread, one queue), and a file removed
+while a write of it is in flight stays removed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections import deque
+from concurrent.futures import Future
 from pathlib import Path
 
-_WORKERS = 8
-"""Enough threads for concurrent fsyncs to share journal commits; each mostly waits for the disk."""
+from router import recordlog
+from router.recordlog import REMOVE, WRITE
+
+ROTATE_BYTES = 8 << 20
+"""A log this long is handed to the checkpoint (at about 1.5 KiB a record, some 5,000 writes)."""
+
+_Entry = tuple[bytes, str, bytes, "Future[None] | None"]
 
 
 class RecordFiles:
-    """One directory of ``<id>.json`` files, written atomically."""
+    """One directory of ``<id>.json`` files, each written whole, durable through the directory's log."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, rotate_bytes: int = ROTATE_BYTES) -> None:
         self.dir = directory
-        self._pool: ThreadPoolExecutor | None = None
-        self._last: dict[str, asyncio.Task[None]] = {}
-        """Per id, the newest write not yet done (the next write of that id waits for it)."""
+        self._rotate_bytes = rotate_bytes
+        self.commits = 0
+        """Log appends made (each one fsync), for the benchmarks and tests."""
+        self._next_seq, behind, held = recordlog.replay(directory) if directory.is_dir() else (0, {}, [])
+        self._queue: deque[_Entry] = deque()
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._writer: threading.Thread | None = None
+        self._log_fd: int | None = None
+        self._log_seq = 0
+        self._log_size = 0
+        self._stale: dict[str, tuple[bytes, bytes]] = behind
+        """Logged writes whose file does not show them yet (the writer thread's own)."""
+        self._held = [(seq, set(behind)) for seq in held]
+        """Logs an earlier router left that the files do not all show yet: checkpointed once they do."""
+        self._touched: set[str] = set()
+        """Ids the current log has entries for (what its checkpoint must make durable)."""
+        self._checkpoints: deque[tuple[int, set[str]]] = deque()
+        self._checkpointer: threading.Thread | None = None
+        self._closing = False
+        self._log_lock = threading.RLock()
+        """Around the log's fd: the writer appends and rotates, and :meth:`close` rotates."""
+
+    # -- asking for writes ---------------------------------------------------------------------------
 
     def write(self, sandbox_id: str, data: bytes) -> None:
-        """Replace the file now, on the calling thread (start-up, tests, the rare paths)."""
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.dir / f"{sandbox_id}.json")
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        """Replace the file durably, waiting on the calling thread (start-up, tests, the rare paths)."""
+        self._submit(WRITE, sandbox_id, data, Future()).result()
 
     async def write_async(self, sandbox_id: str, data: bytes) -> None:
-        """Replace the file in a worker thread, after any earlier write of the same id; raises what the
-        write raised. A caller cancelled meanwhile does not cut the write short (the order holds)."""
-        previous = self._last.get(sandbox_id)
-        task = asyncio.create_task(self._after(previous, sandbox_id, data))
-        self._last[sandbox_id] = task
-        task.add_done_callback(lambda done: self._done(sandbox_id, done))
-        await asyncio.shield(task)
+        """Replace the file durably, the wait off the event loop; raises what the write raised. A caller
+        cancelled meanwhile does not cut the write short (the order holds)."""
+        done = self._submit(WRITE, sandbox_id, data, Future())
+        await asyncio.shield(asyncio.wrap_future(done))
 
     def discard(self, sandbox_id: str) -> None:
-        """Remove the file in a worker thread, after any write of it in flight; nothing waits for it (the
-        file of a deleted sandbox: a router restarted before it is gone deletes that sandbox again)."""
-        previous = self._last.get(sandbox_id)
-        task = asyncio.create_task(self._after(previous, sandbox_id, None))
-        self._last[sandbox_id] = task
-        task.add_done_callback(lambda done: self._done(sandbox_id, done))
-
-    async def _after(self, previous: asyncio.Task[None] | None, sandbox_id: str, data: bytes | None) -> None:
-        if previous is not None:
-            with contextlib.suppress(BaseException):  # its caller saw its error; this write is newer
-                await previous
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="grove-records")
-        loop = asyncio.get_running_loop()
-        if data is None:
-            await loop.run_in_executor(self._pool, self._remove, sandbox_id)
-        else:
-            await loop.run_in_executor(self._pool, self.write, sandbox_id, data)
-
-    def _remove(self, sandbox_id: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            (self.dir / f"{sandbox_id}.json").unlink()
-
-    def _done(self, sandbox_id: str, task: asyncio.Task[None]) -> None:
-        if self._last.get(sandbox_id) is task:
-            del self._last[sandbox_id]
-        if not task.cancelled():
-            # Marked as seen: a write's caller got it (if it still waited); a discard that failed leaves a
-            # file a restarted router reads as a deleted sandbox's, and deletes again.
-            task.exception()
+        """Remove the file after any write of it in flight; nothing waits for it (the file of a deleted
+        sandbox: a router restarted before it is gone deletes that sandbox again)."""
+        self._submit(REMOVE, sandbox_id, b"", None)
 
     def unlink(self, sandbox_id: str) -> None:
-        """Remove the file now, and again after a write of it still in flight (which would bring it back)."""
-        with contextlib.suppress(FileNotFoundError):
-            (self.dir / f"{sandbox_id}.json").unlink()
-        if (pending := self._last.get(sandbox_id)) is not None:
-            pending.add_done_callback(lambda _: self._unlink_quietly(sandbox_id))
+        """Remove the file now, and again after a write of it still in flight (which would bring it back).
+        Needs no free space: if the removal cannot be logged, the logs are checkpointed away instead, so no
+        replay brings the file back."""
+        recordlog.remove_file(self.dir, sandbox_id)
+        self._submit(REMOVE, sandbox_id, b"", None)
 
-    def _unlink_quietly(self, sandbox_id: str) -> None:
-        if sandbox_id not in self._last:  # no newer write was asked for meanwhile
-            with contextlib.suppress(FileNotFoundError):
-                (self.dir / f"{sandbox_id}.json").unlink()
+    def _submit(self, op: bytes, sandbox_id: str, data: bytes, done: Future[None] | None) -> Future[None]:
+        if len(sandbox_id.encode()) > 255:
+            raise ValueError(f"record id too long: {sandbox_id[:40]}...")
+        with self._lock:
+            self._queue.append((op, sandbox_id, data, done))
+            if self._writer is None:
+                self._closing = False
+                self._writer = threading.Thread(target=self._write_loop, name="grove-records", daemon=True)
+                self._writer.start()
+            self._wake.notify()
+        return done if done is not None else Future()
+
+    # -- the writer thread -------------------------------------------------------------------------
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._closing:
+                    self._wake.wait()
+                if not self._queue:
+                    self._writer = None
+                    return
+                batch = list(self._queue)
+                self._queue.clear()
+            try:
+                self._commit(batch)
+            except BaseException as exc:  # a bug here must reach the callers, never leave them waiting
+                for _, _, _, done in batch:
+                    if done is not None and not done.done():
+                        done.set_exception(exc)
+
+    def _commit(self, batch: list[_Entry]) -> None:
+        """Log the batch with one fsync, then apply it to the files and answer its callers."""
+        try:
+            self._append(b"".join(recordlog.frame(op, sid, data) for op, sid, data, _ in batch),
+                         {sid for _, sid, _, _ in batch})
+        except OSError as exc:
+            removals = [sid for op, sid, _, _ in batch if op == REMOVE]
+            if removals and exc.errno == errno.ENOSPC:
+                self._settle_without_space(removals)
+            for _, _, _, done in batch:
+                if done is not None:
+                    done.set_exception(exc)
+            return
+        for sid, (op, data) in {sid: (op, data) for op, sid, data, _ in batch}.items():
+            self._stale[sid] = (op, data)  # a record written twice in the batch: its newest only
+        self._apply_stale()
+        for _, _, _, done in batch:
+            if done is not None:
+                done.set_result(None)
+
+    def _apply_stale(self) -> None:
+        """Bring the files up to the log. One that cannot be written now (a full disk) stays behind the log
+        and is retried at every commit: the write is durable all the same (the log has it, and the log
+        is not checkpointed away while a file lags it; a restart replays it)."""
+        for sid, (op, data) in list(self._stale.items()):
+            try:
+                if op == WRITE:
+                    recordlog.write_file(self.dir, sid, data, durable=False)
+                else:
+                    recordlog.remove_file(self.dir, sid)
+            except OSError:
+                continue
+            del self._stale[sid]
+        if not self._stale and self._held:
+            with self._lock:
+                self._checkpoints.extend(self._held)
+            self._held = []
+            self._start_checkpointer()
+
+    def current(self) -> dict[str, bytes]:
+        """Every record as last written, by id: the files, and the writes they lag behind (before any new
+        write is asked for; what a starting router loads)."""
+        found = {path.stem: path.read_bytes() for path in self.dir.glob("sb-*.json")}
+        for sid, (op, data) in self._stale.items():
+            if op == WRITE:
+                found[sid] = data
+            else:
+                found.pop(sid, None)
+        return found
+
+    def _append(self, frames: bytes, ids: set[str]) -> None:
+        with self._log_lock:
+            self._append_locked(frames, ids)
+
+    def _append_locked(self, frames: bytes, ids: set[str]) -> None:
+        if self._log_fd is None:
+            self._log_seq, self._next_seq = self._next_seq, self._next_seq + 1
+            path = recordlog.log_path(self.dir, self._log_seq)
+            self._log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            self._log_size = 0
+            recordlog.fsync_dir(self.dir)
+        try:
+            view = memoryview(frames)
+            while view:
+                view = view[os.write(self._log_fd, view):]
+            os.fdatasync(self._log_fd)
+        except OSError:
+            # Nothing of this batch was acknowledged: cut it off, or a torn frame would hide every later one.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._log_fd, self._log_size)
+            raise
+        self._log_size += len(frames)
+        self.commits += 1
+        self._touched |= ids
+        if self._log_size >= self._rotate_bytes and not self._stale:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        """Close the current log and hand it to the checkpoint thread; the next append opens a new one."""
+        with self._log_lock:
+            self._rotate_locked()
+
+    def _rotate_locked(self) -> None:
+        if self._log_fd is None:
+            return
+        os.close(self._log_fd)
+        self._log_fd = None
+        with self._lock:
+            self._checkpoints.append((self._log_seq, self._touched))
+        self._touched = set()
+        self._start_checkpointer()
+
+    def _start_checkpointer(self) -> None:
+        with self._lock:
+            if self._checkpoints and self._checkpointer is None:
+                self._checkpointer = threading.Thread(target=self._checkpoint_loop, name="grove-records-ckpt",
+                                                      daemon=True)
+                self._checkpointer.start()
+
+    def _checkpoint_loop(self) -> None:
+        while True:
+            with self._lock:
+                if not self._checkpoints:
+                    self._checkpointer = None
+                    return
+                seq, touched = self._checkpoints.popleft()
+            self._checkpoint(seq, touched)
+
+    def _checkpoint(self, seq: int, touched: set[str]) -> None:
+        """The files one log touched are made durable as they are now, so the log is no longer needed."""
+        with contextlib.suppress(OSError):  # left in place, it is replayed at the next start: nothing lost
+            recordlog.fsync_files(self.dir, touched)
+            recordlog.log_path(self.dir, seq).unlink()
+
+    def _settle_without_space(self, removals: list[str]) -> None:
+        """A removal that could not be logged on a full disk: every file as it is now is made durable and
+        every log removed (which frees space, and leaves no entry that would bring the files back)."""
+        with contextlib.suppress(OSError):
+            self._rotate()
+            self._finish_checkpoints()
+            for sid in removals:
+                recordlog.remove_file(self.dir, sid)
+            recordlog.fsync_dir(self.dir)
+
+    def _finish_checkpoints(self) -> None:
+        """Wait until every log handed to the checkpoint thread is checkpointed (only the writer thread and
+        :meth:`close` hand logs over, so none arrives while this waits)."""
+        with self._lock:
+            checkpointer = self._checkpointer
+        if checkpointer is not None:
+            checkpointer.join()
 
     async def drain(self) -> None:
-        """Wait for every write in flight, then stop the threads."""
-        for task in list(self._last.values()):
-            with contextlib.suppress(BaseException):
-                await task
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        """Wait for every write asked for, then checkpoint the logs away and stop the threads (a clean stop
+        leaves only record files)."""
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
+
+    def close(self) -> None:
+        """:meth:`drain`, on the calling thread."""
+        with self._lock:
+            writer = self._writer
+            self._closing = True
+            self._wake.notify()
+        if writer is not None:
+            writer.join()
+        self._apply_stale()
+        if self._stale:  # files still behind their log (a full disk): the log stays, the next start replays it
+            return
+        self._rotate()
+        self._finish_checkpoints()

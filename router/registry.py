@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -131,7 +132,7 @@ class Registry:
     def __init__(self, state_dir: Path) -> None:
         self._dir = StateDir(state_dir).records
         self._dir.mkdir(parents=True, exist_ok=True)
-        self._files = RecordFiles(self._dir)
+        self._files = RecordFiles(self._dir)  # replays the log a crash left: the files as last written
         self._records: dict[str, SandboxRecord] = {}
         self._ended: OrderedDict[str, SandboxRecord] = OrderedDict()
         self._pooled: dict[str, dict[str, SandboxRecord]] = {}
@@ -141,11 +142,13 @@ class Registry:
     def load(self) -> list[SandboxRecord]:
         """Read every record left by an earlier router (unreadable ones are set aside, never deleted)."""
         loaded = []
-        for path in sorted(self._dir.glob("sb-*.json")):
+        for sandbox_id, raw in sorted(self._files.current().items()):
             try:
-                record = SandboxRecord.from_disk(json.loads(path.read_text()))
+                record = SandboxRecord.from_disk(json.loads(raw))
             except (ValueError, KeyError, TypeError) as exc:
-                path.rename(path.with_suffix(f".corrupt-{int(time.time())}"))
+                path = self._dir / f"{sandbox_id}.json"
+                with contextlib.suppress(FileNotFoundError):
+                    path.rename(path.with_suffix(f".corrupt-{int(time.time())}"))
                 print(f"grove: set aside unreadable record {path.name}: {exc}")
                 continue
             self.add(record)

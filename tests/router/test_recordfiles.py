@@ -1,14 +1,18 @@
-"""The records' files written off the event loop: one record's writes land in the order they were asked
-for, a removal is not undone by a write still in flight, and a write's error reaches its caller."""
+"""The records' files written off the event loop through their log: one record's writes land in the order
+they were asked for, a removal is not undone by a write still in flight, a write's error reaches its
+caller, many writes share one fsync, and a crash (a child process dying with its log unapplied, files
+left empty, stale or missing, a torn last frame) loses no write that returned."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from router import recordlog
 from router.recordfiles import RecordFiles
 
 pytestmark = pytest.mark.fast  # real files in a temp dir, no router: `make test-fast`
@@ -54,3 +58,76 @@ def test_a_failed_write_raises_in_its_caller(tmp_path: Path) -> None:
         await files.drain()
 
     asyncio.run(run())
+
+
+def _die_after_writes(directory: Path, writes: list[tuple[str, bytes]]) -> None:
+    """In a child process: write the records, then die without closing (the logs stay, as in a crash)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            files = RecordFiles(directory)
+
+            async def run() -> None:
+                await asyncio.gather(*(files.write_async(sid, data) for sid, data in writes))
+
+            asyncio.run(run())
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+
+
+def test_many_writes_share_one_log_append_and_a_crash_loses_none(tmp_path: Path) -> None:
+    ids = [f"sb-{n:016x}" for n in range(400)]
+    _die_after_writes(tmp_path, [(sid, json.dumps({"id": sid}).encode()) for sid in ids])
+    assert [p.name for p in tmp_path.glob("wal-*.log")], "a crash leaves the log behind"
+    # What a machine crash can leave of files written without an fsync of their own: empty, stale, gone.
+    (tmp_path / f"{ids[0]}.json").write_bytes(b"")
+    (tmp_path / f"{ids[1]}.json").write_bytes(b'{"id": "stale"}')
+    (tmp_path / f"{ids[2]}.json").unlink()
+
+    files = RecordFiles(tmp_path)  # replays the log
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{sid}.json" for sid in ids)
+    assert all(json.loads((tmp_path / f"{sid}.json").read_text()) == {"id": sid} for sid in ids)
+
+    async def burst() -> None:
+        await asyncio.gather(*(files.write_async(sid, b"{}") for sid in ids))
+        await files.drain()
+
+    asyncio.run(burst())
+    assert files.commits < len(ids) / 10, f"{files.commits} fsyncs for {len(ids)} writes at once"
+
+
+def test_a_torn_tail_is_ignored_and_removals_replay(tmp_path: Path) -> None:
+    kept, removed = "sb-00000000000000aa", "sb-00000000000000bb"
+    _die_after_writes(tmp_path, [(kept, b'{"n": 1}'), (removed, b'{"n": 2}')])
+    files = RecordFiles(tmp_path)
+    files.discard(removed)
+    files.write(kept, b'{"n": 3}')  # after the discard: when it returns, both are logged
+    (log,) = tmp_path.glob("wal-*.log")
+    # A crash mid-append: half a frame at the end, and the files as they were before the last writes.
+    with log.open("ab") as fh:
+        fh.write(recordlog.frame(recordlog.WRITE, kept, b'{"n": 4}')[:-3])
+    (tmp_path / f"{kept}.json").write_bytes(b'{"n": 1}')
+    (tmp_path / f"{removed}.json").write_bytes(b'{"n": 2}')
+
+    RecordFiles(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [f"{kept}.json"]
+    assert json.loads((tmp_path / f"{kept}.json").read_text()) == {"n": 3}
+
+
+def test_rotated_logs_are_checkpointed_away(tmp_path: Path) -> None:
+    files = RecordFiles(tmp_path, rotate_bytes=4096)
+    ids = [f"sb-{n:016x}" for n in range(30)]
+
+    async def run() -> None:
+        for sid in ids:  # one at a time: one append each, a rotation every few
+            await files.write_async(sid, b"x" * 1000)
+        for sid in ids[:20]:
+            files.discard(sid)
+        await files.write_async(ids[-1], b"y" * 1000)
+        await files.drain()
+
+    asyncio.run(run())
+    assert files.commits >= 30
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{sid}.json" for sid in ids[20:])
+    assert (tmp_path / f"{ids[-1]}.json").read_bytes() == b"y" * 1000

@@ -1,0 +1,142 @@
+"""The records' write-ahead log: many record writes made durable by one append and one fsync.
+
+Each frame is ``<length:u32><crc32:u32>`` and a payload: one op byte (``W`` a record's new contents,
+``D`` its removal), the id's length (one byte), the id, then the record's bytes. A log is read up to
+its first frame that is short or fails its checksum: a crash mid-append leaves a torn tail, and nothing
+after it was ever acknowledged (an append that fails is cut back off the file before anyone is told).
+
+Logs are named ``wal-<seq>.log``; replaying every log in ``seq`` order, each frame in order, gives
+every record's newest contents, whatever the record files themselves held when the machine stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+HEADER = struct.Struct("<II")
+WRITE, REMOVE = b"W", b"D"
+_NAME = re.compile(r"wal-(\d{8})\.log")
+
+
+def frame(op: bytes, sandbox_id: str, data: bytes = b"") -> bytes:
+    """One log entry."""
+    key = sandbox_id.encode()
+    payload = op + bytes((len(key),)) + key + data
+    return HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def frames(raw: bytes) -> Iterator[tuple[bytes, str, bytes]]:
+    """(op, id, data) of every whole, intact frame, up to the first that is not."""
+    at = 0
+    while at + HEADER.size <= len(raw):
+        length, crc = HEADER.unpack_from(raw, at)
+        payload = raw[at + HEADER.size : at + HEADER.size + length]
+        if len(payload) < length or length < 2 or zlib.crc32(payload) != crc:
+            return
+        key_len = payload[1]
+        yield payload[:1], payload[2 : 2 + key_len].decode(), payload[2 + key_len :]
+        at += HEADER.size + length
+
+
+def logs(directory: Path) -> list[tuple[int, Path]]:
+    """The logs in a directory, oldest first."""
+    found = [(int(m.group(1)), path) for path in directory.glob("wal-*.log") if (m := _NAME.fullmatch(path.name))]
+    return sorted(found)
+
+
+def log_path(directory: Path, seq: int) -> Path:
+    """Where log number ``seq`` lives."""
+    return directory / f"wal-{seq:08d}.log"
+
+
+def write_file(directory: Path, sandbox_id: str, data: bytes, *, durable: bool) -> None:
+    """Replace ``<id>.json`` whole (temp file, rename); fsynced only if ``durable`` (the log already is)."""
+    tmp = directory / f".tmp-{sandbox_id}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, directory / f"{sandbox_id}.json")
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def remove_file(directory: Path, sandbox_id: str) -> None:
+    """Remove ``<id>.json`` if it is there."""
+    with contextlib.suppress(FileNotFoundError):
+        (directory / f"{sandbox_id}.json").unlink()
+
+
+def fsync_files(directory: Path, ids: set[str]) -> None:
+    """Make the named record files as they are now durable (the ones since removed are skipped), and the
+    directory's entries with them."""
+    for sandbox_id in ids:
+        try:
+            fd = os.open(directory / f"{sandbox_id}.json", os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    fsync_dir(directory)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make the directory's entries (creates, renames, removals) durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _contents(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def replay(directory: Path) -> tuple[int, dict[str, tuple[bytes, bytes]], list[int]]:
+    """Bring the record files up to every log an earlier router left, make them durable and remove the logs
+    (and temp files a crash left). Returns the number of the next log to write, and, if some file could
+    not be written (a full disk), the newest (op, data) of each such id and the logs kept for them."""
+    for stale in directory.glob(".tmp-*"):
+        stale.unlink(missing_ok=True)
+    found = logs(directory)
+    newest: dict[str, tuple[bytes, bytes]] = {}
+    for _, path in found:
+        for op, sandbox_id, data in frames(path.read_bytes()):
+            newest[sandbox_id] = (op, data)
+    behind: dict[str, tuple[bytes, bytes]] = {}
+    for sandbox_id, (op, data) in newest.items():
+        # Only what differs is written: after a crash of the router alone the files are all current, and a
+        # start on a full disk then needs no space.
+        try:
+            if op == REMOVE:
+                remove_file(directory, sandbox_id)
+            elif _contents(directory / f"{sandbox_id}.json") != data:
+                write_file(directory, sandbox_id, data, durable=False)
+        except OSError:
+            behind[sandbox_id] = (op, data)
+    next_seq = found[-1][0] + 1 if found else 0
+    if behind:  # the logs stay until those files are written
+        return next_seq, behind, [seq for seq, _ in found]
+    if found:
+        fsync_files(directory, set(newest))
+        for _, path in found:
+            path.unlink()
+        fsync_dir(directory)
+    return next_seq, {}, []
