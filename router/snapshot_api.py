@@ -20,10 +20,9 @@ _MAX_BODY = 1024 * 1024  # a completion lists at most 10000 ETags
 async def snapshot_upload(request: web.Request) -> web.Response:
     """Start, extend, complete or abort one multipart upload of the sandbox's snapshot."""
     sandbox_id = request.match_info["id"]
-    # Only the Knative backend has snapshots (and their broker); elsewhere no token is valid here.
-    snapshots = getattr(service_of(request).backend, "snapshots", None)
-    if snapshots is None:
+    uploads = service_of(request).backend.snapshot_uploads
+    if uploads is None:
         raise Unauthorized("this router keeps no workspace snapshots: no upload token is valid here")
-    max_bytes = snapshots.uploads.check(sandbox_id, request.headers.get("Authorization"))
+    max_bytes = uploads.check(sandbox_id, request.headers.get("Authorization"))
     body = wire.decode(await read_capped(request, _MAX_BODY, "snapshot upload request"), request.content_type)
-    return reply(request, await snapshots.uploads.handle(sandbox_id, max_bytes, body))
+    return reply(request, await uploads.handle(sandbox_id, max_bytes, body))

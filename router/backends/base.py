@@ -64,6 +64,16 @@ class Started:
     """Opaque, JSON-serialisable; stored in the router's record and handed back to the backend."""
 
 
+class SnapshotUploads(Protocol):
+    """The broker of executors' snapshot uploads (``POST /v1/sandboxes/{id}/snapshot-upload``)."""
+
+    def check(self, sandbox_id: str, authorization: str | None) -> int:
+        """The most bytes the bearer may upload for ``sandbox_id``; ``Unauthorized`` if the token is not its."""
+
+    async def handle(self, sandbox_id: str, max_bytes: int, body: Any) -> dict[str, Any]:
+        """One operation of the executor's upload (``start``, ``parts``, ``complete``, ``abort``)."""
+
+
 class Backend(Protocol):
     """Makes, stops, wakes and deletes sandboxes. Every method may raise a :class:`grove.errors.GroveError`."""
 
@@ -79,6 +89,11 @@ class Backend(Protocol):
     """Whether the object store's address means the same server inside a sandbox as in the router. Not on
     the local backend: there a presigned URL names 127.0.0.1, which inside is the sandbox's own loopback,
     where its processes can listen and answer the executor's upload (so the router relays instead)."""
+
+    @property
+    def snapshot_uploads(self) -> SnapshotUploads | None:
+        """The broker of the executors' snapshot uploads, or None on a backend that keeps no snapshots
+        (then no upload token is valid)."""
 
     def attach_storage(self, storage: Any) -> None:
         """Object storage (``artifacts.store.ObjectStore``) for a backend that keeps state there (Knative's

@@ -23,7 +23,7 @@ import urllib3
 from kubernetes import client
 
 from grove.errors import GroveError, Invalid, NotFound, Unavailable, UpstreamTimeout
-from router.backends.base import Endpoint, SandboxSpec, Started
+from router.backends.base import Endpoint, SandboxSpec, SnapshotUploads, Started
 from router.knative import egress as knative_egress
 from router.knative import labels as L
 from router.knative import manifest, runtimeclass, status
@@ -62,6 +62,11 @@ class KnativeBackend:
             # A call can reach a pod's address after the pod went and before the EndpointSlice watch says so:
             # a lost call looks again for that long, so the sandbox goes idle and the call is sent again.
             self.exit_grace_s = 2.0
+
+    @property
+    def snapshot_uploads(self) -> SnapshotUploads | None:
+        """The broker of the executors' snapshot uploads, once storage is attached."""
+        return self.snapshots.uploads if self.snapshots is not None else None
 
     def attach_storage(self, storage: Presigner) -> None:
         """Use ``storage`` for workspace snapshots (called by the app before any create)."""

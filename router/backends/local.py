@@ -22,7 +22,7 @@ from typing import Any
 
 from grove.errors import BadGateway, GroveError, Invalid, NotFound, Unavailable
 from grove.statedir import StateDir
-from router.backends.base import Endpoint, SandboxSpec, Started
+from router.backends.base import Endpoint, SandboxSpec, SnapshotUploads, Started
 from router.local import disk, procs, references
 from router.local.cgroups import CgroupSet, Limits, instance_ids, remove_instance
 from router.local.egress_rules import parse_allow
@@ -82,6 +82,11 @@ class LocalBackend:
         self._hogs: asyncio.Task[None] | None = None
         self._pull = pull
         self._pulls: dict[str, asyncio.Lock] = {}
+
+    @property
+    def snapshot_uploads(self) -> SnapshotUploads | None:
+        """None: local sandboxes keep their files on this host, and upload no snapshots."""
+        return None
 
     def attach_storage(self, storage: Any) -> None:
         """Local sandboxes keep their files on this host: nothing to keep in object storage."""
