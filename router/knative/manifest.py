@@ -134,8 +134,9 @@ def autoscaling_annotations(idle_timeout_s: float, options: KnativeOptions) -> d
 def exec_timeout_limit(request_timeout_s: int) -> int:
     """The longest ``timeout_s`` an exec may ask for: its result must reach queue-proxy before the revision's
     ``timeoutSeconds`` cuts the call (a 504 the caller could not tell from a lost sandbox). The margin is
-    the time to kill the command's tree and send its output: a tenth of the timeout, 1 to 30 s."""
-    return max(1, request_timeout_s - min(30, max(1, request_timeout_s // 10)))
+    the time to kill the command's tree and send its output: a tenth of the timeout, 2 to 30 s (on a busy
+    node, a kill and the answer behind it took more than 1 s)."""
+    return max(1, request_timeout_s - min(30, max(2, request_timeout_s // 10)))
 
 
 def executor_command() -> list[str]:

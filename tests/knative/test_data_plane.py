@@ -53,8 +53,8 @@ def test_an_exec_longer_than_the_response_start_default_answers(cluster: Cluster
         template = cluster.api.objects[("services", NAMESPACE)][sb.id]["spec"]["template"]["spec"]
         assert template["responseStartTimeoutSeconds"] == template["timeoutSeconds"] == 4
         url, token = started.endpoint.url, started.endpoint.token
-        # 2 s of silence: past the cluster's 1 s response-start default, within the revision's own.
-        status, result = await _exec(cluster, url, token, {"command": "sleep 2; echo done"})
+        # 1.5 s of silence: past the cluster's 1 s response-start default, within the revision's own.
+        status, result = await _exec(cluster, url, token, {"command": "sleep 1.5; echo done"})
         assert status == 200 and result["stdout"] == "done\n", result
         # Past what the revision allows: refused at once, naming the limit (not a 504 after the wait).
         status, result = await _exec(cluster, url, token, {"command": "true", "timeout_s": 4})
