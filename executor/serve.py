@@ -84,8 +84,13 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
                 settings, bind, threads=self._threads, log_level=self._log_level, worker_tmp_dir=self._worker_tmp_dir
             )
         self._settings = settings
-        self._options = self._make_options(settings, bind)
-        self.load_config()
+        options = self._make_options(settings, bind)
+        # The config already holds the template's values, each validated: set only what differs (the
+        # socket, as a rule), not all of them again.
+        changed = {key: value for key, value in options.items() if self._options.get(key) != value}
+        self._options = options
+        for key, value in changed.items():
+            self.cfg.set(key, value)
         return self
 
     def load_config(self) -> None:
@@ -115,6 +120,9 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
             dispatch(max(timeout, _IDLE_TICK_S))
 
         worker.wait_for_and_dispatch_events = dispatch_less_often
+        # gthread touches its heartbeat file (a utime system call) on every turn of its loop, for an arbiter
+        # to see it live; there is none to look, and on the exec path it was ~10 % of the worker's CPU.
+        worker.notify = _no_heartbeat
         init_signals = worker.init_signals
 
         def no_signal_handlers() -> None:
@@ -141,6 +149,10 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
             return app
 
         return Claimable(self._settings, build)
+
+
+def _no_heartbeat() -> None:
+    """A worker's heartbeat where no arbiter watches it: nothing to do."""
 
 
 def _final_snapshot(snapshots: Snapshots) -> None:
