@@ -1,4 +1,8 @@
-"""The executor's Flask app: ``create_app(settings)``; gunicorn runs it as ``executor.app:create_app()``."""
+"""The executor's Flask app: ``create_app(settings)``; gunicorn runs it as ``executor.app:create_app()``.
+
+``create_app`` is :func:`app_shell` (the routes) and :func:`bind` (one sandbox's settings and state); the local
+backend's zygote builds the shell ahead of its forks (see :mod:`executor.served`).
+"""
 
 from __future__ import annotations
 
@@ -17,10 +21,10 @@ from executor.dedup import Deduplicator
 from executor.files import delete, listing, open_for_read, parse_mode, write_atomic
 from executor.jsonfit import JSON_FACTOR, escaped_size, fit_for_json
 from executor.models import ExecRequest
-from executor.outputs import KeptOutputs, read_kept
-from executor.paths import PathResolver
+from executor.outputs import read_kept
 from executor.push import check_items, put_file, require_files
-from executor.runner import Chunk, Runner
+from executor.runner import Chunk
+from executor.served import Served, Slot
 from executor.settings import ExecutorSettings
 from executor.swerex import swerex_blueprint
 from grove import wire
@@ -39,24 +43,37 @@ from grove.errors import (
 log = logging.getLogger("grove.executor")
 
 
+_SLOT = "grove.executor"
+
+
 def create_app(settings: ExecutorSettings | None = None) -> Flask:
     """Build the app; with no settings they are read from ``GROVE_EXECUTOR_*`` now (not at import)."""
     settings = settings or ExecutorSettings.from_env()
+    return bind(app_shell(settings.root), settings)
+
+
+def bind(app: Flask, settings: ExecutorSettings) -> Flask:
+    """Give a shell from :func:`app_shell` its sandbox: state and descriptors made now, in this process."""
+    if os.path.abspath(settings.root) != app.root_path:
+        raise ValueError(f"an app shell for root {app.root_path!r} cannot serve root {settings.root!r}")
+    app.extensions[_SLOT].bind(Served(settings))
+    return app
+
+
+def app_shell(root: str) -> Flask:
+    """The executor's routes for a sandbox rooted at ``root``; they serve only ``/healthz`` until :func:`bind`."""
     # Both paths given: Flask would otherwise look for a module named "grove-executor" along sys.path, twice
     # (every directory of it, at every sandbox start). No static folder: the executor serves no files of its own.
-    here = os.path.abspath(settings.root)
+    here = os.path.abspath(root)
     app = Flask("grove-executor", root_path=here, instance_path=here, static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = None  # streamed bodies are capped by each handler instead
-    paths = PathResolver(settings.root, settings.workdir)
-    outputs = KeptOutputs()
-    runner = Runner(settings, paths, outputs)
-    dedup = Deduplicator(settings.dedup_entries)
-    token = settings.token.encode()
+    slot = app.extensions[_SLOT] = Slot()
 
     @app.before_request
     def _authenticate() -> None:
         if request.path == "/healthz":
             return
+        token = slot.get().token
         header = request.headers.get("Authorization", "")
         scheme, _, given = header.partition(" ")
         if scheme.lower() != "bearer" or not given:
@@ -74,6 +91,8 @@ def create_app(settings: ExecutorSettings | None = None) -> Flask:
 
     @app.post("/v1/exec")
     def exec_() -> Response:
+        served = slot.get()
+        settings, runner, dedup = served.settings, served.runner, served.dedup
         length = request.content_length
         if length is not None and length > settings.max_request_bytes:
             raise TooLarge(f"exec body of {length} bytes exceeds {settings.max_request_bytes}")
@@ -110,6 +129,7 @@ def create_app(settings: ExecutorSettings | None = None) -> Flask:
 
     @app.route("/v1/files", methods=["GET", "PUT", "DELETE"])
     def files() -> Response:
+        paths, settings = slot.get().paths, slot.get().settings
         api = paths.api_path(request.args.get("path", ""))
         if request.method == "GET":
             size, chunks = open_for_read(paths, api)
@@ -129,18 +149,21 @@ def create_app(settings: ExecutorSettings | None = None) -> Flask:
 
     @app.get("/v1/files/list")
     def files_list() -> Response:
+        paths = slot.get().paths
         api = paths.api_path(request.args.get("path", "") or ".")
         return _reply({"path": api, "entries": listing(paths, api)})
 
     @app.get("/v1/outputs")
     def kept_output() -> Response:
         # The full output of a truncated exec, from the descriptor it was written through (outputs.py).
-        output = outputs.take(paths.api_path(request.args.get("path", "")))
+        served = slot.get()
+        output = served.outputs.take(served.paths.api_path(request.args.get("path", "")))
         headers = {"Content-Length": str(output.size), "X-Grove-Sha256": output.sha256}
         return Response(read_kept(output), mimetype="application/octet-stream", headers=headers)
 
     @app.post("/v1/artifacts/push")
     def artifacts_push() -> Response:
+        paths = slot.get().paths
         items = check_items(wire.decode(request.get_data(cache=False), request.content_type))
         resolved = [(paths.api_path(api), url) for api, url in items]
         require_files(paths, [api for api, _ in resolved])
@@ -155,6 +178,7 @@ def create_app(settings: ExecutorSettings | None = None) -> Flask:
 
     @app.route("/v1/archive", methods=["GET", "PUT"])
     def archive() -> Response:
+        paths, settings = slot.get().paths, slot.get().settings
         api = paths.api_path(request.args.get("path", ""))
         if request.method == "GET":
             return Response(stream_tar(paths, api), mimetype="application/x-tar")
@@ -168,7 +192,7 @@ def create_app(settings: ExecutorSettings | None = None) -> Flask:
         return _reply({"path": api, "members": members}, status=201)
 
     # The SWE-ReX remote-runtime protocol (SWE-agent's), behind the same bearer token.
-    app.register_blueprint(swerex_blueprint(settings, paths, runner), url_prefix="/swerex")
+    app.register_blueprint(swerex_blueprint(slot.get), url_prefix="/swerex")
     return app
 
 

@@ -36,8 +36,12 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
         threads: int = 32,
         log_level: str = "warning",
         worker_tmp_dir: str | None = None,
+        app_shell: Any = None,
     ) -> None:
         self._settings = settings
+        # Routes built ahead (executor.app.app_shell) by a process that then forks: the first app is this
+        # shell bound to the settings, which saves each child ~3 ms of CPU and the pages building one dirties.
+        self._app_shell = app_shell
         self._threads, self._log_level, self._worker_tmp_dir = threads, log_level, worker_tmp_dir
         self._options = self._make_options(settings, bind)
         super().__init__()
@@ -138,14 +142,20 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
         worker.init_process()
 
     def load(self) -> Any:
-        """Build the WSGI app (in the worker, after fork); a warm-pool claim builds it again."""
-        from executor.app import create_app
+        """Build the WSGI app (in the worker, after fork); a warm-pool claim builds it again, anew."""
+        from executor.app import bind, create_app
         from executor.claim import Claimable
 
+        shell, self._app_shell = self._app_shell, None
+
         def build(settings: ExecutorSettings) -> Any:
-            app = create_app(settings)
+            nonlocal shell
             if settings.snapshot_upload_url and settings.idle_snapshot_s > 0:
+                app = create_app(settings)  # a shell has served already: too late to add the hooks
                 IdleSnapshots(Snapshots(settings), settings.idle_snapshot_s).install(app)
+                return app
+            app = bind(shell, settings) if shell is not None else create_app(settings)
+            shell = None  # used once: a claim gets an app of its own, nothing of this one
             return app
 
         return Claimable(self._settings, build)

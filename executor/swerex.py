@@ -17,7 +17,7 @@ import contextlib
 import io
 import os
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from flask import Blueprint, Response, request
@@ -27,6 +27,7 @@ from executor.files import open_regular, write_atomic
 from executor.models import ExecRequest
 from executor.paths import PathResolver
 from executor.runner import Runner
+from executor.served import Served
 from executor.settings import ExecutorSettings
 from executor.swerex_models import (
     Command,
@@ -37,7 +38,7 @@ from executor.swerex_models import (
     parse_action,
     parse_close_session,
 )
-from executor.swerex_sessions import Sessions, clamp
+from executor.swerex_sessions import clamp
 from grove import wire
 from grove.errors import BadRequest, Conflict, Invalid, NotFound, TooLarge
 
@@ -144,15 +145,15 @@ def _unzip(archive: Any, target: int, settings: ExecutorSettings) -> None:
                 os.close(parent)
 
 
-def swerex_blueprint(settings: ExecutorSettings, paths: PathResolver, runner: Runner) -> Blueprint:
-    """The ``/swerex/...`` routes of one executor (registered by ``create_app``)."""
+def swerex_blueprint(served: Callable[[], Served]) -> Blueprint:
+    """The ``/swerex/...`` routes of one executor (registered by ``app_shell``); ``served()`` is its sandbox."""
     bp = Blueprint("swerex", __name__)
-    sessions = Sessions(settings, paths)
 
     def body() -> Any:
+        limit = served().settings.max_request_bytes
         data = request.get_data(cache=False)
-        if len(data) > settings.max_request_bytes:
-            raise TooLarge(f"body exceeds {settings.max_request_bytes} bytes")
+        if len(data) > limit:
+            raise TooLarge(f"body exceeds {limit} bytes")
         return wire.decode(data, request.content_type or wire.JSON)
 
     @bp.errorhandler(SwerexError)
@@ -175,28 +176,29 @@ def swerex_blueprint(settings: ExecutorSettings, paths: PathResolver, runner: Ru
 
     @bp.post("/create_session")
     def create_session() -> Response:
-        return _json({"output": sessions.create(CreateSession.parse(body())), "session_type": "bash"})
+        return _json({"output": served().sessions.create(CreateSession.parse(body())), "session_type": "bash"})
 
     @bp.post("/run_in_session")
     def run_in_session() -> Response:
-        return _json(sessions.run(parse_action(body())))
+        return _json(served().sessions.run(parse_action(body())))
 
     @bp.post("/close_session")
     def close_session() -> Response:
-        sessions.close(parse_close_session(body()))
+        served().sessions.close(parse_close_session(body()))
         return _json({"session_type": "bash"})
 
     @bp.post("/execute")
     def execute() -> Response:
-        return _json(_execute(Command.parse(body()), runner, settings))
+        return _json(_execute(Command.parse(body()), served().runner, served().settings))
 
     @bp.post("/read_file")
     def read_file() -> Response:
-        return _json(_read(ReadFile.parse(body()), paths, settings))
+        return _json(_read(ReadFile.parse(body()), served().paths, served().settings))
 
     @bp.post("/write_file")
     def write_file() -> Response:
         req = WriteFile.parse(body())
+        paths, settings = served().paths, served().settings
         data = req.content.encode(errors="surrogateescape")
         with _as_builtins(req.path):
             write_atomic(paths, paths.api_path(req.path), io.BytesIO(data), mode=None,
@@ -205,6 +207,7 @@ def swerex_blueprint(settings: ExecutorSettings, paths: PathResolver, runner: Ru
 
     @bp.post("/upload")
     def upload() -> Response:
+        paths, settings = served().paths, served().settings
         length = request.content_length
         if length is not None and length > settings.max_file_bytes:
             raise TooLarge(f"upload of {length} bytes exceeds {settings.max_file_bytes}")
@@ -227,7 +230,7 @@ def swerex_blueprint(settings: ExecutorSettings, paths: PathResolver, runner: Ru
 
     @bp.post("/close")
     def close() -> Response:
-        sessions.close_all()
+        served().sessions.close_all()
         return _json({})
 
     return bp

@@ -69,9 +69,12 @@ def _warm_up() -> None:
         seccomp.packed()
     _lazy_url_builders()
     # gunicorn's config (120 settings, each validated and copied) built once here; every sandbox
-    # re-targets its own copy of it (see init._serve).
+    # re-targets its own copy of it (see init._serve). So are the executor's routes (the app's shell, with
+    # no sandbox's state in it: each sandbox binds its own, see executor.served), warmed by one request.
+    shell = executor.app.app_shell("/")
+    shell.test_client().get("/healthz")
     init.SERVER_TEMPLATE = executor.serve.ExecutorServer(
-        ExecutorSettings(token="warm-up", root="/"), "fd://0", worker_tmp_dir=init.WORKER_TMP_DIR
+        ExecutorSettings(token="warm-up", root="/"), "fd://0", worker_tmp_dir=init.WORKER_TMP_DIR, app_shell=shell
     )
 
     # Serve a few requests once: lazily built state (URL map, JSON providers, parsers) is then made
