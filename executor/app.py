@@ -60,6 +60,11 @@ def bind(app: Flask, settings: ExecutorSettings) -> Flask:
     return app
 
 
+def release(app: Flask) -> None:
+    """Close what :func:`bind` opened (the path resolver's root) in an app that will serve no more."""
+    app.extensions[_SLOT].get().paths.close()
+
+
 def app_shell(root: str) -> Flask:
     """The executor's routes for a sandbox rooted at ``root``; they serve only ``/healthz`` until :func:`bind`."""
     # Both paths given: Flask would otherwise look for a module named "grove-executor" along sys.path, twice

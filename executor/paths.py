@@ -29,6 +29,13 @@ class PathResolver:
         self._resolve = scope | RESOLVE_NO_MAGICLINKS
         self._root_fd = os.open(self._root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
 
+    def close(self) -> None:
+        """Close the root's descriptor (where the process goes on without this resolver: a zygote, which
+        must hand no handle on its own root to the sandboxes it forks); resolving fails from then on."""
+        if self._root_fd >= 0:
+            os.close(self._root_fd)
+            self._root_fd = -1
+
     def api_path(self, path: str) -> str:
         """Normalise an API path to an absolute one (relative paths are under the workdir)."""
         if not isinstance(path, str) or not path:

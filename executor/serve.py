@@ -68,8 +68,10 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
             # and nothing grove uses.
             "control_socket_disable": True,
         }
-        snapshots = Snapshots(settings)
-        if snapshots.enabled or settings.snapshot_get_url or settings.snapshot_dir:
+        # Snapshots (and the root descriptor its path resolver opens) only where asked for: built for every
+        # server, it left a descriptor of the zygote's root — the host's — open in every sandbox it forked.
+        if settings.snapshot_upload_url or settings.snapshot_get_url or settings.snapshot_dir:
+            snapshots = Snapshots(settings)
             # In the arbiter: restore before the socket is bound (nothing is served from a half-restored
             # workspace), snapshot after the workers are gone (SIGTERM: Knative is taking the pod away).
             options["on_starting"] = lambda _server: snapshots.restore()

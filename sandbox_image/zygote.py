@@ -86,6 +86,8 @@ def _warm_up() -> None:
     client.get("/v1/files/list?path=/", headers=auth)
     client.post("/v1/exec", data=b"{}", headers={**auth, "Content-Type": "application/json"})
     client.post("/v1/exec", data=b"\x80", headers={**auth, "Content-Type": "application/msgpack"})
+    # Its root descriptor is the host's root: no sandbox forked from here may inherit it.
+    executor.app.release(app)
 
 
 def _pid1(request: dict[str, Any], host_pid_ns: int) -> NoReturn:

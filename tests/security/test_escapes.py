@@ -6,6 +6,8 @@ Each test is an attack an untrusted agent could run as root inside a real sandbo
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 
 import pytest
@@ -57,6 +59,21 @@ def test_pid1_memory_environment_and_root_are_closed(sb: Sandbox) -> None:
     assert "socket:" not in out and "/" not in out.replace("/proc/1/fd/", ""), out
     r = sb.exec(["python3", "-c", "import os; os.readlink('/proc/1/exe')"])
     assert r.exit_code != 0 and b"Permission denied" in r.stderr
+
+
+def test_pid1_holds_no_descriptor_of_the_hosts_root(router: RouterProcess, sb: Sandbox) -> None:
+    # PID 1 is forked from the zygote, which runs in the host's root: a descriptor of it inherited across
+    # the fork (the zygote's warm-up app and server template each held one) leads back out of pivot_root.
+    pid1 = json.loads((router.state_dir / "records" / f"{sb.id}.json").read_text())["handle"]["pid"]
+    host_root = os.stat("/")
+    held = []
+    for fd in os.listdir(f"/proc/{pid1}/fd"):
+        with contextlib.suppress(FileNotFoundError):  # a descriptor closed meanwhile
+            st = os.stat(f"/proc/{pid1}/fd/{fd}")  # the very file the descriptor holds
+            if (st.st_dev, st.st_ino) == (host_root.st_dev, host_root.st_ino):
+                held.append(fd)
+    assert not held, f"the sandbox's PID 1 holds the host's root as fd {held}"
+    assert sb.exec("true").exit_code == 0
 
 
 def test_host_processes_are_not_in_the_sandbox_proc(router: RouterProcess, sb: Sandbox) -> None:
