@@ -76,6 +76,7 @@ def _warm_up() -> None:
     init.SERVER_TEMPLATE = executor.serve.ExecutorServer(
         ExecutorSettings(token="warm-up", root="/"), "fd://0", worker_tmp_dir=init.WORKER_TMP_DIR, app_shell=shell
     )
+    init.SERVER_TEMPLATE.gunicorn_logger()
 
     # Serve a few requests once: lazily built state (URL map, JSON providers, parsers) is then made
     # here, shared by every sandbox, instead of privately in each.
