@@ -3,6 +3,8 @@ unprivileged host id range that no other sandbox shares, over an image whose fil
 
 from __future__ import annotations
 
+import ctypes
+import fcntl
 import os
 
 import pytest
@@ -12,6 +14,7 @@ from router.local.uids import FLOOR
 from tests.support.router_fixtures import RouterProcess, cgroup_procs, layer_owner, to_plain_layer, wait_for
 
 RANGE = 65536
+NS_GET_OWNER_UID = 0xB704  # ioctl_ns(2): _IO(0xb7, 0x4)
 
 
 def host_ids(pid: int) -> tuple[int, int]:
@@ -80,6 +83,22 @@ def _namespace_links(pid: int) -> list[str]:
         if target.split(":", 1)[0] in ("pid", "mnt", "net", "user", "uts", "ipc", "cgroup", "time"):
             found.append(target)
     return found
+
+
+def test_the_namespace_is_owned_by_the_sandboxs_root(router: RouterProcess, pair: tuple[Sandbox, Sandbox]) -> None:
+    # The owner is whoever created it (effective ids at the clone, sandbox_image/userns.py): the sandbox's root,
+    # not host root, so the kernel's per-owner counters (inotify, mqueue) are each sandbox's own.
+    a, _ = pair
+    _, base, _ = uid_map(a)
+    pid = cgroup_procs(router.state_dir, a.id)[0]
+    fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
+    try:
+        owner = ctypes.c_uint(0)
+        assert fcntl.ioctl(fd, NS_GET_OWNER_UID, owner) == 0
+    finally:
+        os.close(fd)
+    assert owner.value == base
+    assert a.exec("true").exit_code == 0
 
 
 def test_pid1_holds_no_handle_on_a_namespace(router: RouterProcess, pair: tuple[Sandbox, Sandbox]) -> None:
