@@ -153,16 +153,8 @@ def attached_loops(image: Path, among: list[str] | None = None) -> list[str]:
     """
     wanted = str(image)
     found = []
-    if among is not None:
-        names = among
-    else:
-        try:
-            names = os.listdir("/sys/block")
-        except OSError:
-            return []
+    names = among if among is not None else _bound_loops()
     for name in names:
-        if not name.startswith("loop"):
-            continue
         try:
             with open(f"/sys/block/{name}/loop/backing_file", encoding="utf-8", errors="replace") as fh:
                 backing = fh.read().rstrip("\n")
@@ -171,3 +163,25 @@ def attached_loops(image: Path, among: list[str] | None = None) -> list[str]:
         if backing == wanted or backing == f"{wanted} (deleted)":
             found.append(name)
     return found
+
+
+def _bound_loops() -> list[str]:
+    """The loop devices that may have a backing file: those ``/proc/partitions`` lists.
+
+    The kernel leaves devices of zero capacity out of that file, and a bound loop device's capacity is its
+    backing file's size (``LOOP_CONFIGURE`` sets it before the device counts as bound; a detach drops the
+    backing file before the size): so every device holding a sandbox's image (a formatted, non-empty
+    file) is listed, and the free ones, which on a host that ran a thousand sandboxes number a thousand
+    (a loop device, once made, stays), are not. One read of it costs ~0.1 ms where trying every device's ``backing_file``
+    cost ~6 ms there. Without it (no ``/proc``), every loop device of ``/sys/block`` is tried.
+    """
+    try:
+        with open("/proc/partitions", encoding="ascii", errors="replace") as fh:
+            lines = fh.read().splitlines()[2:]  # a header and a blank line
+    except OSError:
+        try:
+            return [name for name in os.listdir("/sys/block") if name.startswith("loop")]
+        except OSError:
+            return []
+    names = (line.split()[-1] for line in lines if line.strip())
+    return [name for name in names if name.startswith("loop")]

@@ -7,6 +7,7 @@ mount, no file; a sandbox made before quotas (plain ``upper`` dirs) still resume
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import pytest
 
 from grove.client import Grove, Sandbox
 from grove.errors import TooLarge
-from router.local.disk import KEPT_TEMPLATES, DiskTemplates
+from router.local.disk import KEPT_TEMPLATES, DiskTemplates, attached_loops
+from sandbox_image.disk import attach
 from tests.support.router_fixtures import (
     RouterProcess,
     cgroup_procs,
@@ -198,3 +200,21 @@ def test_templates_are_copied_sparsely_and_only_the_recent_ones_kept(tmp_path: P
     kept = sorted(p.name for p in (tmp_path / "disk-templates").iterdir())
     assert len(kept) == KEPT_TEMPLATES and not first.exists()
     assert templates.template(64).exists()  # made again when asked for again
+
+
+def test_attached_loops_finds_the_device_holding_an_image_until_it_detaches(tmp_path: Path) -> None:
+    # The router waits on this before it mounts an image again or removes a sandbox's directory: a
+    # holder it missed would let two mounts of one ext4 image happen.
+    image = tmp_path / "disk.img"
+    DiskTemplates(tmp_path / "disk-templates").make_image(QUOTA_MB, image)
+    assert attached_loops(image) == []
+    device, path = attach(str(image))
+    try:
+        assert attached_loops(image) == [Path(path).name]
+        assert attached_loops(image, [Path(path).name]) == [Path(path).name]
+        assert attached_loops(tmp_path / "other.img") == []
+        image.unlink()  # a deleted image still held shows as "<path> (deleted)"
+        assert attached_loops(image) == [Path(path).name]
+    finally:
+        os.close(device)  # the last reference: the device detaches itself (autoclear)
+    wait_for(lambda: attached_loops(image) == [], 10.0, 0.01, what=f"{path} to detach")
