@@ -159,7 +159,7 @@ class LocalBackend:
             await asyncio.to_thread(self._disks.make_image, spec.disk_mb, base / disk.IMAGE_NAME)
             # The layer belongs to this version of the image: resume uses it even if the name moves on.
             (base / _IMAGE_FILE).write_text(image.digest + "\n", encoding="ascii")
-            return await self._start(spec, image)
+            return await self._start(spec, image, fresh=True)
         except BaseException:
             await self.delete(spec.id, {})
             raise
@@ -177,11 +177,11 @@ class LocalBackend:
             image = self.images.version(spec.image, digest)
         return await self._start(spec, image)
 
-    async def _start(self, spec: SandboxSpec, image: Image) -> Started:
+    async def _start(self, spec: SandboxSpec, image: Image, *, fresh: bool = False) -> Started:
         async with self._starts:
-            return await self._start_now(spec, image)
+            return await self._start_now(spec, image, fresh)
 
-    async def _start_now(self, spec: SandboxSpec, image: Image) -> Started:
+    async def _start_now(self, spec: SandboxSpec, image: Image, fresh: bool) -> Started:
         assert self._bundle is not None and self._uids is not None, "open() first"
         base = self._dir(spec.id)
         uid_base = await asyncio.to_thread(self._own_layer, base, spec.id)
@@ -207,7 +207,7 @@ class LocalBackend:
             "env": spec.env,
             "workdir": spec.workdir,
         }
-        config.update(await self._layer(base))
+        config.update(await self._layer(base, fresh))
         report = await self._zygote().spawn(config)
         if "error" in report:
             raise Unavailable(f"sandbox init: {report['error']}")
@@ -221,14 +221,15 @@ class LocalBackend:
         await self._wait_ready(socket_path, spec.id, base)
         return Started(Endpoint(f"unix:{socket_path}", spec.token), image.digest, handle)
 
-    async def _layer(self, base: Path) -> dict[str, str]:
-        """Where the sandbox's writable layer is: inside its disk image, or (made before disk quotas) plain dirs."""
+    async def _layer(self, base: Path, fresh: bool) -> dict[str, str]:
+        """Where the sandbox's writable layer is: inside its disk image, or (made before disk quotas) plain dirs.
+        ``fresh``: the image was made by this create (a new file no loop device can hold yet)."""
         image = base / disk.IMAGE_NAME
         if not image.exists():
             return {"upper": str(base / "upper"), "work": str(base / "work")}
         # The previous run's mount must be gone before the image is mounted again: two ext4 mounts of
         # one image would corrupt it. It goes with that run's last process, so this rarely waits.
-        if not await _detached(image):
+        if not fresh and not await _detached(image):
             raise Unavailable(f"the disk of sandbox {base.name} is still attached to {disk.attached_loops(image)} "
                               "from its previous run; try again")
         mount = base / "disk"
@@ -373,12 +374,13 @@ async def _detached(image: Path) -> bool:
     deadline = time.monotonic() + _DETACH_TIMEOUT_S
     # One scan of every loop device finds the holders; the poll then reads only theirs, and a last full
     # scan confirms none is left (one attached meanwhile is found there, as the old per-poll scans would).
+    # The poll reads a file or two of sysfs (memory, never a disk): on the event loop, not a thread hop each.
     while holders := await asyncio.to_thread(disk.attached_loops, image):
         while holders:
             if time.monotonic() > deadline:
                 return False
             await asyncio.sleep(0.01)
-            holders = await asyncio.to_thread(disk.attached_loops, image, holders)
+            holders = disk.attached_loops(image, holders)
     return True
 
 
