@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grove.errors import Invalid, Unavailable
+from router.local import kernfiles
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids", "cpu")
@@ -71,7 +72,7 @@ class CgroupSet:
 
     def _write(self, controller: str, name: str, value: str) -> None:
         try:
-            (self.path(controller) / name).write_text(value)
+            kernfiles.write(self.path(controller) / name, value)
         except OSError as exc:
             raise Invalid(f"cannot set {controller}/{name}={value}: {exc.strerror}") from exc
 
@@ -80,7 +81,7 @@ class CgroupSet:
         found: set[int] = set()
         for controller in CONTROLLERS:
             with contextlib.suppress(OSError):
-                found.update(int(p) for p in (self.path(controller) / "cgroup.procs").read_text().split())
+                found.update(int(p) for p in kernfiles.read(self.path(controller) / "cgroup.procs").split())
         return found
 
     def oom_control(self) -> str:
@@ -90,8 +91,8 @@ class CgroupSet:
     def oom_kills(self) -> int:
         """How many processes the OOM killer ended in this cgroup so far (0 if it cannot be read)."""
         try:
-            text = Path(self.oom_control()).read_text(encoding="ascii")
-        except OSError:
+            text = kernfiles.read(self.oom_control()).decode("ascii")
+        except (OSError, UnicodeDecodeError):
             return 0
         for line in text.splitlines():
             if line.startswith("oom_kill "):

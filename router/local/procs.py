@@ -6,12 +6,13 @@ import contextlib
 import os
 import signal
 
+from router.local import kernfiles
+
 
 def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot, or None if it is gone or a zombie."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
+        raw = kernfiles.read(f"/proc/{pid}/stat")
     except OSError:
         return None
     fields = raw[raw.rfind(b")") + 2 :].split()
