@@ -200,6 +200,12 @@ def test_templates_are_copied_sparsely_and_only_the_recent_ones_kept(tmp_path: P
     kept = sorted(p.name for p in (tmp_path / "disk-templates").iterdir())
     assert len(kept) == KEPT_TEMPLATES and not first.exists()
     assert templates.template(64).exists()  # made again when asked for again
+    # Copies after the first use the template's data map found then: the map of the template made again,
+    # not the removed one's.
+    for name in ("b.img", "c.img"):
+        templates.make_image(64, tmp_path / name)
+        assert subprocess.run(["cmp", str(templates.template(64)), str(tmp_path / name)]).returncode == 0
+        assert (tmp_path / name).stat().st_blocks * 512 < MIB
 
 
 def test_attached_loops_finds_the_device_holding_an_image_until_it_detaches(tmp_path: Path) -> None:
