@@ -138,6 +138,27 @@ class InternalError(GroveError):
     status = 500
 
 
+class BatchFailed(GroveError):
+    """Some items of a batch create (``create_many``) failed. Never on the wire: the SDK raises it after the
+    batch's answer, so the sandboxes that were made are not lost with the error. ``created`` holds them by
+    their index in the batch — the caller's, to use or to close — and ``errors`` each failed item's error
+    by its index (``retry_after`` is the longest any of them asked for)."""
+
+    code = "batch_failed"
+    status = 207  # some items made, some not: what the HTTP call itself answered was a 200
+
+    def __init__(self, created: dict[int, Any], errors: dict[int, GroveError], total: int) -> None:
+        first = min(errors)
+        waits = [e.retry_after for e in errors.values() if e.retry_after is not None]
+        super().__init__(f"{len(errors)} of {total} creates failed (the first, item {first}: "
+                         f"{errors[first].code}: {errors[first].message}); {len(created)} sandboxes were made "
+                         "and are in .created: use them or close them", retry_after=max(waits) if waits else None)
+        self.created = created
+        self.errors = errors
+        self.total = total
+        """How many sandboxes the batch asked for."""
+
+
 _BY_CODE: dict[str, type[GroveError]] = {
     cls.code: cls
     for cls in (

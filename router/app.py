@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,11 +24,13 @@ from router.appkeys import SERVICE, service_of
 from router.artifacts_api import get_artifact, list_artifacts, list_sandbox_artifacts
 from router.auth import KeyRing
 from router.backends.base import Backend
+from router.batch import create_sandboxes
 from router.datapath import exec_handler, read_capped, transfer
 from router.journal import Journal
 from router.keepwarm import keep_warm
 from router.models import (
     ArtifactQuery,
+    BatchCreateRequest,
     CreateRequest,
     Empty,
     EventsRequest,
@@ -45,18 +46,15 @@ from router.proxy import StreamAborted, Upstreams
 from router.recorder import Recorder
 from router.records_api import get_live_trajectory, get_trajectory, list_trajectories, post_artifacts, post_events
 from router.registry import SAFE_ID_RE, Registry, SandboxRecord
-from router.replies import reply
+from router.replies import error_of, reply
 from router.runs_api import get_run_file, list_run_files, put_run_file
 from router.service import SandboxService
 from router.settings import RouterSettings
 from router.snapshot_api import snapshot_upload
-from router.statedisk import storage_error
 from router.storage import open_storage
 from router.swerex import swerex_handler
 from router.ui import UI_ROUTES
 from router.ui import install as install_viewer
-
-log = logging.getLogger("grove.router")
 
 KEYS = web.AppKey("keys", KeyRing)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -160,6 +158,9 @@ ROUTES: list[Route] = [
     Route("GET", "/healthz", healthz, "Health of the router", public=True),
     Route("GET", "/v1/openapi.json", openapi, "This API's OpenAPI 3 document", public=True),
     Route("POST", "/v1/sandboxes", create_sandbox, "Create a sandbox", body=CreateRequest),
+    Route("POST", "/v1/sandboxes/batch", create_sandboxes,
+          "Create up to 1,000 sandboxes in one call; each item answered on its own, in order",
+          body=BatchCreateRequest),
     Route("GET", "/v1/sandboxes", list_sandboxes, "List live sandboxes (?label=k=v, ?status=)"),
     Route("GET", "/v1/sandboxes/{id}", get_sandbox, "A sandbox's status"),
     Route("DELETE", "/v1/sandboxes/{id}", delete_sandbox, "Delete a sandbox and everything in it"),
@@ -232,13 +233,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         else:
             err = InternalError(exc.text or exc.reason)
     except Exception as exc:
-        full = storage_error(exc, request.app[SERVICE].settings.state_dir)
-        if full is not None:  # not a bug: the operator has to free space, the message says where
-            log.warning("%s %s: %s", request.method, request.path, full.message)
-            err = full
-        else:
-            log.exception("unhandled error on %s %s", request.method, request.path)
-            err = InternalError(f"router error: {type(exc).__name__}: {exc}")
+        err = error_of(exc, request.app[SERVICE].settings.state_dir, f"{request.method} {request.path}")
     response = reply(request, err.to_body(), status=err.status)
     if isinstance(err, RequestTimeout):
         response.force_close()  # the rest of a stalled body must not hold the connection (or a place) open

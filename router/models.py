@@ -77,6 +77,21 @@ class CreateRequest:
         }
 
 
+MAX_BATCH = 1000
+"""Most sandboxes one ``POST /v1/sandboxes/batch`` may ask for (the SDK splits larger asks)."""
+
+
+@dataclass(frozen=True)
+class BatchCreateRequest:
+    """Create many sandboxes in one call (``POST /v1/sandboxes/batch``); each item is answered on its own."""
+
+    # Only the published shape: the handler validates each item on its own (router/batch.py), so one bad
+    # item is that item's error, not the batch's. The limit is in prose, not `maxItems`: a fuzzer's boundary
+    # case would otherwise be 1,000 sandboxes.
+    sandboxes: list[CreateRequest] = spec(f"the creates, each exactly a `POST /v1/sandboxes` body, answered in this "
+                                          f"order (1 to {MAX_BATCH:,} items)")
+
+
 @dataclass(frozen=True)
 class Event:
     """One harness event: a model message, a tool call, a reward, the task's result."""

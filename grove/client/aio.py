@@ -9,7 +9,7 @@ import io
 import os
 import tarfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,8 +18,18 @@ import msgpack
 
 from grove import wire
 from grove.client.artifacts import Artifact, AsyncArtifacts, sandbox_artifacts
+from grove.client.batch import batch_bodies, send
 from grove.client.results import ExecResult
-from grove.errors import Conflict, GroveError, Invalid, NotFound, Unauthorized, Unavailable, error_from_body
+from grove.errors import (
+    BatchFailed,
+    Conflict,
+    GroveError,
+    Invalid,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+    error_from_body,
+)
 
 T = TypeVar("T")
 DEFAULT_URL = "http://127.0.0.1:8470"
@@ -134,6 +144,27 @@ class AsyncGrove:
         if heartbeat:
             sandbox.start_heartbeat()
         return sandbox
+
+    async def create_many(self, count_or_bodies: int | Sequence[Mapping[str, Any]], image: str = "default", *,
+                          heartbeat: bool = True, **options: Any) -> builtins.list[AsyncSandbox]:
+        """Create many sandboxes in one call per 1,000 (``POST /v1/sandboxes/batch``): ``count_or_bodies`` is
+        how many (each with ``image`` and ``options``, the fields :meth:`create` takes), or one body per
+        sandbox (its fields over ``image`` and ``options``). Returns them in order, heart-beating as
+        :meth:`create`'s do. With ``request_id``, item ``i`` uses ``f"{request_id}-{i}"``: calling again
+        with the same arguments returns the same sandboxes, never new ones.
+
+        If any item fails (a bad body, the router's limit, a start that failed), raises
+        :class:`grove.errors.BatchFailed` once all are answered: its ``created`` holds the sandboxes that
+        were made (by index; yours to use or close) and ``errors`` each failed item's error by index."""
+        answers = await send(self, batch_bodies(count_or_bodies, image, options))
+        made = {i: AsyncSandbox(self, a) for i, a in enumerate(answers) if not isinstance(a, GroveError)}
+        if heartbeat:
+            for sandbox in made.values():
+                sandbox.start_heartbeat()
+        errors = {i: a for i, a in enumerate(answers) if isinstance(a, GroveError)}
+        if errors:
+            raise BatchFailed(made, errors, len(answers))
+        return list(made.values())
 
     async def attach(self, sandbox_id: str) -> AsyncSandbox:
         """A handle on an existing sandbox (no automatic heartbeat)."""

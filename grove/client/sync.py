@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,6 +14,7 @@ from grove.client.artifacts import Artifact, AsyncArtifacts
 from grove.client.download import Progress
 from grove.client.pull import PullReport
 from grove.client.results import ExecResult
+from grove.errors import BatchFailed
 
 T = TypeVar("T")
 
@@ -58,6 +59,17 @@ class Grove:
     def create(self, image: str = "default", **options: Any) -> Sandbox:
         """Create a sandbox; see :meth:`AsyncGrove.create`."""
         return Sandbox(self._loop, self._loop.run(self._async.create(image, **options)))
+
+    def create_many(self, count_or_bodies: int | Sequence[Mapping[str, Any]], image: str = "default",
+                    **options: Any) -> builtins.list[Sandbox]:
+        """Create many sandboxes in one call per 1,000; see :meth:`AsyncGrove.create_many`. A
+        :class:`grove.errors.BatchFailed` carries these synchronous handles in ``created``."""
+        try:
+            made = self._loop.run(self._async.create_many(count_or_bodies, image, **options))
+        except BatchFailed as exc:
+            created = {i: Sandbox(self._loop, inner) for i, inner in exc.created.items()}
+            raise BatchFailed(created, exc.errors, exc.total) from None
+        return [Sandbox(self._loop, inner) for inner in made]
 
     def attach(self, sandbox_id: str) -> Sandbox:
         """A handle on an existing sandbox."""

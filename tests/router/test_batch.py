@@ -1,0 +1,148 @@
+"""Batch creates (``POST /v1/sandboxes/batch``, the SDK's ``create_many``) through a real router: each item
+goes the single create's way (pool claims, fresh starts, request ids) and is answered on its own."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from http.client import HTTPConnection
+from typing import Any
+
+import pytest
+
+from grove.client import AsyncGrove, Grove
+from grove.client.batch import batch_bodies
+from grove.errors import BadRequest, BatchFailed, Invalid, NotFound
+from router.batch import items_of
+from tests.support.router_fixtures import RouterProcess, error_of, wait_for
+
+BATCH = "/v1/sandboxes/batch"
+# Not the API's defaults, so no other create on the shared router matches the pool by spec.
+POOL_RESOURCES = {"cpu": 0.5, "memory_mb": 288, "pids_max": 128, "disk_mb": 256}
+
+
+def _batch(router: RouterProcess, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    reply = router.http("POST", BATCH, json_body={"sandboxes": items}, timeout=120)
+    assert reply.status == 200, reply.body[:1000]
+    answers: list[dict[str, Any]] = reply.json()["sandboxes"]
+    assert len(answers) == len(items)
+    return answers
+
+
+def test_batch_of_plain_creates(router: RouterProcess, grove: Grove) -> None:
+    answers = _batch(router, [{"memory_mb": 256, "env": {"N": str(i)}, "metadata": {"task_id": f"t{i}"}}
+                              for i in range(3)])
+    assert [a["status"] for a in answers] == ["ready"] * 3
+    assert [a["metadata"]["task_id"] for a in answers] == ["t0", "t1", "t2"]  # request order
+    assert len({a["id"] for a in answers}) == 3
+    assert {a["id"] for a in answers} <= router.live_ids()
+    for i, answer in enumerate(answers):
+        assert grove.attach(answer["id"]).exec("echo $N").stdout == f"{i}\n".encode()
+
+
+def test_batch_claims_what_the_pool_has_and_starts_the_rest(router: RouterProcess, grove: Grove) -> None:
+    grove.create_pool("batchpool", size=2, resources=POOL_RESOURCES)
+    wait_for(lambda: (p := grove.pool("batchpool"))["ready"] == 2 and p["starting"] == 0, 90, what="pool filled")
+    members = {path.stem for path in router.layout.records.glob("sb-*.json")
+               if json.loads(path.read_text()).get("pool") == "batchpool"}
+    answers = _batch(router, [{"pool": "batchpool", "env": {"I": str(i)}} for i in range(3)])
+    assert [a["status"] for a in answers] == ["ready"] * 3
+    assert all(a["resources"] == POOL_RESOURCES for a in answers)
+    ids = {a["id"] for a in answers}
+    assert len(ids & members) == 2, "the batch did not claim both ready members"
+    shown = grove.pool("batchpool")
+    assert (shown["claims"], shown["misses"]) == (2, 1)
+    for i, answer in enumerate(answers):
+        assert grove.attach(answer["id"]).exec("echo $I").stdout == f"{i}\n".encode()
+    grove.delete_pool("batchpool")
+
+
+def test_a_bad_item_gets_its_own_error_and_the_others_are_made(router: RouterProcess, grove: Grove) -> None:
+    before = router.live_ids()
+    answers = _batch(router, [{"memory_mb": 256}, {"cpu": "two"}, {"pool": "no-such-pool"}, 7,
+                              {"memory_mb": 256, "workdir": "relative"}, {"memory_mb": 256, "metadata": {"x": 1}}])
+    good = [answers[0]]
+    assert answers[0]["status"] == "ready"
+    codes = [a["error"]["code"] for a in answers[1:]]
+    assert codes == ["bad_request", "not_found", "bad_request", "invalid", "bad_request"], answers
+    assert "sandboxes[1].cpu" in answers[1]["error"]["message"]
+    assert "no-such-pool" in answers[2]["error"]["message"]
+    assert "sandboxes[3] must be an object" in answers[3]["error"]["message"]
+    assert "sandboxes[5].metadata" in answers[5]["error"]["message"]
+    assert router.live_ids() - before == {a["id"] for a in good}  # nothing half-made for the bad ones
+    assert grove.attach(answers[0]["id"]).exec("true").exit_code == 0
+
+
+def test_a_batch_of_the_wrong_shape_is_refused_whole(router: RouterProcess) -> None:
+    before = router.live_ids()
+    over = router.http("POST", BATCH, json_body={"sandboxes": [{}] * 1001})
+    assert over.status == 400
+    message = error_of(over)["message"]
+    assert "1,001" in message and "at most 1,000" in message and "split" in message
+    for body in ({"sandboxes": []}, {"sandboxes": {}}, {"sandboxes": [{}], "wait": False}, [{}]):
+        assert router.http("POST", BATCH, json_body=body).status == 400, body
+    assert router.live_ids() == before
+
+
+def test_a_retried_batch_returns_the_same_sandboxes_even_after_a_disconnect(router: RouterProcess,
+                                                                            grove: Grove) -> None:
+    items = [{"memory_mb": 256, "request_id": f"retry-batch-{i}", "metadata": {"labels": {"batch": "retry"}}}
+             for i in range(3)]
+    # The client goes away once the router took the batch up, before the answer: the creates still finish
+    # and their sandboxes stay the router's (listed, deletable).
+    conn = HTTPConnection("127.0.0.1", router.port, timeout=30)
+    conn.request("POST", BATCH, body=json.dumps({"sandboxes": items}).encode(),
+                 headers={"Authorization": f"Bearer {router.key}", "Content-Type": "application/json"})
+    wait_for(lambda: grove.list({"batch": "retry"}), 60, interval=0.01, what="the batch taken up")
+    conn.close()
+    listed = wait_for(lambda: (found := grove.list({"batch": "retry"})) and len(found) == 3 and
+                      all(s["status"] == "ready" for s in found) and found, 60, what="the batch's sandboxes")
+    again = _batch(router, items)
+    assert {a["id"] for a in again} == {s["id"] for s in listed}
+    # The same request_id with another body is that item's conflict, not the batch's.
+    changed = _batch(router, [items[0], {**items[1], "memory_mb": 300}])
+    assert changed[0]["id"] == again[0]["id"] and changed[1]["error"]["code"] == "conflict"
+    assert len(grove.list({"batch": "retry"})) == 3
+
+
+def test_sdk_create_many(router: RouterProcess, grove: Grove) -> None:
+    made = grove.create_many(2, memory_mb=256, request_id="sdk-many", metadata={"labels": {"batch": "sdk"}})
+    assert [sb.exec("echo hi").stdout for sb in made] == [b"hi\n", b"hi\n"]
+    assert [sb.id for sb in grove.create_many(2, memory_mb=256, request_id="sdk-many",
+                                              metadata={"labels": {"batch": "sdk"}})] == [sb.id for sb in made]
+    with pytest.raises(BatchFailed) as failed:
+        grove.create_many([{"memory_mb": 256}, {"pool": "no-such-pool"}], heartbeat=False)
+    assert set(failed.value.created) == {0} and isinstance(failed.value.errors[1], NotFound)
+    kept = failed.value.created[0]
+    assert kept.id in router.live_ids()  # made, handed over to the caller, never lost with the error
+    kept.close()
+    assert kept.id not in router.live_ids()
+    for sb in made:
+        sb.close()
+
+    async def run() -> list[str]:
+        async with AsyncGrove(router.url, router.key) as client:
+            sandboxes = await client.create_many([{"env": {"K": "a"}}, {"env": {"K": "b"}}], memory_mb=256)
+            outputs = [(await sb.exec("echo $K")).stdout.decode() for sb in sandboxes]
+            for sb in sandboxes:
+                await sb.close()
+            return outputs
+
+    assert asyncio.run(run()) == ["a\n", "b\n"]
+
+
+@pytest.mark.fast
+def test_batch_bodies_and_shape() -> None:
+    bodies = batch_bodies(3, "default", {"pool": "p", "request_id": "r", "env": {"A": "1"}})
+    assert [b["request_id"] for b in bodies] == ["r-0", "r-1", "r-2"]
+    assert all("image" not in b and b["pool"] == "p" for b in bodies)  # a claim's image is its pool's
+    mixed = batch_bodies([{"cpu": 2.0}, {"request_id": "own", "image": "other"}], "img", {"cpu": 1.0})
+    assert mixed[0]["cpu"] == 2.0 and mixed[0]["image"] == "img" and len(mixed[0]["request_id"]) == 32
+    assert mixed[1] == {"image": "other", "cpu": 1.0, "request_id": "own"}
+    for wrong in (0, [], True, "3"):
+        with pytest.raises(Invalid):
+            batch_bodies(wrong, "default", {})  # type: ignore[arg-type]
+    assert items_of({"sandboxes": [{}]}) == [{}]
+    for shape in ([], {"sandboxes": None}, {"sandboxes": []}, {"sandboxes": [{}] * 1001}, {"x": 1}):
+        with pytest.raises(BadRequest):
+            items_of(shape)
