@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from grove.errors import (
         BadGateway,
         BadRequest,
+        BatchFailed,
         Conflict,
         Forbidden,
         GroveError,
@@ -36,8 +37,9 @@ if TYPE_CHECKING:
 
 _SDK = ("DEFAULT_URL", "AsyncGrove", "AsyncSandbox", "ExecResult", "Grove", "Sandbox")
 _ERRORS = (
-    "BadGateway", "BadRequest", "Conflict", "Forbidden", "GroveError", "InsufficientStorage", "InternalError",
-    "Invalid", "MethodNotAllowed", "NotFound", "TooLarge", "Unauthorized", "Unavailable", "UpstreamTimeout",
+    "BadGateway", "BadRequest", "BatchFailed", "Conflict", "Forbidden", "GroveError", "InsufficientStorage",
+    "InternalError", "Invalid", "MethodNotAllowed", "NotFound", "TooLarge", "Unauthorized", "Unavailable",
+    "UpstreamTimeout",
 )
 _LAZY = {**dict.fromkeys(_SDK, "grove.client"), **dict.fromkeys(_ERRORS, "grove.errors")}
 
@@ -47,6 +49,7 @@ __all__ = [
     "AsyncSandbox",
     "BadGateway",
     "BadRequest",
+    "BatchFailed",
     "Conflict",
     "ExecResult",
     "Forbidden",

@@ -4,7 +4,8 @@
 local backend) and, on it: the quiet exec latency of ``["true"]`` and of each burst command against
 their floors; idle sandboxes' memory and CPU; sandboxes scaled to zero and their cold start; the
 sequential create latency; then one burst per size (:mod:`perf.burst`), with the CPU of each by role and a
-leak check around the largest; the largest again with a warm pool filled first (:mod:`perf.pooled`); and
+leak check around the largest; the largest again with a warm pool filled first (:mod:`perf.pooled`), its
+creates one request each, then all in one batch create; and
 the floor, the same work in bare isolated shells with no grove (:mod:`perf.floor`), in the same run.
 Writes ``perf/results/burst.json``, ``burst_timeline.png``,
 ``burst_cdf.png`` and the "Burst" section of ``perf/README.md``. Everything it started is removed, also
@@ -97,6 +98,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             bursts[str(n)], results[n] = one_burst(router, group, n, args.concurrency)
         largest = max(sizes)
         pooled = pooled_burst(router, group, largest, args.concurrency) if args.pooled else None
+        # The same again with every claim in one batch create: what per-request claims cost shows in the gap.
+        pooled_batch = pooled_burst(router, group, largest, args.concurrency, batched=True) if args.pooled else None
         _wait_empty(router)
         time.sleep(2.0)
         # The same work with no grove at all, in the same run (the router idle meanwhile).
@@ -117,6 +120,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "bursts": bursts,
         "floor": bare,
         "pooled": pooled,
+        "pooled_batch": pooled_batch,
         "cleanup": router.cleanup,
         "cpu_accounting": group is not None,
     }
@@ -154,7 +158,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-floor", dest="floor", action="store_false",
                         help="skip the floor: the largest burst's work in bare isolated shells (perf/floor.py)")
     parser.add_argument("--no-pooled", dest="pooled", action="store_false",
-                        help="skip the pooled burst: a warm pool of the largest size filled, then claimed")
+                        help="skip the pooled bursts: a warm pool of the largest size filled, then claimed "
+                             "(one request per create, then one batch create)")
     args = parser.parse_args(argv)
     sigterm_as_exit()
     report: dict[str, Any] = {

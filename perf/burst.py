@@ -136,7 +136,7 @@ def peak_alive(runs: list[SandboxRun]) -> int:
     return peak
 
 
-def _kind(phase: str, exc: BaseException) -> str:
+def kind(phase: str, exc: BaseException) -> str:
     code = getattr(exc, "code", None)
     return f"{phase}: {type(exc).__name__}" + (f" ({code})" if isinstance(code, str) else "")
 
@@ -150,37 +150,43 @@ async def _one(grove: AsyncGrove, run: SandboxRun, t0: float, gate: asyncio.Sema
         try:
             sandbox: AsyncSandbox = await grove.create("default", pool=pool)
         except Exception as exc:
-            run.errors.append((_kind("create", exc), str(exc)))
+            run.errors.append((kind("create", exc), str(exc)))
             return
         run.ready = time.perf_counter() - t0
-        created, ready = sandbox.info.get("created_at"), sandbox.info.get("ready_at")
-        if isinstance(created, float) and isinstance(ready, float):
-            run.server_create_s = ready - created
-        if isinstance(created, float) and wall0:
-            run.router_took = created - wall0
-        try:
-            for name, command, check in COMMANDS:
-                sent = time.perf_counter() - t0
-                try:
-                    result = await sandbox.exec(command)
-                except Exception as exc:
-                    run.errors.append((_kind(f"exec {name}", exc), str(exc)))
-                    continue
-                run.execs.append((name, sent, time.perf_counter() - t0))
-                if result.exit_code != 0 or not check(result):
-                    message = f"exit {result.exit_code}, stdout {result.stdout[:200]!r}, stderr {result.stderr[:200]!r}"
-                    run.errors.append((f"exec {name}: WrongOutput", message))
-        finally:
-            run.delete_sent = time.perf_counter() - t0
-            try:
-                await sandbox.close()
-            except Exception as exc:
-                run.errors.append((_kind("delete", exc), str(exc)))
-            else:
-                run.deleted = time.perf_counter() - t0
+        await drive(sandbox, run, t0, wall0)
     finally:
         if gate is not None:
             gate.release()
+
+
+async def drive(sandbox: AsyncSandbox, run: SandboxRun, t0: float, wall0: float = 0.0) -> None:
+    """A created sandbox's part of the burst: the router's own create times noted, the four commands, the
+    delete (whatever happened to the commands)."""
+    created, ready = sandbox.info.get("created_at"), sandbox.info.get("ready_at")
+    if isinstance(created, float) and isinstance(ready, float):
+        run.server_create_s = ready - created
+    if isinstance(created, float) and wall0:
+        run.router_took = created - wall0
+    try:
+        for name, command, check in COMMANDS:
+            sent = time.perf_counter() - t0
+            try:
+                result = await sandbox.exec(command)
+            except Exception as exc:
+                run.errors.append((kind(f"exec {name}", exc), str(exc)))
+                continue
+            run.execs.append((name, sent, time.perf_counter() - t0))
+            if result.exit_code != 0 or not check(result):
+                message = f"exit {result.exit_code}, stdout {result.stdout[:200]!r}, stderr {result.stderr[:200]!r}"
+                run.errors.append((f"exec {name}: WrongOutput", message))
+    finally:
+        run.delete_sent = time.perf_counter() - t0
+        try:
+            await sandbox.close()
+        except Exception as exc:
+            run.errors.append((kind("delete", exc), str(exc)))
+        else:
+            run.deleted = time.perf_counter() - t0
 
 
 async def burst(url: str, key: str, n: int, *, concurrency: int = 0, pool: str | None = None) -> BurstResult:
@@ -194,7 +200,7 @@ async def burst(url: str, key: str, n: int, *, concurrency: int = 0, pool: str |
         wall = time.perf_counter() - t0
     for run, outcome in zip(runs, outcomes, strict=True):
         if isinstance(outcome, BaseException):  # a bug in this driver must show, not vanish
-            run.errors.append((_kind("driver", outcome), str(outcome)))
+            run.errors.append((kind("driver", outcome), str(outcome)))
     return BurstResult(n, concurrency, wall, runs)
 
 

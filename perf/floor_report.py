@@ -1,5 +1,6 @@
-"""The burst report's "Against the floor" part: the largest burst, with and without a warm pool, as a
-multiple of the same work in bare isolated shells (:mod:`perf.floor`), and the CPU per sandbox by role."""
+"""The burst report's "Against the floor" part: the largest burst, with and without a warm pool (its claims a
+request each, or all in one batch create), as a multiple of the same work in bare isolated shells
+(:mod:`perf.floor`), and the CPU per sandbox by role."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ def lines(report: dict[str, Any]) -> list[str]:
         return []
     big = report["bursts"].get(str(bare["n"]))
     pooled = report.get("pooled")
+    runs = (("grove burst", big), ("grove burst, warm pool (a request per create)", pooled),
+            ("grove burst, warm pool (one batch create)", report.get("pooled_batch")))
     out = [
         f"### Against the floor ({bare['n']:,} sandboxes)",
         "",
@@ -27,7 +30,7 @@ def lines(report: dict[str, Any]) -> list[str]:
         f"| floor (no grove) | {bare['success_rate'] * 100:.1f} % | {bare['wall_s']:.1f} | 1.00 | - | "
         f"{bare['cpu_ms_per_shell']:.1f} |",
     ]
-    for name, run in (("grove burst", big), ("grove burst, warm pool", pooled)):
+    for name, run in runs:
         if run:
             cpu = run["cpu"]["cpu_ms_per_sandbox"].get("machine", float("nan"))
             out.append(f"| {name} | {run['success_rate'] * 100:.1f} % | {run['end_to_end_s']:.1f} | "
@@ -35,7 +38,7 @@ def lines(report: dict[str, Any]) -> list[str]:
     out += ["", "CPU per sandbox by role (ms; `machine` is everything the machine did, divided by the sandboxes):", "",
             "| run | " + " | ".join(r.removeprefix("grove_") for r in _ROLES) + " |",
             "|---|" + "---:|" * len(_ROLES)]
-    for name, run in (("grove burst", big), ("grove burst, warm pool", pooled)):
+    for name, run in runs:
         if run:
             per = run["cpu"]["cpu_ms_per_sandbox"]
             out.append(f"| {name} | " + " | ".join(f"{per[r]:.1f}" if r in per else "-" for r in _ROLES) + " |")

@@ -1,6 +1,7 @@
 """The burst with a warm pool: the pool filled first (as during a training step), then the burst's creates
-claim from it. Reports the fill, the idle memory of a pooled sandbox, and the burst as :mod:`perf.burst`
-measures it, with its CPU by role."""
+claim from it — one request per create, or all of them in one batch create (``create_many``). Reports the
+fill, the idle memory of a pooled sandbox, and the burst as :mod:`perf.burst` measures it, with its CPU by
+role."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import json
 import time
 from typing import Any
 
+from grove.client import AsyncGrove
+from grove.errors import BatchFailed, GroveError
 from perf import burst_phases, cpuacct
-from perf.burst import burst
+from perf.burst import BurstResult, SandboxRun, burst, drive, kind
 from perf.common import Router
 from perf.router_phases import idle_memory
 
@@ -29,9 +32,38 @@ def _members(router: Router) -> list[str]:
     return ids
 
 
+async def batched_burst(url: str, key: str, n: int, pool: str) -> BurstResult:
+    """The burst's creates as one ``create_many(n, pool=pool)``: each sandbox's create latency runs from the
+    batch sent to the batch's answer (which carries every sandbox); then each sandbox's four commands and
+    delete as :func:`perf.burst.burst` runs them, all at once."""
+    runs = [SandboxRun(i) for i in range(n)]
+    async with AsyncGrove(url, key, timeout_s=600) as grove:
+        t0, wall0 = time.perf_counter(), time.time()
+        try:
+            made = dict(enumerate(await grove.create_many(n, pool=pool)))
+        except BatchFailed as exc:
+            made = exc.created
+            for i, err in exc.errors.items():
+                runs[i].errors.append((kind("create", err), str(err)))
+        except GroveError as exc:  # the call itself failed: every create did
+            made = {}
+            for run in runs:
+                run.errors.append((kind("create", exc), str(exc)))
+        answered = time.perf_counter() - t0
+        for i in made:
+            runs[i].ready = answered
+        outcomes = await asyncio.gather(*(drive(made[i], runs[i], t0, wall0) for i in made), return_exceptions=True)
+        wall = time.perf_counter() - t0
+    for i, outcome in zip(made, outcomes, strict=True):
+        if isinstance(outcome, BaseException):  # a bug in this driver must show, not vanish
+            runs[i].errors.append((kind("driver", outcome), str(outcome)))
+    return BurstResult(n, 0, wall, runs)
+
+
 def pooled_burst(router: Router, group: cpuacct.CpuGroup | None, n: int, concurrency: int,
-                 settle_s: float = 5.0) -> dict[str, Any]:
-    """Fill a pool of ``n`` (default resources, as the burst's creates), then burst ``n`` claims on it."""
+                 settle_s: float = 5.0, *, batched: bool = False) -> dict[str, Any]:
+    """Fill a pool of ``n`` (default resources, as the burst's creates), then burst ``n`` claims on it: one
+    request per create, or (``batched``) one batch create of all ``n``."""
     api = router.api(timeout_s=120)
     try:
         api.call("POST", "/v1/pools", {"name": POOL, "size": n})
@@ -46,7 +78,10 @@ def pooled_burst(router: Router, group: cpuacct.CpuGroup | None, n: int, concurr
         memory = idle_memory(router, _members(router))
         meter = burst_phases.CpuMeter(group)
         meter.start()
-        result = asyncio.run(burst(router.url, router.key, n, concurrency=concurrency, pool=POOL))
+        if batched:
+            result = asyncio.run(batched_burst(router.url, router.key, n, POOL))
+        else:
+            result = asyncio.run(burst(router.url, router.key, n, concurrency=concurrency, pool=POOL))
         cpu = meter.stop(n)
         api.close()  # idle through the burst, longer than the router's keep-alive: a new connection
         shown = api.call("GET", f"/v1/pools/{POOL}")
@@ -55,8 +90,9 @@ def pooled_burst(router: Router, group: cpuacct.CpuGroup | None, n: int, concurr
         api.close()
     report = result.report()
     report.update(cpu=cpu, fill_s=round(fill_s, 3), idle_memory_per_pooled_sandbox=memory,
-                  claims=shown["claims"], misses=shown["misses"])
-    print(f"pooled burst of {n}: pool filled in {fill_s:.1f} s; {report['success_rate'] * 100:.1f}% ok in "
+                  claims=shown["claims"], misses=shown["misses"], batched=batched)
+    how = " (one batch create)" if batched else ""
+    print(f"pooled burst of {n}{how}: pool filled in {fill_s:.1f} s; {report['success_rate'] * 100:.1f}% ok in "
           f"{report['end_to_end_s']:.1f} s, create p50 {report['create']['p50_ms']:.1f} ms (taken up by the router "
           f"after {report['create_until_taken_up'].get('p50_ms', 0):.1f} ms p50), "
           f"{shown['claims']} claims, {shown['misses']} misses", flush=True)

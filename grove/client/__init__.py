@@ -8,6 +8,9 @@
 Stored artifacts come back through ``grove.artifacts`` (``list``, ``get``, ``url``, ``pull``; by sandbox,
 task or run, every fetch checked against the recorded sha256) and ``sandbox.artifacts()``.
 
+``grove.create_many(n_or_bodies, ...)`` asks for many sandboxes in one call (``POST /v1/sandboxes/batch``);
+if some fail, :class:`grove.errors.BatchFailed` carries the ones made, so none is lost with the error.
+
 Errors come back as the router's own :mod:`grove.errors` classes. Create and exec carry a
 ``request_id``, so retrying them after a dropped connection never makes two sandboxes or runs a
 command twice; nothing else is retried.
