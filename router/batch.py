@@ -4,7 +4,9 @@ once instead of in a thousand requests.
 Each item is exactly a ``POST /v1/sandboxes`` body, validated by the same model and created by the same
 :meth:`router.service.SandboxService.create` (idempotency by ``request_id``, pool naming and matching, a
 fresh start when the pool is empty, the router's limits), all of them concurrently. The answer lists, in
-request order, each item's public record or its own error body: one item failing fails no other.
+request order, each item's public record or its own error body: one item failing fails no other. The
+claims' hand-overs to their executors wait until the answer is sent (:data:`router.claims.HAND_OVER_AFTER`):
+it is the one answer all of them wait for, and each sandbox's first call waits for its hand-over anyway.
 
 Nothing made is lost: every sandbox is registered (listed, deletable, reaped when its client's heartbeats
 stop) before its item is answered, and the creates run on even if the client goes away mid-batch. A
@@ -15,6 +17,7 @@ same sandboxes back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from aiohttp import web
@@ -23,6 +26,7 @@ from grove import wire
 from grove.errors import BadRequest
 from grove.schema import parse
 from router.appkeys import service_of
+from router.claims import HAND_OVER_AFTER
 from router.datapath import read_capped
 from router.models import MAX_BATCH, CreateRequest
 from router.replies import error_of, reply
@@ -35,10 +39,21 @@ async def create_sandboxes(request: web.Request) -> web.Response:
     body = wire.decode(await read_capped(request, service.settings.max_body_bytes), request.content_type)
     items = items_of(body)
     what = f"{request.method} {request.path}"
-    # Shielded: a client gone mid-batch does not cut creates off half-way (each one's sandbox is
-    # registered as usual, and found again by a retry with the same request_ids).
-    answers = await asyncio.shield(asyncio.gather(*(_create(service, item, i, what) for i, item in enumerate(items))))
-    return reply(request, {"sandboxes": answers})
+    answered = asyncio.Event()
+    held = HAND_OVER_AFTER.set(answered)  # the items' tasks, made below, inherit it
+    try:
+        # Shielded: a client gone mid-batch does not cut creates off half-way (each one's sandbox is
+        # registered as usual, and found again by a retry with the same request_ids).
+        answers = await asyncio.shield(
+            asyncio.gather(*(_create(service, item, i, what) for i, item in enumerate(items))))
+        response = reply(request, {"sandboxes": answers})
+        with contextlib.suppress(ConnectionError):  # gone: aiohttp sees it again as it finishes the response
+            await response.prepare(request)
+            await response.write_eof()
+    finally:
+        HAND_OVER_AFTER.reset(held)
+        answered.set()  # whatever happened: no hand-over waits past the batch
+    return response
 
 
 def items_of(body: Any) -> list[Any]:

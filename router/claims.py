@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import secrets
 import time
 from collections.abc import Coroutine
@@ -18,6 +19,12 @@ from router.models import CreateRequest
 from router.pool_filler import Pool, same_image
 from router.registry import SandboxRecord
 from router.starting import InFlight, StartHost
+
+HAND_OVER_AFTER: contextvars.ContextVar[asyncio.Event | None] = contextvars.ContextVar("hand_over_after",
+                                                                                     default=None)
+"""Set by a batch create around its items (each item's task inherits it): their hand-overs wait for this
+event, set once the batch is answered, so that a thousand executor round trips and record writes do not
+queue the one answer every claim of the batch waits for (router/batch.py)."""
 
 
 class ClaimHost(StartHost, Protocol):
@@ -71,12 +78,12 @@ class Claims(InFlight):
                 raise
             if req.request_id:
                 service.registry.by_request_id[req.request_id] = record.id
-            self._tasks[record.id] = asyncio.create_task(self._hand_over(record, previous))
+            self._tasks[record.id] = asyncio.create_task(self._hand_over(record, previous, HAND_OVER_AFTER.get()))
             record.status, record.ready_at = "ready", time.time()
             return record
         return None
 
-    async def _hand_over(self, record: SandboxRecord, previous: Endpoint) -> None:
+    async def _hand_over(self, record: SandboxRecord, previous: Endpoint, after: asyncio.Event | None) -> None:
         """Make a claimed member its claimant's: the backend relabels it and keeps the claim's secrets for
         a restart; the executor swaps in a fresh app with the claim's token, env and workdir (the pool
         token stops working). Nothing ran in the member before: no files or processes of anyone's.
@@ -85,8 +92,10 @@ class Claims(InFlight):
         queue the answers behind each other); every call that reaches the executor
         (``Scaling.endpoint``) and a delete wait for it first, so no call meets the pool's app, and
         a failed hand-over fails the sandbox with its reason, which the first call answers (409) and the
-        trajectory records."""
+        trajectory records. A batch's claims begin theirs once the batch is answered (``after``)."""
         service = self._service
+        if after is not None:
+            await after.wait()
         try:
             env = await service.backend.claim(record.spec(), record.handle)
             await service.upstreams.post_json(previous, "/v1/claim",

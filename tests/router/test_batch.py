@@ -4,6 +4,7 @@ goes the single create's way (pool claims, fresh starts, request ids) and is ans
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from http.client import HTTPConnection
 from typing import Any
@@ -14,6 +15,7 @@ from grove.client import AsyncGrove, Grove
 from grove.client.batch import batch_bodies
 from grove.errors import BadRequest, BatchFailed, Invalid, NotFound
 from router.batch import items_of
+from router.models import CreateRequest, Metadata
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
 
 BATCH = "/v1/sandboxes/batch"
@@ -143,6 +145,10 @@ def test_batch_bodies_and_shape() -> None:
         with pytest.raises(Invalid):
             batch_bodies(wrong, "default", {})  # type: ignore[arg-type]
     assert items_of({"sandboxes": [{}]}) == [{}]
+    # The summary every answer and claim builds by hand is what the reflective copy would give.
+    req = CreateRequest(metadata=Metadata(task_id="t", labels={"k": "v"}))
+    assert req.summary()["metadata"] == dataclasses.asdict(req.metadata)
+    assert req.summary()["metadata"]["labels"] is not req.metadata.labels
     for shape in ([], {"sandboxes": None}, {"sandboxes": []}, {"sandboxes": [{}] * 1001}, {"x": 1}):
         with pytest.raises(BadRequest):
             items_of(shape)
