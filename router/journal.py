@@ -103,6 +103,20 @@ class Journal:
         finally:
             os.close(fd)
 
+    def prepare(self, sandbox_id: str) -> None:
+        """Make a pool member's journal ahead, empty, for its claim's :meth:`start` to fill: making a file
+        costs this disk ~0.3 ms (more while other writes fsync), writing into one a tenth of that, and a
+        claim pays it on the event loop, before the answer a whole burst's claims wait for."""
+        os.close(os.open(self._path(sandbox_id), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+
+    def unused(self, sandbox_id: str) -> bool:
+        """Whether the journal was made ahead and never started (nothing in it, nothing held): there is no
+        trajectory in it to store."""
+        try:
+            return self._path(sandbox_id).stat().st_size == 0 and not self._held.get(sandbox_id)
+        except FileNotFoundError:
+            return False
+
     def exists(self, sandbox_id: str) -> bool:
         """Whether a journal is there."""
         return self._path(sandbox_id).exists()

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from grove.errors import GroveError, NotFound
 from router.backends.base import Backend, Started
+from router.journal import Journal
 from router.models import CreateRequest, PoolRequest
 from router.registry import Registry, SandboxRecord, new_id
 from router.settings import RouterSettings
@@ -48,6 +49,7 @@ class PoolHost(Protocol):
     settings: RouterSettings
     backend: Backend
     registry: Registry
+    journal: Journal
 
     async def delete(self, sandbox_id: str, *, reason: str = ...) -> SandboxRecord:
         """Delete a sandbox (a pool member too)."""
@@ -152,10 +154,13 @@ class Filler:
         await service.registry.store(record)
         service.registry.add(record)
         try:
+            # Its journal made now, off the event loop, so that its claim only writes into it (Journal.prepare).
+            await asyncio.to_thread(service.journal.prepare, record.id)
             started = await service.start_member(record)
         except BaseException:
             service.registry.unlink(record.id)
             service.registry.drop(record)
+            service.journal.remove(record.id)
             raise
         if started is None:  # deleted (pool deleted or shrunk) while it started
             return

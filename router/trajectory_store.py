@@ -30,6 +30,8 @@ class TrajectoryStore:
     async def store(self, sandbox_id: str) -> None:
         """Hand the finished journal to the trajectory store (S3 or its spool), then drop it."""
         if self._trajectories is None:
+            if self._journal.unused(sandbox_id):  # an unclaimed pool member's, made ahead: nothing to keep
+                self._journal.remove(sandbox_id)
             return  # no storage configured: the journal stays in the state dir, nothing is lost
         try:
             where = await asyncio.to_thread(self._store_journal, self._trajectories, sandbox_id)
@@ -59,6 +61,9 @@ class TrajectoryStore:
         """Read, store and drop a journal, in one worker thread (each step may wait for a disk or S3, none
         of them on the event loop); None if there is no journal."""
         if not self._journal.exists(sandbox_id):
+            return None
+        if self._journal.unused(sandbox_id):  # an unclaimed pool member's, made ahead: no trajectory
+            self._journal.remove(sandbox_id)
             return None
         record = self._journal.record(sandbox_id)
         record["sandbox"].setdefault("id", sandbox_id)  # a journal torn before its header still names it

@@ -56,7 +56,18 @@ def test_batch_claims_what_the_pool_has_and_starts_the_rest(router: RouterProces
     assert (shown["claims"], shown["misses"]) == (2, 1)
     for i, answer in enumerate(answers):
         assert grove.attach(answer["id"]).exec("echo $I").stdout == f"{i}\n".encode()
+    # Members' journals are made ahead, empty (a claim only writes into its own); the claims' hold their
+    # trajectories, and the unclaimed members' (the refill) go with them, with nothing stored.
+    journals = router.layout.journals
+    assert all((journals / f"{i}.msgpack").stat().st_size > 0 for i in ids)
+    wait_for(lambda: (p := grove.pool("batchpool"))["ready"] == 2 and p["starting"] == 0, 90, what="pool refilled")
+    refilled = {p.stem for p in router.layout.records.glob("sb-*.json")
+                if json.loads(p.read_text()).get("pool") == "batchpool"}
+    assert len(refilled) == 2
+    assert all((journals / f"{m}.msgpack").stat().st_size == 0 for m in refilled)
     grove.delete_pool("batchpool")
+    assert {p.stem for p in journals.glob("sb-*.msgpack")} == ids
+    assert all(router.http("GET", f"/v1/trajectories/{m}").status == 404 for m in refilled)
 
 
 def test_a_bad_item_gets_its_own_error_and_the_others_are_made(router: RouterProcess, grove: Grove) -> None:
