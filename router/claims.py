@@ -41,15 +41,23 @@ class Claims(InFlight):
     def __init__(self, service: ClaimHost) -> None:
         super().__init__()
         self._service = service
+        self._claiming = 0
 
     def handing(self) -> bool:
-        """Whether any hand-over is in flight."""
-        return bool(self._tasks)
+        """Whether any claim or hand-over is in flight (a burst of claims: pool filling waits for it)."""
+        return bool(self._tasks) or self._claiming > 0
 
     async def claim(self, pool: Pool, req: CreateRequest) -> SandboxRecord | None:
         """Hand a ready member of the pool to this create, or None if the pool has none (or only members
         of an image since replaced). Everything of the request the member was not made with is applied
         here; see :meth:`_hand_over`."""
+        self._claiming += 1
+        try:
+            return await self._claim(pool, req)
+        finally:
+            self._claiming -= 1
+
+    async def _claim(self, pool: Pool, req: CreateRequest) -> SandboxRecord | None:
         service = self._service
         if not req.workdir.startswith("/"):
             raise Invalid("'workdir' must be an absolute path")

@@ -62,6 +62,15 @@ class CreateRequest:
     pool: str | None = spec("claim a ready sandbox from this warm pool (its image, resources and network; "
                             "an empty pool makes a fresh one)", default=None, max_len=63)
 
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, nested models as dicts: ``dataclasses.asdict`` (a deep copy by reflection, 13 % of
+        the event loop in a batch of claims, which write records twice each) without the reflection."""
+        data = dict(vars(self))
+        data["env"] = dict(self.env)
+        data["network"] = {"egress": self.network.egress, "allow": list(self.network.allow)}
+        data["metadata"] = {**vars(self.metadata), "labels": dict(self.metadata.labels)}
+        return data
+
     def summary(self) -> dict[str, Any]:
         """The sandbox's configuration in the one shape the API, the trajectory and the viewer all show."""
         return {

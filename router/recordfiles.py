@@ -5,8 +5,8 @@ An fsync on this machine's ext4 takes about 3 ms of waiting for the disk. A sand
 three to four times (created, ready, deleting; a claim twice), and a burst of 1,000 creates or claims
 asks for thousands of writes at once: one fsync each queued them behind each other on the disk. Here
 one writer thread takes every write waiting, appends them all to the write-ahead log
-(:mod:`router.recordlog`) with one ``fdatasync``, then replaces the record files without an fsync of
-their own, and only then answers the writes' callers: when a write returns, the record is durable (in
+(:mod:`router.recordlog`) with one ``fdatasync``, then overwrites the record files in place without an
+fsync of their own, and only then answers the writes' callers: when a write returns, the record is durable (in
 the log) and its file shows it. A full disk still raises in the caller when the append fails (which is
 cut back off the log); a file that cannot be replaced after its append lags the log until it can be
 (the log, not the file, is what a restart trusts).
@@ -165,7 +165,7 @@ class RecordFiles:
     def current(self) -> dict[str, bytes]:
         """Every record as last written, by id: the files, and the writes they lag behind (before any new
         write is asked for; what a starting router loads)."""
-        found = {path.stem: path.read_bytes() for path in self.dir.glob("sb-*.json")}
+        found = {path.stem: path.read_bytes() for path in self.dir.glob("sb-*.json") if path.stem not in self._stale}
         for sid, (op, data) in self._stale.items():
             if op == WRITE:
                 found[sid] = data

@@ -56,20 +56,24 @@ def log_path(directory: Path, seq: int) -> Path:
 
 
 def write_file(directory: Path, sandbox_id: str, data: bytes, *, durable: bool) -> None:
-    """Replace ``<id>.json`` whole (temp file, rename); fsynced only if ``durable`` (the log already is)."""
-    tmp = directory / f".tmp-{sandbox_id}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    """Replace the contents of ``<id>.json`` in place; fsynced only if ``durable`` (the log already is).
+
+    In place, not through a temp file and a rename: the log, not the file, is what a crash is recovered
+    from (a file torn by one differs from its log entry, which a start writes again; a log is removed
+    only once the files it touched are synced whole). Overwriting an existing file's blocks costs about
+    8 us here against 135 us for creating and renaming a temp file in the directory, and needs no free
+    space when the record is no longer than it was."""
+    fd = os.open(directory / f"{sandbox_id}.json", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
-        os.replace(tmp, directory / f"{sandbox_id}.json")
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+        view = memoryview(data)
+        at = 0
+        while at < len(data):
+            at += os.pwrite(fd, view[at:], at)
+        os.ftruncate(fd, len(data))
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def remove_file(directory: Path, sandbox_id: str) -> None:
@@ -111,7 +115,7 @@ def _contents(path: Path) -> bytes | None:
 
 def replay(directory: Path) -> tuple[int, dict[str, tuple[bytes, bytes]], list[int]]:
     """Bring the record files up to every log an earlier router left, make them durable and remove the logs
-    (and temp files a crash left). Returns the number of the next log to write, and, if some file could
+    (and temp files an older router's crash left). Returns the number of the next log to write, and, if some file could
     not be written (a full disk), the newest (op, data) of each such id and the logs kept for them."""
     for stale in directory.glob(".tmp-*"):
         stale.unlink(missing_ok=True)

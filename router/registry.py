@@ -70,7 +70,7 @@ class SandboxRecord:
             workdir=req.workdir,
             network=req.network,
             token=self.token,
-            labels={k: v for k, v in dataclasses.asdict(req.metadata).items() if isinstance(v, str)},
+            labels={k: v for k, v in vars(req.metadata).items() if isinstance(v, str)},
             idle_timeout_s=req.idle_timeout_s,
             ttl_s=req.ttl_s,
             disk_mb=req.disk_mb,
@@ -97,7 +97,7 @@ class SandboxRecord:
 
     def matches(self, labels: dict[str, str]) -> bool:
         """Whether every ``k=v`` filter matches a metadata field or label."""
-        meta = dataclasses.asdict(self.request.metadata)
+        meta = dict(vars(self.request.metadata))
         flat = {**meta.pop("labels"), **{k: v for k, v in meta.items() if v is not None}}
         return all(flat.get(k) == v for k, v in labels.items())
 
@@ -106,7 +106,7 @@ class SandboxRecord:
         # Field by field rather than dataclasses.asdict(self), which deep-copies every value: this runs on
         # every state change, on the event loop. Only the request nests dataclasses.
         data = {f.name: getattr(self, f.name) for f in _DISK_FIELDS}
-        data["request"] = dataclasses.asdict(self.request)
+        data["request"] = self.request.to_dict()
         return data
 
     @classmethod

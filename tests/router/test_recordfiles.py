@@ -6,6 +6,7 @@ left empty, stale or missing, a torn last frame) loses no write that returned.""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from router import recordlog
+from router.models import CreateRequest, Metadata, NetworkModel
 from router.recordfiles import RecordFiles
 
 pytestmark = pytest.mark.fast  # real files in a temp dir, no router: `make test-fast`
@@ -131,3 +133,30 @@ def test_rotated_logs_are_checkpointed_away(tmp_path: Path) -> None:
     assert files.commits >= 30
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{sid}.json" for sid in ids[20:])
     assert (tmp_path / f"{ids[-1]}.json").read_bytes() == b"y" * 1000
+
+
+def test_a_file_that_cannot_be_written_lags_its_log_and_nothing_is_lost(tmp_path: Path) -> None:
+    """A logged write whose file cannot be replaced (here a directory in its place; on a full disk, a file
+    that needs a new block) still returns: the log has it, the files' view shows it, the log is not
+    checkpointed away, and a start reads it from the log until the file can be written."""
+    files = RecordFiles(tmp_path)
+    blocked = tmp_path / f"{ID}.json"
+    blocked.mkdir()
+    files.write(ID, b'{"n": 1}')
+    assert files.current() == {ID: b'{"n": 1}'}
+    files.close()
+    assert list(tmp_path.glob("wal-*.log")), "the log stays while a file lags it"
+
+    assert RecordFiles(tmp_path).current() == {ID: b'{"n": 1}'}  # replay cannot write it either: read from the log
+    blocked.rmdir()
+    again = RecordFiles(tmp_path)  # now it can
+    assert blocked.read_bytes() == b'{"n": 1}' and again.current() == {ID: b'{"n": 1}'}
+    assert [p.name for p in tmp_path.iterdir()] == [f"{ID}.json"]
+
+
+def test_a_request_on_disk_is_what_asdict_gives() -> None:
+    """``CreateRequest.to_dict`` (the records' fast path) writes the same JSON as ``dataclasses.asdict``."""
+    req = CreateRequest(env={"A": "1"}, network=NetworkModel("allow", ("10.0.0.0/8:443",)),
+                        metadata=Metadata(task_id="t", labels={"k": "v"}), request_id="r")
+    assert json.dumps(req.to_dict(), sort_keys=True) == json.dumps(dataclasses.asdict(req), sort_keys=True)
+    assert req.to_dict()["env"] is not req.env  # a copy: the record on disk never aliases the request
