@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import re
+import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +66,7 @@ MARKERS = {
     "mini": "env = GroveEnvironment(",
     "swerex": "rt = RemoteRuntime(",
     "artifacts": 'grove.artifacts.pull("./out", run_id="run-7")',
+    "many": 'grove.create_many(n, pool="swe"',
 }
 
 
@@ -163,3 +165,24 @@ def test_getting_artifacts_back(user: RouterProcess, tmp_path: Path) -> None:
     assert (tmp_path / "out" / sandbox_id / "workspace" / "out" / "answer.txt").read_bytes() == b"42\n"
     with urllib.request.urlopen(namespace["url"], timeout=10) as resp:
         assert resp.read() == b"42\n"
+
+
+def test_many_at_once(user: RouterProcess) -> None:
+    """The batch example, at a test's scale: 3 sandboxes from a pool of 2 (two claims, one fresh start), and
+    the same call again (a retry after a timeout, say) returns the same sandboxes, making none."""
+    with Grove(user.url, user.key) as grove:
+        grove.create_pool("swe", size=2, resources={"cpu": 0.5, "memory_mb": 256})
+        try:
+            deadline = time.monotonic() + 60
+            while grove.pool("swe")["ready"] < 2:
+                assert time.monotonic() < deadline, grove.pool("swe")
+                time.sleep(0.2)
+            first = run_block(block(MARKERS["many"]), {"grove": grove, "n": 3, "step": 7})["sandboxes"]
+            again = run_block(block(MARKERS["many"]), {"grove": grove, "n": 3, "step": 7})["sandboxes"]
+            assert [sb.id for sb in again] == [sb.id for sb in first] and len({sb.id for sb in first}) == 3
+            assert grove.pool("swe")["claims"] == 2
+            assert [sb.exec("echo ok").stdout for sb in first] == [b"ok\n"] * 3
+            for sb in first:
+                sb.close()
+        finally:
+            grove.delete_pool("swe")
