@@ -53,6 +53,21 @@ def parse(model: type[T], body: Any, where: str = "body") -> T:
     return model(**values)
 
 
+def check_field(model: Any, name: str, value: Any, where: str = "body") -> Any:
+    """One field of a body, checked as :func:`parse` checks it, and what ``parse`` would set it to (its
+    default when the field is optional and the value null or absent): a batch's items, alike but for their request ids, are parsed once and
+    only the field that differs is checked for each."""
+    field = _fields(model)[name]
+    tp = _hints(model)[name]
+    if value is None and _optional(tp):
+        if field.default is not dataclasses.MISSING:
+            return field.default
+        if field.default_factory is not dataclasses.MISSING:
+            return field.default_factory()
+        raise BadRequest(f"{where}: field {name!r} is required")
+    return _check(tp, value, f"{where}.{name}" if where != "body" else name, field.metadata)
+
+
 def parse_query(model: type[T], query: Mapping[str, str]) -> T:
     """Validate query parameters against ``model``: numbers and booleans are converted from their text
     first (``1``/``true``/``0``/``false`` for a boolean), then checked like a body."""
@@ -76,6 +91,12 @@ def _from_text(tp: Any, text: str, name: str) -> Any:
             kind = "an integer" if tp is int else "a number"
             raise BadRequest(f"query parameter {name!r} must be {kind}, got {text!r}") from None
     return text
+
+
+@functools.cache
+def _fields(model: Any) -> dict[str, dataclasses.Field[Any]]:
+    """A model's fields by name (once per model)."""
+    return {f.name: f for f in dataclasses.fields(model)}
 
 
 @functools.cache

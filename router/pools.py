@@ -171,16 +171,19 @@ class Pools:
             return req
         return self.as_create(self._pools[req.pool], req)
 
-    def take(self, pool: Pool) -> SandboxRecord | None:
-        """Take a ready member out of the pool (no await: two claims never get the same one)."""
+    def take(self, pool: Pool, *, count_miss: bool = True) -> SandboxRecord | None:
+        """Take a ready member out of the pool (no await: two claims never get the same one); none there
+        counts as the pool's miss unless the caller counts it later."""
         for record in self._service.registry.members(pool.definition.name):
             if record.status == "ready":
                 record.status = "pending"  # taken: no other claim, no reaper, no resize touches it now
                 pool.claims += 1
                 self._filler.wake()
                 return record
-        pool.misses += 1
+        if count_miss:
+            pool.misses += 1
         return None
+
 
 def _show(value: Any) -> str:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

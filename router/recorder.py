@@ -9,6 +9,7 @@ sandbox's :class:`~router.journal.Journal` as it happens.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
@@ -46,6 +47,12 @@ class Recorder:
     def start(self, record: SandboxRecord) -> None:
         """Open the trajectory with the sandbox's metadata."""
         self.journal.start(record.id, self.metadata(record))
+
+    async def start_many(self, records: list[SandboxRecord]) -> dict[str, OSError]:
+        """:meth:`start` for many sandboxes (a batch of claims): their journals written in one worker-thread
+        hop. The ones that failed, by id (a full disk), with why."""
+        starts = [(record.id, self.metadata(record)) for record in records]
+        return await asyncio.get_running_loop().run_in_executor(None, self.journal.start_many, starts)
 
     def metadata(self, record: SandboxRecord) -> dict[str, Any]:
         """The trajectory's sandbox metadata: the API's summary of it, flattened, plus what only the record knows."""

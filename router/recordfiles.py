@@ -80,6 +80,19 @@ class RecordFiles:
         done = self._submit(WRITE, sandbox_id, data, Future())
         await asyncio.shield(asyncio.wrap_future(done))
 
+    async def write_many_async(self, files: list[tuple[str, bytes]]) -> None:
+        """Replace many files durably as one group (one log append, one fsync, one wake of the event loop):
+        a batch of claims. They land together, or the call raises what their append raised."""
+        if not files:
+            return
+        done: Future[None] = Future()
+        with self._lock:  # queued at once: the writer takes them in one commit
+            for sid, data in files[:-1]:
+                self._queue_entry(WRITE, sid, data, None)
+            sid, data = files[-1]
+            self._queue_entry(WRITE, sid, data, done)
+        await asyncio.shield(asyncio.wrap_future(done))
+
     def discard(self, sandbox_id: str) -> None:
         """Remove the file after any write of it in flight; nothing waits for it (the file of a deleted
         sandbox: a router restarted before it is gone deletes that sandbox again)."""
@@ -93,16 +106,20 @@ class RecordFiles:
         self._submit(REMOVE, sandbox_id, b"", None)
 
     def _submit(self, op: bytes, sandbox_id: str, data: bytes, done: Future[None] | None) -> Future[None]:
+        with self._lock:
+            self._queue_entry(op, sandbox_id, data, done)
+        return done if done is not None else Future()
+
+    def _queue_entry(self, op: bytes, sandbox_id: str, data: bytes, done: Future[None] | None) -> None:
+        """Queue one write or removal for the writer thread (started if it is not running); under the lock."""
         if len(sandbox_id.encode()) > 255:
             raise ValueError(f"record id too long: {sandbox_id[:40]}...")
-        with self._lock:
-            self._queue.append((op, sandbox_id, data, done))
-            if self._writer is None:
-                self._closing = False
-                self._writer = threading.Thread(target=self._write_loop, name="grove-records", daemon=True)
-                self._writer.start()
-            self._wake.notify()
-        return done if done is not None else Future()
+        self._queue.append((op, sandbox_id, data, done))
+        if self._writer is None:
+            self._closing = False
+            self._writer = threading.Thread(target=self._write_loop, name="grove-records", daemon=True)
+            self._writer.start()
+        self._wake.notify()
 
     # -- the writer thread -------------------------------------------------------------------------
 

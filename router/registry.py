@@ -118,8 +118,12 @@ class SandboxRecord:
         return cls(request=CreateRequest(**req), **data)
 
 
+_ENCODER = json.JSONEncoder(check_circular=False)
+"""A record is a tree of plain values: no cycle to look for (the check costs a third of the encoding)."""
+
+
 def _encode(record: SandboxRecord) -> bytes:
-    return json.dumps(record.to_disk()).encode()  # one C-encoder call, one write (json.dump writes per token)
+    return _ENCODER.encode(record.to_disk()).encode()  # one C-encoder call, one write (json.dump writes per token)
 
 
 _MEMORY_ONLY = ("last_activity", "inflight")
@@ -171,6 +175,11 @@ class Registry:
         """:meth:`save`, with the wait for the disk in a worker thread (the event loop serves other calls
         meanwhile); the record as it is now is what lands, after any earlier write of it."""
         await self._files.write_async(record.id, _encode(record))
+
+    async def store_many(self, records: list[SandboxRecord]) -> None:
+        """:meth:`store` for many records as one group: all durable when it returns, or none acknowledged
+        (a batch of claims)."""
+        await self._files.write_many_async([(record.id, _encode(record)) for record in records])
 
     async def close(self) -> None:
         """Wait for the writes in flight."""

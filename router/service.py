@@ -23,6 +23,7 @@ from router.backends.base import Backend, Endpoint, Started
 from router.claims import Claims
 from router.models import CreateRequest
 from router.outflow import ByteBudget
+from router.pool_filler import Pool
 from router.pools import Pools
 from router.proxy import Upstreams
 from router.reaper import Reaper
@@ -158,6 +159,33 @@ class SandboxService:
                 return claimed
             req = self.pools.as_create(pool, req)
         return await self.starts.create(req)
+
+    def is_new_request(self, request_id: str | None) -> bool:
+        """Whether no create with this ``request_id`` made a sandbox or is making one (None: not idempotent)."""
+        return request_id is None or (request_id not in self._requests
+                                      and request_id not in self.registry.by_request_id)
+
+    async def claim_many(self, pool: Pool, req: CreateRequest,
+                         request_ids: list[str | None]) -> list[SandboxRecord | Exception | None]:
+        """Claims from ``pool`` for many creates that differ only in their ``request_id``, each new
+        (:meth:`is_new_request`; the caller sends the others through :meth:`create`, which finds their
+        sandbox), as :meth:`create` would make each (:meth:`router.claims.Claims.claim_group`). A create
+        with one of these ids arriving meanwhile waits for this, as for a create in flight."""
+        # Checked again here, not only by the caller: a create with one of the ids may have come in since.
+        fresh = [self.is_new_request(request_id) for request_id in request_ids]
+        new = [request_id for request_id, ok in zip(request_ids, fresh, strict=True) if ok]
+        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ids = [request_id for request_id in new if request_id]
+        for request_id in ids:
+            self._requests[request_id] = written
+        try:
+            claimed = iter(await self.claims.claim_group(pool, self.pools.as_create(pool, req), new))
+        finally:
+            for request_id in ids:
+                del self._requests[request_id]
+            written.set_result(None)
+        # An id no longer new gets None: the caller creates it on its own, which finds its first sandbox.
+        return [next(claimed) if ok else None for ok in fresh]
 
     async def delete(self, sandbox_id: str, *, reason: str = "deleted by request") -> SandboxRecord:
         """Kill everything of the sandbox and forget it (its id then answers ``deleted``)."""

@@ -9,9 +9,10 @@ import pytest
 from executor.models import ExecRequest
 from executor.settings import ExecutorSettings
 from grove.api import EXEC_FIELDS, ExecBody
-from grove.errors import BadRequest
-from grove.schema import json_schema
+from grove.errors import BadRequest, GroveError
+from grove.schema import check_field, json_schema, parse
 from router.app import ROUTES
+from router.models import CreateRequest
 from router.openapi import build_spec
 
 pytestmark = pytest.mark.fast  # pure logic: `make test-fast`
@@ -65,3 +66,19 @@ def test_every_query_route_publishes_its_parameters() -> None:
         parse_query(ArtifactQuery, {"limit": "five"})
     with pytest.raises(BadRequest, match="color"):
         parse_query(ArtifactQuery, {"color": "red"})
+
+
+@pytest.mark.parametrize("value", [None, "r-1", "", 7, "x" * 200, "x" * 201, "a\x00b", ["r"]])
+def test_one_field_checked_alone_is_what_parse_makes_of_it(value: Any) -> None:
+    # A batch parses the first of its alike items and checks only the request id of the others.
+    where = "sandboxes[3]"
+    try:
+        expected: Any = parse(CreateRequest, {"pool": "p", "request_id": value}, where).request_id
+    except GroveError as exc:
+        with pytest.raises(type(exc)) as raised:
+            check_field(CreateRequest, "request_id", value, where)
+        assert str(raised.value) == str(exc)
+    else:
+        assert check_field(CreateRequest, "request_id", value, where) == expected
+    with pytest.raises(BadRequest, match=r"'sandboxes\[3\]\.env' must be an object"):
+        check_field(CreateRequest, "env", None, where)  # null is no value for a field that is not optional

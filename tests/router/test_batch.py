@@ -70,6 +70,41 @@ def test_batch_claims_what_the_pool_has_and_starts_the_rest(router: RouterProces
     assert all(router.http("GET", f"/v1/trajectories/{m}").status == 404 for m in refilled)
 
 
+def test_items_alike_but_for_request_ids_claim_as_a_group(router: RouterProcess, grove: Grove) -> None:
+    # create_many's shape: one body, each item with its own request id. They are claimed together (one
+    # record write for all); what the group cannot serve goes the single create's way, each item answered
+    # as a create of its own would be.
+    grove.create_pool("grouppool", size=3, resources=POOL_RESOURCES)
+    wait_for(lambda: (p := grove.pool("grouppool"))["ready"] == 3 and p["starting"] == 0, 90, what="pool filled")
+    members = {path.stem for path in router.layout.records.glob("sb-*.json")
+               if json.loads(path.read_text()).get("pool") == "grouppool"}
+    body = {"pool": "grouppool", "metadata": {"labels": {"batch": "group"}}}
+    items = [{**body, "request_id": f"group-{i}"} for i in range(4)]
+    items += [{**body, "request_id": "group-1"}, {**body, "request_id": "x" * 201}, {**body}]
+    answers = _batch(router, items)
+    assert answers[5]["error"]["code"] == "invalid" and "sandboxes[5].request_id" in answers[5]["error"]["message"]
+    made = answers[:5] + answers[6:]
+    assert [a["status"] for a in made] == ["ready"] * 6, answers
+    ids = [a["id"] for a in made]
+    assert ids[4] == ids[1], "a request id twice in one batch is one sandbox"
+    assert set(ids[:3]) == members, "the group did not claim the pool's members"
+    assert ids[3] not in members and ids[5] not in members  # the pool ran dry: started afresh
+    shown = grove.pool("grouppool")
+    assert (shown["claims"], shown["misses"]) == (3, 2)  # each create the pool could not serve, once
+    for i, sandbox_id in enumerate(ids[:4]):
+        record = json.loads((router.layout.records / f"{sandbox_id}.json").read_text())
+        assert record["pool"] is None and record["request"]["request_id"] == f"group-{i}"
+        assert record["request"]["metadata"]["labels"] == {"batch": "group"}
+        assert (router.layout.journals / f"{sandbox_id}.msgpack").stat().st_size > 0
+        assert grove.attach(sandbox_id).exec("echo ok").stdout == b"ok\n"
+    again = _batch(router, items[:5])
+    assert [a["id"] for a in again] == ids[:5], "a retried batch must return the same sandboxes"
+    grove.delete_pool("grouppool")
+    for sandbox_id in set(ids):
+        grove.attach(sandbox_id).close()
+    assert not set(ids) & router.live_ids()
+
+
 def test_a_bad_item_gets_its_own_error_and_the_others_are_made(router: RouterProcess, grove: Grove) -> None:
     before = router.live_ids()
     answers = _batch(router, [{"memory_mb": 256}, {"cpu": "two"}, {"pool": "no-such-pool"}, 7,
