@@ -110,7 +110,7 @@ async def _create_all(service: SandboxService, items: list[Any], what: str) -> l
             continue
         for i, request_id, outcome in zip(group.indexes, group.request_ids, outcomes, strict=True):
             if outcome is None:
-                alone.append((i, dataclasses.replace(group.req, request_id=request_id), group.given))
+                alone.append((i, group.req.with_request_id(request_id), group.given))
             elif isinstance(outcome, Exception):
                 answers[i] = _error(service, outcome, i, what)
             else:
@@ -142,7 +142,7 @@ def _alike(service: SandboxService, items: list[Any], answers: list[dict[str, An
                 groups.append(group)
                 request_id = req.request_id
             if not service.is_new_request(request_id) or request_id in seen:
-                alone.append((i, dataclasses.replace(group.req, request_id=request_id), group.given))
+                alone.append((i, group.req.with_request_id(request_id), group.given))
                 continue
             if request_id is not None:
                 seen.add(request_id)

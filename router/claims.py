@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import dataclasses
 import secrets
 import time
 from collections.abc import Coroutine
@@ -92,7 +91,7 @@ class Claims(InFlight):
             taken: list[tuple[SandboxRecord, Endpoint]] = []
             try:
                 for request_id in request_ids:
-                    one = self._take(pool, dataclasses.replace(req, request_id=request_id), digest, count_miss=False)
+                    one = self._take(pool, req.with_request_id(request_id), digest, count_miss=False)
                     if one is None:
                         break
                     taken.append(one)

@@ -71,6 +71,14 @@ class CreateRequest:
         data["metadata"] = {**vars(self.metadata), "labels": dict(self.metadata.labels)}
         return data
 
+    def with_request_id(self, request_id: str | None) -> CreateRequest:
+        """This create with another (already checked) request id: ``dataclasses.replace`` without running
+        ``__init__`` again, a sixth of its cost (a batch of 1,000 claims makes one per item)."""
+        clone = object.__new__(CreateRequest)
+        clone.__dict__.update(self.__dict__)
+        object.__setattr__(clone, "request_id", request_id)
+        return clone
+
     def summary(self) -> dict[str, Any]:
         """The sandbox's configuration in the one shape the API, the trajectory and the viewer all show."""
         return {

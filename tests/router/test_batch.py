@@ -191,6 +191,10 @@ def test_batch_bodies_and_shape() -> None:
         with pytest.raises(Invalid):
             batch_bodies(wrong, "default", {})  # type: ignore[arg-type]
     assert items_of({"sandboxes": [{}]}) == [{}]
+    # A batch's items share their parsed create but for the request id: the clone is the dataclass's own.
+    base = CreateRequest(pool="p", env={"A": "1"}, metadata=Metadata(labels={"k": "v"}))
+    assert base.with_request_id("r-1") == dataclasses.replace(base, request_id="r-1")
+    assert base.request_id is None and base.with_request_id(None) == base
     # The summary every answer and claim builds by hand is what the reflective copy would give.
     req = CreateRequest(metadata=Metadata(task_id="t", labels={"k": "v"}))
     assert req.summary()["metadata"] == dataclasses.asdict(req.metadata)
