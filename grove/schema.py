@@ -55,8 +55,8 @@ def parse(model: type[T], body: Any, where: str = "body") -> T:
 
 def check_field(model: Any, name: str, value: Any, where: str = "body") -> Any:
     """One field of a body, checked as :func:`parse` checks it, and what ``parse`` would set it to (its
-    default when the field is optional and the value null or absent): a batch's items, alike but for their request ids, are parsed once and
-    only the field that differs is checked for each."""
+    default when the field is optional and the value null or absent): a batch's items, alike but for
+    their request ids, are parsed once and only the field that differs is checked for each."""
     field = _fields(model)[name]
     tp = _hints(model)[name]
     if value is None and _optional(tp):
