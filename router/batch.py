@@ -5,10 +5,10 @@ Each item is exactly a ``POST /v1/sandboxes`` body, validated by the same model 
 :meth:`router.service.SandboxService.create` creates one (idempotency by ``request_id``, pool naming and
 matching, a fresh start when the pool is empty, the router's limits). Items alike but for their request
 ids (``create_many``'s) are parsed once, and those that claim from a pool are claimed as one group: one
-record write and one journal hop for all of them, where a thousand claims made one by one spent most of
-the batch in a thousand round trips to the disk threads. Every other item is created on its own, all of
-them concurrently. The answer lists, in
-request order, each item's public record or its own error body: one item failing fails no other. The
+record-log append for all of them, their journals' headers and hand-overs behind the answer, where a
+thousand claims made one by one spent most of the batch in a thousand round trips to the disk threads.
+Every other item is created on its own, all of them concurrently. The answer lists, in request order,
+each item's public record or its own error body: one item failing fails no other. The
 claims' hand-overs to their executors wait until the answer is sent (:data:`router.claims.HAND_OVER_AFTER`):
 it is the one answer all of them wait for, and each sandbox's first call waits for its hand-over anyway.
 
@@ -44,6 +44,9 @@ async def create_sandboxes(request: web.Request) -> web.Response:
     service = service_of(request)
     body = wire.decode(await read_capped(request, service.settings.max_body_bytes), request.content_type)
     items = items_of(body)
+    shared = body.get("shared", False)
+    if not isinstance(shared, bool):
+        raise BadRequest("'shared' must be true or false")
     what = f"{request.method} {request.path}"
     answered = asyncio.Event()
     held = HAND_OVER_AFTER.set(answered)  # the items' tasks, made below, inherit it
@@ -51,7 +54,7 @@ async def create_sandboxes(request: web.Request) -> web.Response:
         # Shielded: a client gone mid-batch does not cut creates off half-way (each one's sandbox is
         # registered as usual, and found again by a retry with the same request_ids).
         answers = await asyncio.shield(_create_all(service, items, what))
-        response = reply(request, {"sandboxes": answers})
+        response = reply(request, _shared(answers) if shared else {"sandboxes": answers})
         with contextlib.suppress(ConnectionError):  # gone: aiohttp sees it again as it finishes the response
             await response.prepare(request)
             await response.write_eof()
@@ -66,8 +69,8 @@ def items_of(body: Any) -> list[Any]:
     shape, an empty batch or one past :data:`MAX_BATCH` is the whole call's 400."""
     if not isinstance(body, dict):
         raise BadRequest('body must be an object: {"sandboxes": [<create body>, ...]}')
-    if unknown := sorted(set(body) - {"sandboxes"}):
-        raise BadRequest(f"body: unknown field(s) {', '.join(map(repr, unknown))}; known: sandboxes")
+    if unknown := sorted(set(body) - {"sandboxes", "shared"}):
+        raise BadRequest(f"body: unknown field(s) {', '.join(map(repr, unknown))}; known: sandboxes, shared")
     items = body.get("sandboxes")
     if not isinstance(items, list):
         raise BadRequest("'sandboxes' must be a list of create bodies (each as POST /v1/sandboxes takes)")
@@ -108,17 +111,44 @@ async def _create_all(service: SandboxService, items: list[Any], what: str) -> l
             for i in group.indexes:
                 answers[i] = _error(service, exc, i, what)
             continue
+        summary: dict[str, Any] | None = None  # the group's requests differ only in their ids: one summary
         for i, request_id, outcome in zip(group.indexes, group.request_ids, outcomes, strict=True):
             if outcome is None:
                 alone.append((i, group.req.with_request_id(request_id), group.given))
             elif isinstance(outcome, Exception):
                 answers[i] = _error(service, outcome, i, what)
             else:
-                answers[i] = outcome.public()
+                summary = summary or outcome.request.summary()
+                answers[i] = outcome.public(summary)
     made = await asyncio.gather(*(_create(service, req, given, i, what) for i, req, given in alone))
     for (i, _, _), answer in zip(alone, made, strict=True):
         answers[i] = answer
     return [answer for answer in answers if answer is not None]
+
+
+def _shared(answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The answer with ``shared``: the fields every record has alike (its configuration, and for a group
+    of claims the image digest and state) given once, and each record with only what differs from them.
+    A record is ``{**shared, **item}``; errors stay whole."""
+    records = [answer for answer in answers if "id" in answer]
+    if not records:
+        return {"shared": {}, "sandboxes": answers}
+    keys = set(records[0]) - _OWN
+    for record in records:
+        keys &= record.keys()
+    first = records[0]
+    common = {key: first[key] for key in keys}
+    for record in records:  # a group's claims share one summary object: mostly identity checks
+        for key in list(common):
+            if record[key] is not common[key] and record[key] != common[key]:
+                del common[key]
+    out = [{key: value for key, value in answer.items() if key not in common} if "id" in answer else answer
+           for answer in answers]
+    return {"shared": common, "sandboxes": out}
+
+
+_OWN = frozenset({"id", "created_at", "ready_at", "last_activity"})
+"""Fields no two sandboxes share: never in ``shared``."""
 
 
 def _alike(service: SandboxService, items: list[Any], answers: list[dict[str, Any] | None],
@@ -133,7 +163,9 @@ def _alike(service: SandboxService, items: list[Any], answers: list[dict[str, An
         where = f"sandboxes[{i}]"
         try:
             group = groups[-1] if groups else None
-            rest = {k: v for k, v in item.items() if k != "request_id"} if isinstance(item, dict) else None
+            rest = dict(item) if isinstance(item, dict) else None
+            if rest is not None:
+                rest.pop("request_id", None)
             if group is not None and rest == group.rest:
                 request_id = check_field(CreateRequest, "request_id", item.get("request_id"), where)
             else:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import contextvars
 import secrets
@@ -27,6 +28,13 @@ event, set once the batch is answered, so that a thousand executor round trips a
 queue the one answer every claim of the batch waits for (router/batch.py)."""
 
 
+def _tokens(n: int) -> list[str]:
+    """``n`` fresh executor tokens, as ``secrets.token_urlsafe(32)`` makes them, from one read of the
+    system's random source (a batch of 1,000 claims made a thousand reads)."""
+    raw = secrets.token_bytes(32 * n)
+    return [base64.urlsafe_b64encode(raw[i:i + 32]).rstrip(b"=").decode() for i in range(0, 32 * n, 32)]
+
+
 class ClaimHost(StartHost, Protocol):
     """What a claim needs of the sandbox service: what starting needs, and work behind the answer."""
 
@@ -42,6 +50,8 @@ class Claims(InFlight):
         super().__init__()
         self._service = service
         self._claiming = 0
+        self._groups: set[asyncio.Task[None]] = set()
+        """Hand-overs of whole batches (each settles its members' futures in ``_tasks``)."""
 
     def handing(self) -> bool:
         """Whether any claim or hand-over is in flight (a burst of claims: pool filling waits for it)."""
@@ -78,41 +88,70 @@ class Claims(InFlight):
 
     async def claim_group(self, pool: Pool, req: CreateRequest,
                           request_ids: list[str | None]) -> list[SandboxRecord | Exception | None]:
-        """:meth:`claim` for many creates that differ only in their ``request_id`` (a batch create's items):
-        the checks made once, the members taken in one pass, their records written as one group (one log
-        append) and their journals begun in one worker-thread hop. A batch of 1,000 claims made one by one
-        spent most of its time in a thousand such round trips. Per create: its sandbox, the error that
-        failed it (its journal could not begin: a full disk), or None (no ready member left; not counted as
-        a miss here: the caller creates it on its own, which tries the pool once more)."""
+        """:meth:`claim` for many creates that differ only in their ``request_id`` (a batch create's items),
+        as one vectorised claim: the checks made once, the members taken in one pass, their records written
+        as one group (one log append, the request they share encoded once), their journals' headers and
+        their hand-overs left to one task that runs once the batch is answered. Per create: its sandbox,
+        or None (no ready member left; not counted as a miss here: the caller creates it on its own, which
+        tries the pool once more). A failure to write the records fails them all (none was answered)."""
         self._claiming += 1
         try:
             if (digest := await self._digest_for(pool, req)) is None:
                 return [None] * len(request_ids)
             taken: list[tuple[SandboxRecord, Endpoint]] = []
             try:
-                for request_id in request_ids:
-                    one = self._take(pool, req.with_request_id(request_id), digest, count_miss=False)
+                tokens = _tokens(len(request_ids))
+                for request_id, token in zip(request_ids, tokens, strict=True):
+                    one = self._take(pool, req.with_request_id(request_id), digest, count_miss=False, token=token)
                     if one is None:
                         break
                     taken.append(one)
                 records = [record for record, _ in taken]
-                await self._service.registry.store_many(records)
+                await self._service.registry.store_group(records, req)
             except BaseException:
                 for record, _ in taken:
                     self._drop(record)
                 raise
-            failed = await self._service.recorder.start_many(records)
-            out: list[SandboxRecord | Exception | None] = []
-            for record, previous in taken:
-                if (exc := failed.get(record.id)) is not None:
-                    self._drop(record)
-                    out.append(exc)
-                else:
-                    self._claimed(record, previous)
-                    out.append(record)
+            # Durable: the claims hold. The journals' headers follow (a restart writes them from the records).
+            self._service.recorder.start_later(records)
+            self._claimed_group(taken)
+            out: list[SandboxRecord | Exception | None] = list(records)
             return out + [None] * (len(request_ids) - len(taken))
         finally:
             self._claiming -= 1
+
+    def _claimed_group(self, taken: list[tuple[SandboxRecord, Endpoint]]) -> None:
+        """:meth:`_claimed` for a group: one future per sandbox for its first call to wait on, settled by one
+        task that hands all of them over (a thousand tasks made before the answer cost more than it)."""
+        loop = asyncio.get_running_loop()
+        by_request_id = self._service.registry.by_request_id
+        now = time.time()
+        for record, _ in taken:
+            if record.request.request_id:
+                by_request_id[record.request.request_id] = record.id
+            self._tasks[record.id] = loop.create_future()
+            record.status, record.ready_at = "ready", now
+        group = asyncio.create_task(self._hand_over_group(taken, HAND_OVER_AFTER.get()))
+        self._groups.add(group)
+        group.add_done_callback(self._groups.discard)
+
+    async def _hand_over_group(self, taken: list[tuple[SandboxRecord, Endpoint]], after: asyncio.Event | None) -> None:
+        """Once the batch is answered: the journals' headers written (one worker-thread hop) while every
+        member is handed over (:meth:`_hand_over`, all at once, as a batch's single claims were)."""
+        try:
+            if after is not None:
+                await after.wait()
+            records = [record for record, _ in taken]
+            await asyncio.gather(self._service.recorder.write_started(records),
+                                 *(self._hand_over(record, previous, None) for record, previous in taken),
+                                 return_exceptions=True)
+        finally:
+            for record, _ in taken:  # whatever happened (the router closing): no first call waits forever
+                self._settled(record.id)
+
+    def tasks(self) -> list[asyncio.Future[None]]:
+        """Every hand-over in flight, the groups' own tasks included (closing the router waits for them)."""
+        return [*self._tasks.values(), *self._groups]
 
     async def _digest_for(self, pool: Pool, req: CreateRequest) -> str | None:
         """The image digest the pool's members must have to serve this create, or None if they cannot (its
@@ -126,8 +165,8 @@ class Claims(InFlight):
             return None
         return digest
 
-    def _take(self, pool: Pool, req: CreateRequest, digest: str, *,
-              count_miss: bool = True) -> tuple[SandboxRecord, Endpoint] | None:
+    def _take(self, pool: Pool, req: CreateRequest, digest: str, *, count_miss: bool = True,
+              token: str | None = None) -> tuple[SandboxRecord, Endpoint] | None:
         """A ready member of the pool made the claimant's in memory (no await: two claims never get the same
         one), with the endpoint it answers on until its hand-over (the pool's token), or None; members of
         an image since replaced are deleted on the way."""
@@ -138,7 +177,7 @@ class Claims(InFlight):
                 continue
             if (previous := record.endpoint()) is None:
                 raise InternalError(f"pool member {record.id} is ready without an endpoint")
-            record.request, record.token, record.pool = req, secrets.token_urlsafe(32), None
+            record.request, record.token, record.pool = req, token or secrets.token_urlsafe(32), None
             record.created_at = record.last_activity = time.time()
             service.registry.claimed_from(pool.definition.name, record)
             return record, previous
@@ -182,4 +221,10 @@ class Claims(InFlight):
             with contextlib.suppress(OSError):  # a full disk: the record on disk says pending; a restart retries
                 await service.registry.store(record)
         finally:
-            self._tasks.pop(record.id, None)
+            self._settled(record.id)
+
+    def _settled(self, sandbox_id: str) -> None:
+        """The sandbox's hand-over ended: no call waits for it any more (a group's future is settled)."""
+        waiter = self._tasks.pop(sandbox_id, None)
+        if waiter is not None and not isinstance(waiter, asyncio.Task) and not waiter.done():
+            waiter.set_result(None)

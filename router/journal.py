@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,11 @@ class Journal:
         self._dir = str(self.dir)
         self._held: dict[str, list[bytes]] = {}
         """Packed entries of a journal that did not fit on the disk yet, in order."""
+        self._deferred: dict[str, Callable[[], dict[str, Any]]] = {}
+        """Journals begun but whose header is not written yet (:meth:`defer_start`): what makes it, by id."""
+        self._deferring = 0
+        """How many of those are not yet written (under ``_begin_lock``): while none are, an append takes no lock."""
+        self._begin_lock = threading.Lock()
 
     def _path(self, sandbox_id: str) -> Path:
         return Path(self._file(sandbox_id))
@@ -59,20 +66,48 @@ class Journal:
         self._held.pop(sandbox_id, None)
         self._write(sandbox_id, _pack({"sandbox": sandbox}), mode=os.O_TRUNC)
 
-    def start_many(self, starts: list[tuple[str, dict[str, Any]]]) -> dict[str, OSError]:
-        """:meth:`start` for many sandboxes, on the calling (worker) thread: a batch of claims' journals in
-        one hop off the event loop. The ones that could not start (a full disk), with why."""
-        failed: dict[str, OSError] = {}
-        for sandbox_id, sandbox in starts:
+    def defer_start(self, starts: Iterable[tuple[str, Callable[[], dict[str, Any]]]]) -> None:
+        """Begin journals whose header (``sandbox()``, the metadata :meth:`start` writes) is written later,
+        by :meth:`write_deferred` or by whatever reads or appends to the journal first, whichever comes
+        first: a batch of claims answers without a thousand file writes in front of its answer. Nothing can
+        be lost by the wait: the claim's record is durable before its answer, and a router restarted before
+        the header was written writes it from that record (:meth:`unused` is true of such a journal)."""
+        with self._begin_lock:
+            for sandbox_id, sandbox in starts:
+                self._deferred[sandbox_id] = sandbox
+                self._deferring += 1
+
+    def write_deferred(self, sandbox_ids: Iterable[str]) -> None:
+        """Write the deferred headers of these journals (those not written yet), on the calling (worker)
+        thread. A full disk holds a header in memory, like any entry, until a later write finds room."""
+        for sandbox_id in sandbox_ids:
+            self._begin(sandbox_id)
+
+    def _begin(self, sandbox_id: str) -> None:
+        """Write the journal's deferred header, if it has one still to write. The lock makes whoever comes
+        first write it, and whoever comes second wait until it is on the file: no entry lands before it."""
+        with self._begin_lock:
+            make = self._deferred.pop(sandbox_id, None)
+            if make is None:
+                return
             try:
-                self.start(sandbox_id, sandbox)
-            except OSError as exc:
-                failed[sandbox_id] = exc
-        return failed
+                header = _pack({"sandbox": make()})
+                try:
+                    self._write(sandbox_id, header, mode=os.O_TRUNC)
+                except OSError as exc:
+                    # The claim was answered already: refusing it is no longer possible, losing the header
+                    # is not allowed. Held first, before anything appended meanwhile.
+                    self._held[sandbox_id] = [header, *self._held.get(sandbox_id, [])]
+                    log.warning("journal of %s: its header could not be written (%s); held in memory",
+                                sandbox_id, exc)
+            finally:
+                self._deferring -= 1
 
     def append(self, sandbox_id: str, entry: dict[str, Any]) -> None:
         """Add one entry: a step, ``{"sandbox_update": {...}}``, ``{"outcome": ...}`` or ``{"ended": ...}``;
         held in memory while the disk is full."""
+        if self._deferring:
+            self._begin(sandbox_id)
         held = self._held.get(sandbox_id, [])
         data = _pack(entry)
         try:
@@ -129,6 +164,8 @@ class Journal:
     def unused(self, sandbox_id: str) -> bool:
         """Whether the journal was made ahead and never started (nothing in it, nothing held): there is no
         trajectory in it to store."""
+        if sandbox_id in self._deferred:
+            return False
         try:
             return self._path(sandbox_id).stat().st_size == 0 and not self._held.get(sandbox_id)
         except FileNotFoundError:
@@ -140,6 +177,8 @@ class Journal:
 
     def record(self, sandbox_id: str) -> dict[str, Any]:
         """The trajectory record so far: ``{"version", "sandbox", "steps", "outcome"}``."""
+        if self._deferring:
+            self._begin(sandbox_id)
         try:
             raw = self._path(sandbox_id).read_bytes() + b"".join(self._held.get(sandbox_id, []))
         except FileNotFoundError as exc:
@@ -183,6 +222,10 @@ class Journal:
 
     def remove(self, sandbox_id: str) -> None:
         """Drop a journal once its record is safely stored (in S3 or the spool)."""
+        if self._deferring:
+            with self._begin_lock:
+                if self._deferred.pop(sandbox_id, None) is not None:
+                    self._deferring -= 1
         self._held.pop(sandbox_id, None)
         with contextlib.suppress(FileNotFoundError):
             self._path(sandbox_id).unlink()

@@ -107,6 +107,9 @@ class BatchCreateRequest:
     # case would otherwise be 1,000 sandboxes.
     sandboxes: list[CreateRequest] = spec(f"the creates, each exactly a `POST /v1/sandboxes` body, answered in this "
                                           f"order (1 to {MAX_BATCH:,} items)")
+    shared: bool = spec("answer fields every sandbox has alike once, in `shared`, and each sandbox's own beside "
+                        "it: a sandbox's record is `shared` updated with its item (error items are left whole). "
+                        "A thousand alike claims answer in a fifth of the bytes", default=False)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import time
@@ -48,11 +49,14 @@ class Recorder:
         """Open the trajectory with the sandbox's metadata."""
         self.journal.start(record.id, self.metadata(record))
 
-    async def start_many(self, records: list[SandboxRecord]) -> dict[str, OSError]:
-        """:meth:`start` for many sandboxes (a batch of claims): their journals written in one worker-thread
-        hop. The ones that failed, by id (a full disk), with why."""
-        starts = [(record.id, self.metadata(record)) for record in records]
-        return await asyncio.get_running_loop().run_in_executor(None, self.journal.start_many, starts)
+    def start_later(self, records: list[SandboxRecord]) -> None:
+        """:meth:`start` for a batch of claims, the headers written later (:meth:`write_started`, or the
+        journal's first read or append): a thousand claims answer without a thousand file writes first."""
+        self.journal.defer_start((record.id, functools.partial(self.metadata, record)) for record in records)
+
+    async def write_started(self, records: list[SandboxRecord]) -> None:
+        """Write the headers :meth:`start_later` deferred, in one worker-thread hop."""
+        await asyncio.to_thread(self.journal.write_deferred, [record.id for record in records])
 
     def metadata(self, record: SandboxRecord) -> dict[str, Any]:
         """The trajectory's sandbox metadata: the API's summary of it, flattened, plus what only the record knows."""

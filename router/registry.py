@@ -9,7 +9,7 @@ import re
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,8 +80,9 @@ class SandboxRecord:
         """Where the executor answers, if it runs."""
         return Endpoint(self.endpoint_url, self.token) if self.endpoint_url else None
 
-    def public(self) -> dict[str, Any]:
-        """The sandbox as the API shows it (never its token)."""
+    def public(self, summary: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The sandbox as the API shows it (never its token); ``summary``: its request's, if already made
+        (a batch's alike claims share one)."""
         return {
             "id": self.id,
             "status": self.status,
@@ -91,7 +92,7 @@ class SandboxRecord:
             "ended_at": self.ended_at,
             "end_reason": self.end_reason,
             "error": self.error,
-            **self.request.summary(),
+            **(summary if summary is not None else self.request.summary()),
             "last_activity": self.last_activity,
         }
 
@@ -126,6 +127,41 @@ def _encode(record: SandboxRecord) -> bytes:
     return _ENCODER.encode(record.to_disk()).encode()  # one C-encoder call, one write (json.dump writes per token)
 
 
+_CLAIM_CHANGES = ("id", "request", "token", "created_at", "status", "pool")
+"""What a claim sets in a member's record (:meth:`router.claims.Claims._take`); the rest is as it was ready."""
+_KEPT = tuple(f.name for f in dataclasses.fields(SandboxRecord)
+              if f.name not in (*_CLAIM_CHANGES, "last_activity", "inflight"))
+
+
+def _own_part(record: SandboxRecord) -> tuple[list[Any], str]:
+    """What a pool member keeps when claimed, and its JSON (``"name": value, ...``, no braces)."""
+    kept = [getattr(record, name) for name in _KEPT]
+    return kept, _ENCODER.encode(dict(zip(_KEPT, kept, strict=True)))[1:-1]
+
+
+def _encode_claimed(shared: CreateRequest,
+                    parts: dict[str, tuple[list[Any], str]]) -> Callable[[SandboxRecord], bytes]:
+    """An encoder of claimed members' records whose request is ``shared`` but for its ``request_id``: the
+    request's JSON made once, each member's kept fields as encoded when it became ready (``parts``, taken;
+    encoded again if anything of them changed since), the claim's own values spliced in. It reads back
+    (:meth:`SandboxRecord.from_disk`) as what :func:`_encode` writes: only the keys' order differs."""
+    data = shared.to_dict()
+    del data["request_id"]
+    rest = _ENCODER.encode(data)[1:]  # '"image": ..., ...}' : the request id goes in front
+    dumps = _ENCODER.encode
+
+    def encode(record: SandboxRecord) -> bytes:
+        part = parts.pop(record.id, None)
+        if part is None or part[0] != [getattr(record, name) for name in _KEPT]:
+            part = _own_part(record)
+        claim = dumps({"id": record.id, "token": record.token, "created_at": record.created_at,
+                       "status": record.status, "pool": record.pool})
+        return (f'{claim[:-1]}, {part[1]}, "request": {{"request_id": {dumps(record.request.request_id)}, '
+                f'{rest}}}').encode()
+
+    return encode
+
+
 _MEMORY_ONLY = ("last_activity", "inflight")
 _DISK_FIELDS = tuple(f for f in dataclasses.fields(SandboxRecord) if f.name not in _MEMORY_ONLY)
 
@@ -142,6 +178,8 @@ class Registry:
         self._pooled: dict[str, dict[str, SandboxRecord]] = {}
         """Per pool, its unclaimed members (every claim looks there: no scan of all records)."""
         self.by_request_id: dict[str, str] = {}
+        self._claim_parts: dict[str, tuple[list[Any], str]] = {}
+        """Ready pool members' records, but for what a claim changes, encoded ahead (:meth:`store_group`)."""
 
     def load(self) -> list[SandboxRecord]:
         """Read every record left by an earlier router (unreadable ones are set aside, never deleted)."""
@@ -174,12 +212,17 @@ class Registry:
     async def store(self, record: SandboxRecord) -> None:
         """:meth:`save`, with the wait for the disk in a worker thread (the event loop serves other calls
         meanwhile); the record as it is now is what lands, after any earlier write of it."""
+        if record.pool is not None and record.status == "ready":  # a member ready: its claim's part made now
+            self._claim_parts[record.id] = _own_part(record)
         await self._files.write_async(record.id, _encode(record))
 
-    async def store_many(self, records: list[SandboxRecord]) -> None:
-        """:meth:`store` for many records as one group: all durable when it returns, or none acknowledged
-        (a batch of claims)."""
-        await self._files.write_many_async([(record.id, _encode(record)) for record in records])
+    async def store_group(self, records: list[SandboxRecord], shared: CreateRequest) -> None:
+        """:meth:`store` for claimed pool members whose requests are ``shared`` but for their request ids (a
+        batch of claims), as one group: all durable (in the log) when it returns, or none acknowledged.
+        The request is encoded once for all of them, and what each member kept since it was ready was
+        encoded then (:func:`_encode_claimed`)."""
+        encode = _encode_claimed(shared, self._claim_parts)
+        await self._files.write_many_async([(record.id, encode(record)) for record in records], files_after=True)
 
     async def close(self) -> None:
         """Wait for the writes in flight."""
@@ -192,6 +235,7 @@ class Registry:
     def drop(self, record: SandboxRecord) -> None:
         """Stop tracking a record that never became a sandbox (no tombstone: no one ever saw its id)."""
         self._records.pop(record.id, None)
+        self._claim_parts.pop(record.id, None)
         self._unpool(record.pool, record)
 
     def claimed_from(self, pool: str, record: SandboxRecord) -> None:
@@ -208,6 +252,7 @@ class Registry:
         """Drop a deleted sandbox; keep a tombstone so its id answers ``deleted`` for a while."""
         self._records.pop(record.id, None)
         self._unpool(record.pool, record)
+        self._claim_parts.pop(record.id, None)
         if record.request.request_id:
             self.by_request_id.pop(record.request.request_id, None)
         self._files.discard(record.id)

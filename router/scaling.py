@@ -29,7 +29,7 @@ class ScalingHost(Protocol):
     def lock(self, sandbox_id: str) -> asyncio.Lock:
         """The sandbox's lifecycle lock."""
 
-    def in_flight(self, sandbox_id: str) -> asyncio.Task[None] | None:
+    def in_flight(self, sandbox_id: str) -> asyncio.Future[None] | None:
         """The sandbox's start or claim hand-over in flight, if any."""
 
 

@@ -252,7 +252,7 @@ class SandboxService:
         """The executor to call, starting the sandbox first if it was scaled to zero (:mod:`router.scaling`)."""
         return await self.scaling.endpoint(record)
 
-    def in_flight(self, sandbox_id: str) -> asyncio.Task[None] | None:
+    def in_flight(self, sandbox_id: str) -> asyncio.Future[None] | None:
         """The sandbox's start or claim hand-over in flight, if any."""
         return self.starts.pending(sandbox_id) or self.claims.pending(sandbox_id)
 

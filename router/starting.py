@@ -46,13 +46,14 @@ class InFlight:
     wait for it first, and closing the router waits for all."""
 
     def __init__(self) -> None:
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._tasks: dict[str, asyncio.Future[None]] = {}
+        """A task, or a future its group's task settles (a batch of claims: one task for all, not a thousand)."""
 
-    def pending(self, sandbox_id: str) -> asyncio.Task[None] | None:
+    def pending(self, sandbox_id: str) -> asyncio.Future[None] | None:
         """The sandbox's task in flight, if any."""
         return self._tasks.get(sandbox_id)
 
-    def tasks(self) -> list[asyncio.Task[None]]:
+    def tasks(self) -> list[asyncio.Future[None]]:
         """Every task in flight."""
         return list(self._tasks.values())
 
@@ -111,6 +112,10 @@ class Starts(InFlight):
             if not running or record.pool not in service.pools.names():
                 await service.delete(record.id, reason="pool member not running after a router restart")
             return
+        if record.status in ("pending", "ready") and service.recorder.journal.unused(record.id):
+            # A batch's claim answered before its journal's header was written (Journal.defer_start): the
+            # record on disk holds all of it.
+            service.recorder.start(record)
         if record.status == "pending":
             # The router died while creating it: what the backend made may be half done (no overlay
             # dir yet, or a tree it never heard back from). Start over; the client never saw it ready.

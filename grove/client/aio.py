@@ -52,7 +52,8 @@ class AsyncGrove:
         self.url, self._key = _resolve(url, api_key)
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
-        self._heartbeats: set[asyncio.Task[None]] = set()
+        self._heartbeats: set[asyncio.TimerHandle | asyncio.Task[None]] = set()
+        """Each heart-beating sandbox's next beat: a timer until it is due, then the call's task."""
         self.artifacts = AsyncArtifacts(self)
         """Stored artifacts of every sandbox: ``list``, ``get``, ``url``, ``pull``."""
 
@@ -73,9 +74,11 @@ class AsyncGrove:
 
     async def close(self) -> None:
         """Close connections and stop background heartbeats (sandboxes stay; close them first if you own them)."""
-        for task in list(self._heartbeats):
-            task.cancel()
-        await asyncio.gather(*self._heartbeats, return_exceptions=True)
+        beats = list(self._heartbeats)
+        for beat in beats:
+            beat.cancel()
+        await asyncio.gather(*(b for b in beats if isinstance(b, asyncio.Task)), return_exceptions=True)
+        self._heartbeats.clear()
         if self._session is not None:
             await self._session.close()
 
@@ -206,7 +209,8 @@ class AsyncSandbox:
         self.client = client
         self.info = info
         self.id: str = info["id"]
-        self._heartbeat: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.TimerHandle | asyncio.Task[None] | None = None
+        self._beat_every = 0.0
 
     async def __aenter__(self) -> AsyncSandbox:
         return self
@@ -218,23 +222,42 @@ class AsyncSandbox:
         return f"/v1/sandboxes/{self.id}{suffix}"
 
     def start_heartbeat(self, interval_s: float | None = None) -> None:
-        """Heart-beat in the background so a live client's sandbox is never reaped."""
+        """Heart-beat in the background so a live client's sandbox is never reaped.
+
+        A timer waits for each beat, not a task sleeping: a thousand sandboxes of one ``create_many`` cost
+        a thousand timers, not a thousand coroutines made before the call returns."""
         timeout = float(self.info.get("timeouts", {}).get("heartbeat_timeout_s", 900))
-        interval = interval_s or max(1.0, min(30.0, timeout / 3))
+        self._stop_heartbeat()
+        self._beat_every = interval_s or max(1.0, min(30.0, timeout / 3))
+        self._next_beat()
 
-        async def beat() -> None:
-            while True:
-                await asyncio.sleep(interval)
-                try:
-                    await self.heartbeat()
-                except (NotFound, Conflict, Unauthorized):
-                    return  # deleted (or no longer ours): nothing left to keep alive
-                except GroveError:
-                    continue  # e.g. the router restarting: keep beating, it re-adopts the sandbox
-
-        self._heartbeat = asyncio.create_task(beat())
+    def _next_beat(self) -> None:
+        self._heartbeat = asyncio.get_running_loop().call_later(self._beat_every, self._beat_due)
         self.client._heartbeats.add(self._heartbeat)
-        self._heartbeat.add_done_callback(self.client._heartbeats.discard)
+
+    def _beat_due(self) -> None:
+        if self._heartbeat is not None:
+            self.client._heartbeats.discard(self._heartbeat)
+        task = asyncio.ensure_future(self._beat())
+        self._heartbeat = task
+        self.client._heartbeats.add(task)
+        task.add_done_callback(self.client._heartbeats.discard)
+
+    async def _beat(self) -> None:
+        try:
+            await self.heartbeat()
+        except (NotFound, Conflict, Unauthorized):
+            self._heartbeat = None
+            return  # deleted (or no longer ours): nothing left to keep alive
+        except GroveError:
+            pass  # e.g. the router restarting: keep beating, it re-adopts the sandbox
+        self._next_beat()
+
+    def _stop_heartbeat(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self.client._heartbeats.discard(self._heartbeat)
+            self._heartbeat = None
 
     async def heartbeat(self) -> None:
         """Keep the sandbox alive."""
@@ -348,9 +371,7 @@ class AsyncSandbox:
 
     async def close(self) -> None:
         """Delete the sandbox (idempotent)."""
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            self._heartbeat = None
+        self._stop_heartbeat()
         try:
             await self.client.request("DELETE", self._path())
         except GroveError as exc:

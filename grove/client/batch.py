@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,13 +30,14 @@ def batch_bodies(count_or_bodies: int | Sequence[Mapping[str, Any]], image: str,
         raise Invalid("create_many needs at least one sandbox")
     shared = dict(options)
     base = shared.pop("request_id", None)
+    fresh = os.urandom(16 * len(own)).hex()  # a uuid4's worth of randomness per item, in one read
     bodies = []
     for i, item in enumerate(own):
         body = {"image": image, **shared, **item}
         if body.get("pool") is not None and image == "default" and "image" not in item:
             del body["image"]  # a claim's image is its pool's
         if not body.get("request_id"):
-            body["request_id"] = f"{base}-{i}" if base else uuid.uuid4().hex
+            body["request_id"] = f"{base}-{i}" if base else fresh[32 * i:32 * i + 32]
         bodies.append(body)
     return bodies
 
@@ -48,18 +49,19 @@ async def send(client: AsyncGrove, bodies: list[dict[str, Any]]) -> list[dict[st
     out: list[dict[str, Any] | GroveError] = []
     for start in range(0, len(bodies), MAX_BATCH):
         try:
-            answer = await client.request("POST", "/v1/sandboxes/batch",
-                                          msgpack_body={"sandboxes": bodies[start:start + MAX_BATCH]}, retry=True)
+            answer = await client.request("POST", "/v1/sandboxes/batch", retry=True,
+                                          msgpack_body={"sandboxes": bodies[start:start + MAX_BATCH], "shared": True})
         except GroveError as exc:
             out.extend(exc for _ in bodies[start:])
             break
-        out.extend(_outcome(item) for item in answer["sandboxes"])
+        shared = answer.get("shared", {})
+        out.extend(_outcome(item, shared) for item in answer["sandboxes"])
     return out
 
 
-def _outcome(item: dict[str, Any]) -> dict[str, Any] | GroveError:
+def _outcome(item: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any] | GroveError:
     if "id" in item:  # a record (whose own "error" is null, or says why its start failed)
-        return item
+        return {**shared, **item} if shared else item
     err = error_from_body(500, item)  # the code names the class; the status is only a fallback
     if isinstance(wait := item["error"].get("retry_after"), int | float):
         err.retry_after = float(wait)

@@ -92,10 +92,15 @@ def test_items_alike_but_for_request_ids_claim_as_a_group(router: RouterProcess,
     shown = grove.pool("grouppool")
     assert (shown["claims"], shown["misses"]) == (3, 2)  # each create the pool could not serve, once
     for i, sandbox_id in enumerate(ids[:4]):
-        record = json.loads((router.layout.records / f"{sandbox_id}.json").read_text())
-        assert record["pool"] is None and record["request"]["request_id"] == f"group-{i}"
+        # The group's record files and journal headers are written behind the answer (the log has the
+        # records before it): wait for them.
+        path = router.layout.records / f"{sandbox_id}.json"
+        record = wait_for(lambda path=path: (r := json.loads(path.read_text()))["pool"] is None and r, 10,
+                          what=f"{path.name} written as claimed")
+        assert record["request"]["request_id"] == f"group-{i}"
         assert record["request"]["metadata"]["labels"] == {"batch": "group"}
-        assert (router.layout.journals / f"{sandbox_id}.msgpack").stat().st_size > 0
+        journal = router.layout.journals / f"{sandbox_id}.msgpack"
+        wait_for(lambda journal=journal: journal.stat().st_size > 0, 10, what=f"{journal.name} begun")
         assert grove.attach(sandbox_id).exec("echo ok").stdout == b"ok\n"
     again = _batch(router, items[:5])
     assert [a["id"] for a in again] == ids[:5], "a retried batch must return the same sandboxes"
@@ -119,6 +124,31 @@ def test_a_bad_item_gets_its_own_error_and_the_others_are_made(router: RouterPro
     assert "sandboxes[5].metadata" in answers[5]["error"]["message"]
     assert router.live_ids() - before == {a["id"] for a in good}  # nothing half-made for the bad ones
     assert grove.attach(answers[0]["id"]).exec("true").exit_code == 0
+
+
+def test_a_shared_answer_is_the_plain_answer_given_once(router: RouterProcess, grove: Grove) -> None:
+    # "shared": the fields every record has alike once, each record with only what differs: merged, each
+    # is the record the plain answer gives (error items whole), whatever the batch mixes.
+    items = [{"memory_mb": 256, "metadata": {"task_id": "a"}}, {"cpu": "two"}, {"memory_mb": 256},
+             {"memory_mb": 288, "metadata": {"task_id": "a"}}]
+    reply = router.http("POST", BATCH, json_body={"sandboxes": items, "shared": True}, timeout=120)
+    assert reply.status == 200, reply.body[:500]
+    body = reply.json()
+    shared, answers = body["shared"], body["sandboxes"]
+    assert answers[1]["error"]["code"] == "bad_request" and set(answers[1]) == {"error"}
+    assert shared["status"] == "ready" and shared["image"] == "default" and "id" not in shared
+    assert "resources" not in shared and "metadata" not in shared  # they differ between the records
+    records = [{**shared, **answer} for answer in answers if "id" in answer]
+    for record in records:
+        plain = router.http("GET", f"/v1/sandboxes/{record['id']}").json()
+        assert {k: v for k, v in record.items() if k != "last_activity"} == \
+            {k: v for k, v in plain.items() if k != "last_activity"}
+    assert [r["resources"]["memory_mb"] for r in records] == [256, 256, 288]
+    assert [r["metadata"]["task_id"] for r in records] == ["a", None, "a"]
+    for record in records:
+        grove.attach(record["id"]).close()
+    bad = router.http("POST", BATCH, json_body={"sandboxes": [{}], "shared": "yes"})
+    assert bad.status == 400 and "'shared' must be true or false" in error_of(bad)["message"]
 
 
 def test_a_batch_of_the_wrong_shape_is_refused_whole(router: RouterProcess) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import socket
 from pathlib import Path
 from typing import Any
@@ -212,3 +213,31 @@ def test_restart_readopts_a_pool(fresh_router: RouterProcess) -> None:
         sb = grove.create(pool="kept", env={"X": "after"}, heartbeat=False)
         assert sb.id in before and sb.exec("echo $X").stdout == b"after\n"
         sb.close()
+
+
+def test_a_restart_before_a_batch_claims_journal_header_writes_it_from_its_record(fresh_router: RouterProcess) -> None:
+    # A batch's claims are answered once their records are in the log; their journals' headers follow.
+    # A router killed in between leaves the claimed member's journal as it was made ahead (empty): the
+    # restarted router must write the header from the record, or the trajectory would be stored as an
+    # unclaimed member's (not at all).
+    router = fresh_router
+    with router.client() as grove:
+        grove.create_pool("header", size=1, resources=SMALL)
+        _ready(grove, "header", 1)
+        [sb] = grove.create_many(1, pool="header", metadata={"task_id": "t-1", "labels": {"run": "r"}},
+                                 heartbeat=False)
+        assert sb.exec("true").exit_code == 0  # handed over
+        journal = router.layout.journals / f"{sb.id}.msgpack"
+        router.stop(signal.SIGKILL)
+        journal.write_bytes(b"")  # the window: the claim durable, its journal's header not written yet
+        router.start()
+        assert sb.exec("echo after").stdout == b"after\n"
+        record = router.http("GET", f"/v1/sandboxes/{sb.id}/trajectory").json()
+        assert record["sandbox"]["id"] == sb.id and record["sandbox"]["task_id"] == "t-1"
+        assert record["sandbox"]["labels"] == {"run": "r"}
+        assert [s["command"] for s in record["steps"] if s.get("type") == "exec"] == ["echo after"]
+        sb.close()
+        stored = wait_for(lambda: (r := router.http("GET", f"/v1/trajectories/{sb.id}")).status == 200 and r, 30,
+                          what="the claimed sandbox's trajectory stored")
+        assert stored.json()["sandbox"]["task_id"] == "t-1"
+        grove.delete_pool("header")
