@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import re
@@ -127,6 +128,8 @@ def _encode(record: SandboxRecord) -> bytes:
     return _ENCODER.encode(record.to_disk()).encode()  # one C-encoder call, one write (json.dump writes per token)
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_-]+")
+"""Text JSON writes as it is (ids, tokens): no escaping needed."""
 _CLAIM_CHANGES = ("id", "request", "token", "created_at", "status", "pool")
 """What a claim sets in a member's record (:meth:`router.claims.Claims._take`); the rest is as it was ready."""
 _KEPT = tuple(f.name for f in dataclasses.fields(SandboxRecord)
@@ -134,9 +137,11 @@ _KEPT = tuple(f.name for f in dataclasses.fields(SandboxRecord)
 
 
 def _own_part(record: SandboxRecord) -> tuple[list[Any], str]:
-    """What a pool member keeps when claimed, and its JSON (``"name": value, ...``, no braces)."""
+    """What a pool member keeps when claimed, as it is now (a copy: a handle changed in place later must
+    not compare equal), and its JSON (``"name": value, ...``, no braces)."""
     kept = [getattr(record, name) for name in _KEPT]
-    return kept, _ENCODER.encode(dict(zip(_KEPT, kept, strict=True)))[1:-1]
+    return ([copy.deepcopy(v) if isinstance(v, dict | list) else v for v in kept],
+            _ENCODER.encode(dict(zip(_KEPT, kept, strict=True)))[1:-1])
 
 
 def _encode_claimed(shared: CreateRequest,
@@ -154,8 +159,14 @@ def _encode_claimed(shared: CreateRequest,
         part = parts.pop(record.id, None)
         if part is None or part[0] != [getattr(record, name) for name in _KEPT]:
             part = _own_part(record)
-        claim = dumps({"id": record.id, "token": record.token, "created_at": record.created_at,
-                       "status": record.status, "pool": record.pool})
+        if record.pool is None and _PLAIN.fullmatch(record.id) and _PLAIN.fullmatch(record.token):
+            # What a claim sets, by hand (JSON's own encoding of these: no character needs escaping, a
+            # float is its repr): a third of a batch's encoding went to a dict made to be dumped.
+            claim = (f'{{"id": "{record.id}", "token": "{record.token}", "created_at": '
+                     f'{float.__repr__(record.created_at)}, "status": {dumps(record.status)}, "pool": null}}')
+        else:
+            claim = dumps({"id": record.id, "token": record.token, "created_at": record.created_at,
+                           "status": record.status, "pool": record.pool})
         return (f'{claim[:-1]}, {part[1]}, "request": {{"request_id": {dumps(record.request.request_id)}, '
                 f'{rest}}}').encode()
 

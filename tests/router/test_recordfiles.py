@@ -160,3 +160,26 @@ def test_a_request_on_disk_is_what_asdict_gives() -> None:
                         metadata=Metadata(task_id="t", labels={"k": "v"}), request_id="r")
     assert json.dumps(req.to_dict(), sort_keys=True) == json.dumps(dataclasses.asdict(req), sort_keys=True)
     assert req.to_dict()["env"] is not req.env  # a copy: the record on disk never aliases the request
+
+
+def test_a_batch_of_claims_encodes_each_record_as_a_single_write_would() -> None:
+    # Registry.store_group encodes a group's shared request once and each member's kept fields ahead;
+    # read back, every record must be what encoding it whole gives, whatever its request id or token.
+    from router.registry import SandboxRecord, _encode, _encode_claimed, _own_part
+
+    shared = CreateRequest(pool="p", env={"A": "1"}, metadata=Metadata(task_id="t", labels={"k": "v"}),
+                           network=NetworkModel("allow", ("10.0.0.0/8",)))
+    records = [SandboxRecord(id=f"sb-{i:016x}", request=shared.with_request_id(rid), token=token,
+                             created_at=1796154406.6649044 + i, status="pending", image_digest="sha256:ab",
+                             handle={"pid": 5349 + i, "nested": {"x": [1, 2]}}, endpoint_url="unix:/s/e.sock",
+                             ready_at=1796154400.5)
+               for i, (rid, token) in enumerate([("r-1", "tok_en-1"), ('a "quoted" \\ id', "t"), (None, "t+/="),
+                                                 ("ü", "x")])]
+    parts = {record.id: _own_part(record) for record in records[:3]}  # the last was never encoded ahead
+    records[1].handle["pid"] = 1  # changed since it was encoded ahead: encoded again
+    encode = _encode_claimed(shared, parts)
+    for record in records:
+        assert json.loads(encode(record)) == json.loads(_encode(record))
+        back = SandboxRecord.from_disk(json.loads(encode(record)))
+        assert dataclasses.replace(back, last_activity=record.last_activity) == record  # that one is not kept
+    assert not parts, "each member's part is taken by its claim"
