@@ -373,7 +373,10 @@ class AsyncSandbox:
         """Delete the sandbox (idempotent)."""
         self._stop_heartbeat()
         try:
-            await self.client.request("DELETE", self._path())
+            # Retried like a create: a delete is idempotent, and a host busy tearing down a thousand
+            # sandboxes may answer 503 while this one's processes are still exiting (the router's reaper
+            # finishes it either way; the retry tells the caller it is done).
+            await self.client.request("DELETE", self._path(), retry=True)
         except GroveError as exc:
             if exc.status not in (404, 409):
                 raise
