@@ -104,7 +104,7 @@ async def _create_all(service: SandboxService, items: list[Any], what: str) -> l
     for group in groups:
         try:
             pool = service.pools.pool_for(group.req, group.given)
-            outcomes: list[SandboxRecord | Exception | None] = (
+            outcomes: list[SandboxRecord | None] = (
                 await service.claim_many(pool, group.req, group.request_ids) if pool is not None
                 else [None] * len(group.indexes))
         except Exception as exc:
@@ -115,8 +115,6 @@ async def _create_all(service: SandboxService, items: list[Any], what: str) -> l
         for i, request_id, outcome in zip(group.indexes, group.request_ids, outcomes, strict=True):
             if outcome is None:
                 alone.append((i, group.req.with_request_id(request_id), group.given))
-            elif isinstance(outcome, Exception):
-                answers[i] = _error(service, outcome, i, what)
             else:
                 summary = summary or outcome.request.summary()
                 answers[i] = outcome.public(summary)

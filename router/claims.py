@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import contextvars
 import secrets
@@ -26,13 +25,6 @@ HAND_OVER_AFTER: contextvars.ContextVar[asyncio.Event | None] = contextvars.Cont
 """Set by a batch create around its items (each item's task inherits it): their hand-overs wait for this
 event, set once the batch is answered, so that a thousand executor round trips and record writes do not
 queue the one answer every claim of the batch waits for (router/batch.py)."""
-
-
-def _tokens(n: int) -> list[str]:
-    """``n`` fresh executor tokens, as ``secrets.token_urlsafe(32)`` makes them, from one read of the
-    system's random source (a batch of 1,000 claims made a thousand reads)."""
-    raw = secrets.token_bytes(32 * n)
-    return [base64.urlsafe_b64encode(raw[i:i + 32]).rstrip(b"=").decode() for i in range(0, 32 * n, 32)]
 
 
 class ClaimHost(StartHost, Protocol):
@@ -87,7 +79,7 @@ class Claims(InFlight):
         return record
 
     async def claim_group(self, pool: Pool, req: CreateRequest,
-                          request_ids: list[str | None]) -> list[SandboxRecord | Exception | None]:
+                          request_ids: list[str | None]) -> list[SandboxRecord | None]:
         """:meth:`claim` for many creates that differ only in their ``request_id`` (a batch create's items),
         as one vectorised claim: the checks made once, the members taken in one pass, their records written
         as one group (one log append, the request they share encoded once), their journals' headers and
@@ -100,9 +92,8 @@ class Claims(InFlight):
                 return [None] * len(request_ids)
             taken: list[tuple[SandboxRecord, Endpoint]] = []
             try:
-                tokens = _tokens(len(request_ids))
-                for request_id, token in zip(request_ids, tokens, strict=True):
-                    one = self._take(pool, req.with_request_id(request_id), digest, count_miss=False, token=token)
+                for request_id in request_ids:
+                    one = self._take(pool, req.with_request_id(request_id), digest, count_miss=False)
                     if one is None:
                         break
                     taken.append(one)
@@ -115,8 +106,7 @@ class Claims(InFlight):
             # Durable: the claims hold. The journals' headers follow (a restart writes them from the records).
             self._service.recorder.start_later(records)
             self._claimed_group(taken)
-            out: list[SandboxRecord | Exception | None] = list(records)
-            return out + [None] * (len(request_ids) - len(taken))
+            return [*records, *[None] * (len(request_ids) - len(taken))]
         finally:
             self._claiming -= 1
 
@@ -124,13 +114,10 @@ class Claims(InFlight):
         """:meth:`_claimed` for a group: one future per sandbox for its first call to wait on, settled by one
         task that hands all of them over (a thousand tasks made before the answer cost more than it)."""
         loop = asyncio.get_running_loop()
-        by_request_id = self._service.registry.by_request_id
         now = time.time()
         for record, _ in taken:
-            if record.request.request_id:
-                by_request_id[record.request.request_id] = record.id
+            self._ready(record, now)
             self._tasks[record.id] = loop.create_future()
-            record.status, record.ready_at = "ready", now
         group = asyncio.create_task(self._hand_over_group(taken, HAND_OVER_AFTER.get()))
         self._groups.add(group)
         group.add_done_callback(self._groups.discard)
@@ -165,8 +152,8 @@ class Claims(InFlight):
             return None
         return digest
 
-    def _take(self, pool: Pool, req: CreateRequest, digest: str, *, count_miss: bool = True,
-              token: str | None = None) -> tuple[SandboxRecord, Endpoint] | None:
+    def _take(self, pool: Pool, req: CreateRequest, digest: str, *,
+              count_miss: bool = True) -> tuple[SandboxRecord, Endpoint] | None:
         """A ready member of the pool made the claimant's in memory (no await: two claims never get the same
         one), with the endpoint it answers on until its hand-over (the pool's token), or None; members of
         an image since replaced are deleted on the way."""
@@ -177,7 +164,7 @@ class Claims(InFlight):
                 continue
             if (previous := record.endpoint()) is None:
                 raise InternalError(f"pool member {record.id} is ready without an endpoint")
-            record.request, record.token, record.pool = req, token or secrets.token_urlsafe(32), None
+            record.request, record.token, record.pool = req, secrets.token_urlsafe(32), None
             record.created_at = record.last_activity = time.time()
             service.registry.claimed_from(pool.definition.name, record)
             return record, previous
@@ -190,10 +177,14 @@ class Claims(InFlight):
     def _claimed(self, record: SandboxRecord, previous: Endpoint) -> None:
         """A claim durable on disk: findable by its request id, ready, its hand-over begun (behind the
         batch's answer, if it is part of one)."""
+        self._ready(record, time.time())
+        self._tasks[record.id] = asyncio.create_task(self._hand_over(record, previous, HAND_OVER_AFTER.get()))
+
+    def _ready(self, record: SandboxRecord, now: float) -> None:
+        """A claim durable on disk: findable by its request id, and ready."""
         if record.request.request_id:
             self._service.registry.by_request_id[record.request.request_id] = record.id
-        self._tasks[record.id] = asyncio.create_task(self._hand_over(record, previous, HAND_OVER_AFTER.get()))
-        record.status, record.ready_at = "ready", time.time()
+        record.status, record.ready_at = "ready", now
 
     async def _hand_over(self, record: SandboxRecord, previous: Endpoint, after: asyncio.Event | None) -> None:
         """Make a claimed member its claimant's: the backend relabels it and keeps the claim's secrets for

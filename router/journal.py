@@ -45,9 +45,9 @@ class Journal:
         self._held: dict[str, list[bytes]] = {}
         """Packed entries of a journal that did not fit on the disk yet, in order."""
         self._deferred: dict[str, Callable[[], dict[str, Any]]] = {}
-        """Journals begun but whose header is not written yet (:meth:`defer_start`): what makes it, by id."""
-        self._deferring = 0
-        """How many of those are not yet written (under ``_begin_lock``): while none are, an append takes no lock."""
+        """Journals begun whose header is not on file yet (:meth:`defer_start`): what makes it, by id. Changed
+        under ``_begin_lock``, and an entry leaves only once its header is written: while it is empty, no
+        header is being written and an append takes no lock."""
         self._begin_lock = threading.Lock()
 
     def _path(self, sandbox_id: str) -> Path:
@@ -73,9 +73,7 @@ class Journal:
         be lost by the wait: the claim's record is durable before its answer, and a router restarted before
         the header was written writes it from that record (:meth:`unused` is true of such a journal)."""
         with self._begin_lock:
-            for sandbox_id, sandbox in starts:
-                self._deferred[sandbox_id] = sandbox
-                self._deferring += 1
+            self._deferred.update(starts)
 
     def write_deferred(self, sandbox_ids: Iterable[str]) -> None:
         """Write the deferred headers of these journals (those not written yet), on the calling (worker)
@@ -87,7 +85,7 @@ class Journal:
         """Write the journal's deferred header, if it has one still to write. The lock makes whoever comes
         first write it, and whoever comes second wait until it is on the file: no entry lands before it."""
         with self._begin_lock:
-            make = self._deferred.pop(sandbox_id, None)
+            make = self._deferred.get(sandbox_id)
             if make is None:
                 return
             try:
@@ -101,12 +99,12 @@ class Journal:
                     log.warning("journal of %s: its header could not be written (%s); held in memory",
                                 sandbox_id, exc)
             finally:
-                self._deferring -= 1
+                del self._deferred[sandbox_id]
 
     def append(self, sandbox_id: str, entry: dict[str, Any]) -> None:
         """Add one entry: a step, ``{"sandbox_update": {...}}``, ``{"outcome": ...}`` or ``{"ended": ...}``;
         held in memory while the disk is full."""
-        if self._deferring:
+        if self._deferred:
             self._begin(sandbox_id)
         held = self._held.get(sandbox_id, [])
         data = _pack(entry)
@@ -177,7 +175,7 @@ class Journal:
 
     def record(self, sandbox_id: str) -> dict[str, Any]:
         """The trajectory record so far: ``{"version", "sandbox", "steps", "outcome"}``."""
-        if self._deferring:
+        if self._deferred:
             self._begin(sandbox_id)
         try:
             raw = self._path(sandbox_id).read_bytes() + b"".join(self._held.get(sandbox_id, []))
@@ -222,10 +220,9 @@ class Journal:
 
     def remove(self, sandbox_id: str) -> None:
         """Drop a journal once its record is safely stored (in S3 or the spool)."""
-        if self._deferring:
+        if self._deferred:
             with self._begin_lock:
-                if self._deferred.pop(sandbox_id, None) is not None:
-                    self._deferring -= 1
+                self._deferred.pop(sandbox_id, None)
         self._held.pop(sandbox_id, None)
         with contextlib.suppress(FileNotFoundError):
             self._path(sandbox_id).unlink()

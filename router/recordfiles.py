@@ -157,9 +157,10 @@ class RecordFiles:
             removals = [sid for op, sid, _, _ in batch if op == REMOVE]
             if removals and exc.errno == errno.ENOSPC:
                 self._settle_without_space(removals)
+            with self._lock:
+                self._at_log.difference_update(done for _, _, _, done in batch)
             for _, _, _, done in batch:
                 if done is not None:
-                    self._at_log.discard(done)
                     done.set_exception(exc)
             return
         if self._at_log:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import json
 import re
@@ -130,44 +129,32 @@ def _encode(record: SandboxRecord) -> bytes:
 
 _PLAIN = re.compile(r"[A-Za-z0-9_-]+")
 """Text JSON writes as it is (ids, tokens): no escaping needed."""
-_CLAIM_CHANGES = ("id", "request", "token", "created_at", "status", "pool")
-"""What a claim sets in a member's record (:meth:`router.claims.Claims._take`); the rest is as it was ready."""
 _KEPT = tuple(f.name for f in dataclasses.fields(SandboxRecord)
-              if f.name not in (*_CLAIM_CHANGES, "last_activity", "inflight"))
+              if f.name not in ("id", "request", "token", "created_at", "status", "pool", "last_activity", "inflight"))
+"""What a claim leaves of a member's record as it was (:meth:`router.claims.Claims._take` sets the rest)."""
 
 
-def _own_part(record: SandboxRecord) -> tuple[list[Any], str]:
-    """What a pool member keeps when claimed, as it is now (a copy: a handle changed in place later must
-    not compare equal), and its JSON (``"name": value, ...``, no braces)."""
-    kept = [getattr(record, name) for name in _KEPT]
-    return ([copy.deepcopy(v) if isinstance(v, dict | list) else v for v in kept],
-            _ENCODER.encode(dict(zip(_KEPT, kept, strict=True)))[1:-1])
-
-
-def _encode_claimed(shared: CreateRequest,
-                    parts: dict[str, tuple[list[Any], str]]) -> Callable[[SandboxRecord], bytes]:
+def _encode_claimed(shared: CreateRequest) -> Callable[[SandboxRecord], bytes]:
     """An encoder of claimed members' records whose request is ``shared`` but for its ``request_id``: the
-    request's JSON made once, each member's kept fields as encoded when it became ready (``parts``, taken;
-    encoded again if anything of them changed since), the claim's own values spliced in. It reads back
-    (:meth:`SandboxRecord.from_disk`) as what :func:`_encode` writes: only the keys' order differs."""
+    request's JSON made once and the request id spliced in, the claim's own values written by hand. It
+    reads back (:meth:`SandboxRecord.from_disk`) as what :func:`_encode` writes: only the keys' order
+    differs."""
     data = shared.to_dict()
     del data["request_id"]
     rest = _ENCODER.encode(data)[1:]  # '"image": ..., ...}' : the request id goes in front
     dumps = _ENCODER.encode
 
     def encode(record: SandboxRecord) -> bytes:
-        part = parts.pop(record.id, None)
-        if part is None or part[0] != [getattr(record, name) for name in _KEPT]:
-            part = _own_part(record)
+        kept = dumps({name: getattr(record, name) for name in _KEPT})[1:-1]
         if record.pool is None and _PLAIN.fullmatch(record.id) and _PLAIN.fullmatch(record.token):
-            # What a claim sets, by hand (JSON's own encoding of these: no character needs escaping, a
-            # float is its repr): a third of a batch's encoding went to a dict made to be dumped.
+            # JSON's own encoding of these, by hand (no character needs escaping, a float is its repr):
+            # a dict made only to be dumped cost a third of a batch's encoding.
             claim = (f'{{"id": "{record.id}", "token": "{record.token}", "created_at": '
                      f'{float.__repr__(record.created_at)}, "status": {dumps(record.status)}, "pool": null}}')
         else:
             claim = dumps({"id": record.id, "token": record.token, "created_at": record.created_at,
                            "status": record.status, "pool": record.pool})
-        return (f'{claim[:-1]}, {part[1]}, "request": {{"request_id": {dumps(record.request.request_id)}, '
+        return (f'{claim[:-1]}, {kept}, "request": {{"request_id": {dumps(record.request.request_id)}, '
                 f'{rest}}}').encode()
 
     return encode
@@ -189,8 +176,6 @@ class Registry:
         self._pooled: dict[str, dict[str, SandboxRecord]] = {}
         """Per pool, its unclaimed members (every claim looks there: no scan of all records)."""
         self.by_request_id: dict[str, str] = {}
-        self._claim_parts: dict[str, tuple[list[Any], str]] = {}
-        """Ready pool members' records, but for what a claim changes, encoded ahead (:meth:`store_group`)."""
 
     def load(self) -> list[SandboxRecord]:
         """Read every record left by an earlier router (unreadable ones are set aside, never deleted)."""
@@ -223,16 +208,13 @@ class Registry:
     async def store(self, record: SandboxRecord) -> None:
         """:meth:`save`, with the wait for the disk in a worker thread (the event loop serves other calls
         meanwhile); the record as it is now is what lands, after any earlier write of it."""
-        if record.pool is not None and record.status == "ready":  # a member ready: its claim's part made now
-            self._claim_parts[record.id] = _own_part(record)
         await self._files.write_async(record.id, _encode(record))
 
     async def store_group(self, records: list[SandboxRecord], shared: CreateRequest) -> None:
         """:meth:`store` for claimed pool members whose requests are ``shared`` but for their request ids (a
         batch of claims), as one group: all durable (in the log) when it returns, or none acknowledged.
-        The request is encoded once for all of them, and what each member kept since it was ready was
-        encoded then (:func:`_encode_claimed`)."""
-        encode = _encode_claimed(shared, self._claim_parts)
+        The request is encoded once for all of them (:func:`_encode_claimed`)."""
+        encode = _encode_claimed(shared)
         await self._files.write_many_async([(record.id, encode(record)) for record in records], files_after=True)
 
     async def close(self) -> None:
@@ -246,7 +228,6 @@ class Registry:
     def drop(self, record: SandboxRecord) -> None:
         """Stop tracking a record that never became a sandbox (no tombstone: no one ever saw its id)."""
         self._records.pop(record.id, None)
-        self._claim_parts.pop(record.id, None)
         self._unpool(record.pool, record)
 
     def claimed_from(self, pool: str, record: SandboxRecord) -> None:
@@ -263,7 +244,6 @@ class Registry:
         """Drop a deleted sandbox; keep a tombstone so its id answers ``deleted`` for a while."""
         self._records.pop(record.id, None)
         self._unpool(record.pool, record)
-        self._claim_parts.pop(record.id, None)
         if record.request.request_id:
             self.by_request_id.pop(record.request.request_id, None)
         self._files.discard(record.id)

@@ -166,7 +166,7 @@ class SandboxService:
                                       and request_id not in self.registry.by_request_id)
 
     async def claim_many(self, pool: Pool, req: CreateRequest,
-                         request_ids: list[str | None]) -> list[SandboxRecord | Exception | None]:
+                         request_ids: list[str | None]) -> list[SandboxRecord | None]:
         """Claims from ``pool`` for many creates that differ only in their ``request_id``, each new
         (:meth:`is_new_request`; the caller sends the others through :meth:`create`, which finds their
         sandbox), as :meth:`create` would make each (:meth:`router.claims.Claims.claim_group`). A create

@@ -51,20 +51,33 @@ def test_a_deferred_header_is_written_by_whoever_comes_first(tmp_path: Path) -> 
     assert [s["command"] for s in journal.record(IDS[0])["steps"]] == ["first", "second"]
 
 
-def test_the_header_comes_first_while_the_worker_thread_writes_them(tmp_path: Path) -> None:
-    # The event loop appends steps while a worker thread writes the group's headers: every journal must
-    # still begin with its header, and every step must be there once.
+def test_an_append_waits_while_the_worker_thread_writes_the_header(tmp_path: Path) -> None:
+    # The worker thread is in the middle of a header (its metadata being made) when the event loop appends a
+    # step: the step must wait for the header and land after it, never before.
     journal = _prepared(tmp_path)
-    journal.defer_start((sid, lambda sid=sid: {"id": sid}) for sid in IDS)
-    writer = threading.Thread(target=journal.write_deferred, args=(IDS,))
+    making, release = threading.Event(), threading.Event()
+
+    def header() -> dict[str, object]:
+        making.set()
+        assert release.wait(10)
+        return {"id": IDS[0]}
+
+    journal.defer_start([(IDS[0], header)])
+    writer = threading.Thread(target=journal.write_deferred, args=([IDS[0]],))
     writer.start()
-    for sid in reversed(IDS):
-        journal.append(sid, {"type": "exec", "command": "step"})
-    writer.join()
-    for sid in IDS:
-        entries = _entries(journal, sid)
-        assert entries[0] == {"sandbox": {"id": sid}}, f"{sid}: {entries}"
-        assert entries[1:] == [{"type": "exec", "command": "step"}]
+    appender = threading.Thread(target=journal.append, args=(IDS[0], {"type": "exec", "command": "step"}))
+    try:
+        assert making.wait(10)
+        appender.start()
+        appender.join(0.3)
+        assert appender.is_alive(), "the append did not wait for the header being written"
+        assert (journal.dir / f"{IDS[0]}.msgpack").stat().st_size == 0
+    finally:
+        release.set()  # a failure here must not leave the writer waiting
+        writer.join(10)
+        if appender.ident is not None:  # started
+            appender.join(10)
+    assert _entries(journal, IDS[0]) == [{"sandbox": {"id": IDS[0]}}, {"type": "exec", "command": "step"}]
 
 
 def test_a_journal_removed_before_its_header_writes_nothing(tmp_path: Path) -> None:
@@ -74,4 +87,4 @@ def test_a_journal_removed_before_its_header_writes_nothing(tmp_path: Path) -> N
     journal.write_deferred([IDS[0]])
     assert not (journal.dir / f"{IDS[0]}.msgpack").exists()
     journal.append(IDS[1], {"type": "exec"})  # nothing deferred is left: appends take no lock
-    assert journal._deferring == 0
+    assert not journal._deferred

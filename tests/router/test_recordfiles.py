@@ -163,9 +163,9 @@ def test_a_request_on_disk_is_what_asdict_gives() -> None:
 
 
 def test_a_batch_of_claims_encodes_each_record_as_a_single_write_would() -> None:
-    # Registry.store_group encodes a group's shared request once and each member's kept fields ahead;
+    # Registry.store_group encodes a group's shared request once and writes a claim's own fields by hand;
     # read back, every record must be what encoding it whole gives, whatever its request id or token.
-    from router.registry import SandboxRecord, _encode, _encode_claimed, _own_part
+    from router.registry import SandboxRecord, _encode, _encode_claimed
 
     shared = CreateRequest(pool="p", env={"A": "1"}, metadata=Metadata(task_id="t", labels={"k": "v"}),
                            network=NetworkModel("allow", ("10.0.0.0/8",)))
@@ -175,11 +175,9 @@ def test_a_batch_of_claims_encodes_each_record_as_a_single_write_would() -> None
                              ready_at=1796154400.5)
                for i, (rid, token) in enumerate([("r-1", "tok_en-1"), ('a "quoted" \\ id', "t"), (None, "t+/="),
                                                  ("ü", "x")])]
-    parts = {record.id: _own_part(record) for record in records[:3]}  # the last was never encoded ahead
-    records[1].handle["pid"] = 1  # changed since it was encoded ahead: encoded again
-    encode = _encode_claimed(shared, parts)
+    records.append(dataclasses.replace(records[0], id="sb-1", pool="p"))  # not a claim's: encoded whole
+    encode = _encode_claimed(shared)
     for record in records:
         assert json.loads(encode(record)) == json.loads(_encode(record))
         back = SandboxRecord.from_disk(json.loads(encode(record)))
         assert dataclasses.replace(back, last_activity=record.last_activity) == record  # that one is not kept
-    assert not parts, "each member's part is taken by its claim"
