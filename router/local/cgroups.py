@@ -119,7 +119,10 @@ class CgroupSet:
             if removed:
                 return
             if time.monotonic() > deadline:
-                raise Unavailable(f"cgroups of sandbox {self.sandbox_id} still busy after {timeout_s}s: {sorted(pids)}")
+                raise Unavailable(f"sandbox {self.sandbox_id} is not deleted yet: its processes {sorted(pids)} have "
+                                  f"not exited {timeout_s:g} s after being killed (a busy host, or a process that "
+                                  "cannot take the signal yet); the router finishes the delete in the background: "
+                                  "retry it to see it done", retry_after=1)
             time.sleep(0.01)
 
 
