@@ -16,7 +16,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,22 +194,51 @@ def remove_grpc_sockets(ports: dict[str, int]) -> None:
                     path.unlink()
 
 
-def wait_s3_ready(proc: subprocess.Popen[bytes], port: int, timeout_s: float) -> bool:
-    """Poll until the S3 port answers HTTP (any status: unsigned requests get 403); False if weed exits."""
+def wait_s3_ready(proc: subprocess.Popen[bytes], ports: dict[str, int], timeout_s: float) -> bool:
+    """Poll until S3 answers HTTP and the master knows a volume server; False if weed exits first.
+
+    S3 answering is not enough: until the volume server's first heartbeat reaches the master, the
+    master knows no volume, and every read of an object already on disk (after a restart) answers
+    500. The first heartbeat lists all of the node's volumes, so a listed node means reads work.
+    """
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    checks = [(ports["s3.port"], "/", _answers), (ports["master.port"], "/dir/status", _lists_a_volume_server)]
+    while checks and time.monotonic() < deadline:
         if proc.poll() is not None:
             return False
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1.0)
-        try:
-            conn.request("GET", "/")
-            conn.getresponse().read()
-            return True
-        except (OSError, http.client.HTTPException):
+        port, path, check = checks[0]
+        if _get(port, path, check):
+            checks.pop(0)
+        else:
             time.sleep(0.02)
-        finally:
-            conn.close()
-    return False
+    return not checks
+
+
+def _answers(status: int, body: bytes) -> bool:
+    return True  # any status: unsigned requests get 403
+
+
+def _lists_a_volume_server(status: int, body: bytes) -> bool:
+    """Whether the master's ``/dir/status`` topology holds at least one data node."""
+    if status != 200:
+        return False
+    try:
+        centers = json.loads(body)["Topology"]["DataCenters"] or []
+    except (ValueError, KeyError, TypeError):
+        return False
+    return any(rack.get("DataNodes") for center in centers for rack in center.get("Racks") or [])
+
+
+def _get(port: int, path: str, check: Callable[[int, bytes], bool]) -> bool:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1.0)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return check(response.status, response.read())
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
 
 
 def live_weed_pid(data_dir: Path) -> int | None:

@@ -95,7 +95,7 @@ class EmbeddedS3:
         return list(self._argv)
 
     def start(self) -> None:
-        """Start weed and return once S3 answers; raise Unavailable (with the log's tail) if it does not."""
+        """Start weed; return once S3 answers and can read what is on disk, else raise Unavailable."""
         if self.pid is not None:
             return
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -119,7 +119,7 @@ class EmbeddedS3:
                     start_new_session=True,
                 )
             (self.data_dir / s3proc.PID_FILE).write_text(f"{self._proc.pid}\n")
-            if s3proc.wait_s3_ready(self._proc, self._state.ports["s3.port"], self.ready_timeout_s):
+            if s3proc.wait_s3_ready(self._proc, self._state.ports, self.ready_timeout_s):
                 return
             exited = self._proc.poll() is not None
             self.stop()

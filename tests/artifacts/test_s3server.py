@@ -7,6 +7,7 @@ import os
 import socket
 import stat
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,10 @@ def test_restart_keeps_data_credentials_and_port(tmp_path: Path) -> None:
     leftovers = [n for n in os.listdir("/tmp") if n.startswith("seaweedfs-") and any(str(p) in n for p in grpc_ports)]
     assert leftovers == []
     with EmbeddedS3(data) as second:
+        # start() returned only once the master knew the volume server (reads before that answer 500).
+        master = f"http://127.0.0.1:{ports['master.port']}/dir/status"
+        with urllib.request.urlopen(master) as response:
+            assert '"DataNodes":[{' in response.read().decode()
         assert (second.endpoint, second.access_key, second.secret_key) == (endpoint, *keys)
         with ObjectStore(config_for(second, "keep")) as store:
             assert store.get_bytes("survives/restart") == b"still here"
