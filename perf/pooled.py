@@ -1,7 +1,7 @@
 """The burst with a warm pool: the pool filled first (as during a training step), then the burst's creates
-claim from it — one request per create, or all of them in one batch create (``create_many``). Reports the
-fill, the idle memory of a pooled sandbox, and the burst as :mod:`perf.burst` measures it, with its CPU by
-role."""
+claim from it — one request per create, or all of them in one streamed batch create (``create_as_ready``).
+Reports the fill, the idle memory of a pooled sandbox, and the burst as :mod:`perf.burst` measures it, with
+its CPU by role."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from grove.client import AsyncGrove
-from grove.errors import BatchFailed, GroveError
+from grove.errors import GroveError
 from perf import burst_phases, cpuacct
 from perf.burst import BurstResult, SandboxRun, burst, drive, kind
 from perf.common import Router
@@ -33,30 +33,24 @@ def _members(router: Router) -> list[str]:
 
 
 async def batched_burst(url: str, key: str, n: int, pool: str) -> BurstResult:
-    """The burst's creates as one ``create_many(n, pool=pool)``: each sandbox's create latency runs from the
-    batch sent to the batch's answer (which carries every sandbox); then each sandbox's four commands and
-    delete as :func:`perf.burst.burst` runs them, all at once."""
+    """The burst's creates as one streamed batch (``create_as_ready(n, pool=pool)``): each sandbox's create
+    latency runs from the batch sent to the part of the answer that carries it, and its four commands and
+    delete (as :func:`perf.burst.burst` runs them) start right then, while later parts are still coming."""
     runs = [SandboxRun(i) for i in range(n)]
+    drives: dict[int, asyncio.Task[None]] = {}
     async with AsyncGrove(url, key, timeout_s=600) as grove:
         t0, wall0 = time.perf_counter(), time.time()
-        try:
-            made = dict(enumerate(await grove.create_many(n, pool=pool)))
-        except BatchFailed as exc:
-            made = exc.created
-            for i, err in exc.errors.items():
-                runs[i].errors.append((kind("create", err), str(err)))
-        except GroveError as exc:  # the call itself failed: every create did
-            made = {}
-            for run in runs:
-                run.errors.append((kind("create", exc), str(exc)))
-        answered = time.perf_counter() - t0
-        for i in made:
-            runs[i].ready = answered
-        outcomes = await asyncio.gather(*(drive(made[i], runs[i], t0, wall0) for i in made), return_exceptions=True)
+        async for i, outcome in grove.create_as_ready(n, pool=pool):
+            if isinstance(outcome, GroveError):
+                runs[i].errors.append((kind("create", outcome), str(outcome)))
+                continue
+            runs[i].ready = time.perf_counter() - t0
+            drives[i] = asyncio.create_task(drive(outcome, runs[i], t0, wall0))
+        ended = await asyncio.gather(*drives.values(), return_exceptions=True)
         wall = time.perf_counter() - t0
-    for i, outcome in zip(made, outcomes, strict=True):
-        if isinstance(outcome, BaseException):  # a bug in this driver must show, not vanish
-            runs[i].errors.append((kind("driver", outcome), str(outcome)))
+    for i, end in zip(drives, ended, strict=True):
+        if isinstance(end, BaseException):  # a bug in this driver must show, not vanish
+            runs[i].errors.append((kind("driver", end), str(end)))
     return BurstResult(n, 0, wall, runs)
 
 

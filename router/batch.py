@@ -16,37 +16,41 @@ Nothing made is lost: every sandbox is registered (listed, deletable, reaped whe
 stop) before its item is answered, and the creates run on even if the client goes away mid-batch. A
 client that lost the answer retries the same batch with the same ``request_id`` per item and gets the
 same sandboxes back.
+
+With ``"stream": true`` the answer comes in parts as the sandboxes are made (:mod:`router.batch_stream`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 from typing import Any
 
 from aiohttp import web
 
 from grove import wire
 from grove.errors import BadRequest
-from grove.schema import check_field, parse
 from router.appkeys import service_of
+from router.batch_items import alike, create_one, item_error, items_of
+from router.batch_stream import stream_sandboxes
 from router.claims import HAND_OVER_AFTER
 from router.datapath import read_capped
-from router.models import MAX_BATCH, CreateRequest
 from router.registry import SandboxRecord
-from router.replies import error_of, reply
+from router.replies import reply
 from router.service import SandboxService
 
 
-async def create_sandboxes(request: web.Request) -> web.Response:
+async def create_sandboxes(request: web.Request) -> web.StreamResponse:
     """``POST /v1/sandboxes/batch``: 200 with ``{"sandboxes": [record | {"error": ...}, ...]}`` in order."""
     service = service_of(request)
     body = wire.decode(await read_capped(request, service.settings.max_body_bytes), request.content_type)
     items = items_of(body)
-    shared = body.get("shared", False)
-    if not isinstance(shared, bool):
-        raise BadRequest("'shared' must be true or false")
+    shared, stream = body.get("shared", False), body.get("stream", False)
+    for name, value in (("shared", shared), ("stream", stream)):
+        if not isinstance(value, bool):
+            raise BadRequest(f"'{name}' must be true or false")
+    if stream:
+        return await stream_sandboxes(request, service, items)
     what = f"{request.method} {request.path}"
     answered = asyncio.Event()
     held = HAND_OVER_AFTER.set(answered)  # the items' tasks, made below, inherit it
@@ -64,43 +68,13 @@ async def create_sandboxes(request: web.Request) -> web.Response:
     return response
 
 
-def items_of(body: Any) -> list[Any]:
-    """The batch's items, not yet validated (each is, on its own, by :func:`_create`); a body of the wrong
-    shape, an empty batch or one past :data:`MAX_BATCH` is the whole call's 400."""
-    if not isinstance(body, dict):
-        raise BadRequest('body must be an object: {"sandboxes": [<create body>, ...]}')
-    if unknown := sorted(set(body) - {"sandboxes", "shared"}):
-        raise BadRequest(f"body: unknown field(s) {', '.join(map(repr, unknown))}; known: sandboxes, shared")
-    items = body.get("sandboxes")
-    if not isinstance(items, list):
-        raise BadRequest("'sandboxes' must be a list of create bodies (each as POST /v1/sandboxes takes)")
-    if not items:
-        raise BadRequest("'sandboxes' is empty: a batch asks for at least one sandbox")
-    if len(items) > MAX_BATCH:
-        raise BadRequest(f"'sandboxes' has {len(items):,} items; a batch takes at most {MAX_BATCH:,}: split it "
-                         "into several calls (request_ids keep each call safe to retry)")
-    return items
-
-
-@dataclasses.dataclass
-class _Alike:
-    """Consecutive items that differ only in their request ids (``create_many``'s), parsed once."""
-
-    rest: dict[str, Any]
-    """The first item without its request id."""
-    req: CreateRequest
-    given: frozenset[str]
-    indexes: list[int] = dataclasses.field(default_factory=list)
-    request_ids: list[str | None] = dataclasses.field(default_factory=list)
-
-
 async def _create_all(service: SandboxService, items: list[Any], what: str) -> list[dict[str, Any]]:
     """Every item's answer, in order. Items alike but for their (new) request ids that claim from a pool are
     claimed as one group (:meth:`SandboxService.claim_many`: one record write and one journal hop for all,
     where a thousand claims one by one spent most of the batch's time in a thousand round trips); every
     other item, and any a pool had no member left for, is created on its own, as ``POST /v1/sandboxes``."""
     answers: list[dict[str, Any] | None] = [None] * len(items)
-    groups, alone = _alike(service, items, answers, what)
+    groups, alone = alike(service, items, answers, what)
     for group in groups:
         try:
             pool = service.pools.pool_for(group.req, group.given)
@@ -109,7 +83,7 @@ async def _create_all(service: SandboxService, items: list[Any], what: str) -> l
                 else [None] * len(group.indexes))
         except Exception as exc:
             for i in group.indexes:
-                answers[i] = _error(service, exc, i, what)
+                answers[i] = item_error(service, exc, i, what)
             continue
         summary: dict[str, Any] | None = None  # the group's requests differ only in their ids: one summary
         for i, request_id, outcome in zip(group.indexes, group.request_ids, outcomes, strict=True):
@@ -118,7 +92,7 @@ async def _create_all(service: SandboxService, items: list[Any], what: str) -> l
             else:
                 summary = summary or outcome.request.summary()
                 answers[i] = outcome.public(summary)
-    made = await asyncio.gather(*(_create(service, req, given, i, what) for i, req, given in alone))
+    made = await asyncio.gather(*(create_one(service, req, given, i, what) for i, req, given in alone))
     for (i, _, _), answer in zip(alone, made, strict=True):
         answers[i] = answer
     return [answer for answer in answers if answer is not None]
@@ -147,55 +121,3 @@ def _shared(answers: list[dict[str, Any]]) -> dict[str, Any]:
 
 _OWN = frozenset({"id", "created_at", "ready_at", "last_activity"})
 """Fields no two sandboxes share: never in ``shared``."""
-
-
-def _alike(service: SandboxService, items: list[Any], answers: list[dict[str, Any] | None],
-           what: str) -> tuple[list[_Alike], list[tuple[int, CreateRequest, frozenset[str]]]]:
-    """The items parsed: runs of items alike but for new request ids, and the items to create on their own
-    (a request id used before or twice in the batch: :meth:`SandboxService.create` finds its first
-    sandbox). An item that does not parse gets its error in ``answers``."""
-    groups: list[_Alike] = []
-    alone: list[tuple[int, CreateRequest, frozenset[str]]] = []
-    seen: set[str] = set()
-    for i, item in enumerate(items):
-        where = f"sandboxes[{i}]"
-        try:
-            group = groups[-1] if groups else None
-            rest = dict(item) if isinstance(item, dict) else None
-            if rest is not None:
-                rest.pop("request_id", None)
-            if group is not None and rest == group.rest:
-                request_id = check_field(CreateRequest, "request_id", item.get("request_id"), where)
-            else:
-                req = parse(CreateRequest, item, where)
-                group = _Alike(rest or {}, req, frozenset(item))
-                groups.append(group)
-                request_id = req.request_id
-            if not service.is_new_request(request_id) or request_id in seen:
-                alone.append((i, group.req.with_request_id(request_id), group.given))
-                continue
-            if request_id is not None:
-                seen.add(request_id)
-            group.indexes.append(i)
-            group.request_ids.append(request_id)
-        except Exception as exc:
-            answers[i] = _error(service, exc, i, what)
-    return [group for group in groups if group.indexes], alone
-
-
-async def _create(service: SandboxService, req: CreateRequest, given: frozenset[str], index: int,
-                  what: str) -> dict[str, Any]:
-    """One item on its own: its public record, or its error body."""
-    try:
-        return (await service.create(req, given)).public()
-    except Exception as exc:
-        return _error(service, exc, index, what)
-
-
-def _error(service: SandboxService, exc: Exception, index: int, what: str) -> dict[str, Any]:
-    """An item's error body (with ``retry_after`` when the error has one)."""
-    err = error_of(exc, service.settings.state_dir, f"{what} item {index}")
-    answer = err.to_body()
-    if err.retry_after is not None:
-        answer["error"]["retry_after"] = err.retry_after
-    return answer

@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import secrets
 import time
 from collections.abc import Coroutine
+from concurrent.futures import Future
 from typing import Any, Protocol
 
 from grove.errors import GroveError, InternalError, Invalid
@@ -25,6 +27,22 @@ HAND_OVER_AFTER: contextvars.ContextVar[asyncio.Event | None] = contextvars.Cont
 """Set by a batch create around its items (each item's task inherits it): their hand-overs wait for this
 event, set once the batch is answered, so that a thousand executor round trips and record writes do not
 queue the one answer every claim of the batch waits for (router/batch.py)."""
+
+
+@dataclasses.dataclass
+class GroupClaim:
+    """A group of claims begun (members taken, records queued for the log) and not yet finished."""
+
+    taken: list[tuple[SandboxRecord, Endpoint]]
+    """Each member taken, with the endpoint it answers on until its hand-over."""
+    written: Future[None] | None
+    """Settled once their records are durable (None: nothing was taken)."""
+    asked: int
+    """How many creates asked."""
+
+    def settled(self) -> bool:
+        """Whether the records' append has ended (well or not): finishing the claims waits no more."""
+        return self.written is None or self.written.done()
 
 
 class ClaimHost(StartHost, Protocol):
@@ -61,7 +79,7 @@ class Claims(InFlight):
 
     async def _claim(self, pool: Pool, req: CreateRequest) -> SandboxRecord | None:
         service = self._service
-        if (digest := await self._digest_for(pool, req)) is None:
+        if (digest := await self.digest_for(pool, req)) is None:
             pool.misses += 1
             return None
         if (taken := self._take(pool, req, digest)) is None:
@@ -78,37 +96,51 @@ class Claims(InFlight):
         self._claimed(record, previous)
         return record
 
-    async def claim_group(self, pool: Pool, req: CreateRequest,
-                          request_ids: list[str | None]) -> list[SandboxRecord | None]:
-        """:meth:`claim` for many creates that differ only in their ``request_id`` (a batch create's items),
-        as one vectorised claim: the checks made once, the members taken in one pass, their records written
-        as one group (one log append, the request they share encoded once), their journals' headers and
-        their hand-overs left to one task that runs once the batch is answered. Per create: its sandbox,
-        or None (no ready member left; not counted as a miss here: the caller creates it on its own, which
-        tries the pool once more). A failure to write the records fails them all (none was answered)."""
+    def begin_group(self, pool: Pool, req: CreateRequest, request_ids: list[str | None], digest: str) -> GroupClaim:
+        """:meth:`claim` for many creates that differ only in their ``request_id`` (a batch create's items), as
+        one vectorised claim, in two halves. This one, with no await: the members taken in one pass and
+        their records queued as one group (one log append, the request they share encoded once); a
+        streamed batch takes its next part while this one's append runs. Every group begun must be
+        finished (:meth:`finish_group`), whatever happens in between. ``digest``: what :meth:`digest_for`
+        gave for ``req`` (the checks made once for the group)."""
         self._claiming += 1
+        taken: list[tuple[SandboxRecord, Endpoint]] = []
         try:
-            if (digest := await self._digest_for(pool, req)) is None:
-                return [None] * len(request_ids)
-            taken: list[tuple[SandboxRecord, Endpoint]] = []
-            try:
-                for request_id in request_ids:
-                    one = self._take(pool, req.with_request_id(request_id), digest, count_miss=False)
-                    if one is None:
-                        break
-                    taken.append(one)
-                records = [record for record, _ in taken]
-                await self._service.registry.store_group(records, req)
-            except BaseException:
-                for record, _ in taken:
-                    self._drop(record)
-                raise
-            # Durable: the claims hold. The journals' headers follow (a restart writes them from the records).
-            self._service.recorder.start_later(records)
-            self._claimed_group(taken)
-            return [*records, *[None] * (len(request_ids) - len(taken))]
+            for request_id in request_ids:
+                one = self._take(pool, req.with_request_id(request_id), digest, count_miss=False)
+                if one is None:
+                    break
+                taken.append(one)
+            written = self._service.registry.queue_group([record for record, _ in taken], req) if taken else None
+        except BaseException:
+            self._claiming -= 1
+            for record, _ in taken:
+                self._drop(record)
+            raise
+        return GroupClaim(taken, written, len(request_ids))
+
+    async def finish_group(self, group: GroupClaim) -> list[SandboxRecord | None]:
+        """The second half: once the records are durable, the claims hold, their journals' headers and
+        hand-overs left to one task that runs once the batch is answered. Per create: its sandbox, or None
+        (no ready member left; not counted as a miss here: the caller creates it on its own, which tries
+        the pool once more). If their append failed, every member is dropped and the error raised (none
+        was answered)."""
+        try:
+            if group.written is not None:
+                if not group.written.done():
+                    await asyncio.shield(asyncio.wrap_future(group.written))
+                group.written.result()  # raises what the append raised
+        except BaseException:
+            for record, _ in group.taken:
+                self._drop(record)
+            raise
         finally:
             self._claiming -= 1
+        records = [record for record, _ in group.taken]
+        # Durable: the claims hold. The journals' headers follow (a restart writes them from the records).
+        self._service.recorder.start_later(records)
+        self._claimed_group(group.taken)
+        return [*records, *[None] * (group.asked - len(records))]
 
     def _claimed_group(self, taken: list[tuple[SandboxRecord, Endpoint]]) -> None:
         """:meth:`_claimed` for a group: one future per sandbox for its first call to wait on, settled by one
@@ -140,7 +172,7 @@ class Claims(InFlight):
         """Every hand-over in flight, the groups' own tasks included (closing the router waits for them)."""
         return [*self._tasks.values(), *self._groups]
 
-    async def _digest_for(self, pool: Pool, req: CreateRequest) -> str | None:
+    async def digest_for(self, pool: Pool, req: CreateRequest) -> str | None:
         """The image digest the pool's members must have to serve this create, or None if they cannot (its
         fixed fields differ from what they were made with). A removed image raises ``NotFound`` here,
         before anything is taken."""

@@ -110,6 +110,10 @@ class BatchCreateRequest:
     shared: bool = spec("answer fields every sandbox has alike once, in `shared`, and each sandbox's own beside "
                         "it: a sandbox's record is `shared` updated with its item (error items are left whole). "
                         "A thousand alike claims answer in a fifth of the bytes", default=False)
+    stream: bool = spec("answer in parts as the sandboxes are made (JSON lines, or msgpack objects one after "
+                        "another): each part `{shared, sandboxes}` whose items carry their `index`, the last "
+                        "`{done: N}`; a stream cut before it lost nothing (resend the items not answered)",
+                        default=False)
 
 
 @dataclass(frozen=True)

@@ -89,8 +89,12 @@ class RecordFiles:
         ``files_after``, the call returns once they are in the log, before the files show them (a
         thousand files take this disk ~25 ms to overwrite; the log is what a restart trusts, and the
         router reads its records from memory)."""
-        if not files:
-            return
+        if files:
+            await asyncio.shield(asyncio.wrap_future(self.queue_many(files, files_after=files_after)))
+
+    def queue_many(self, files: list[tuple[str, bytes]], *, files_after: bool = False) -> Future[None]:
+        """:meth:`write_many_async` without the wait: the writes queued now, the future settled once they are
+        durable (a streamed batch claims its next part meanwhile). ``files`` must not be empty."""
         done: Future[None] = Future()
         with self._lock:  # queued at once: the writer takes them in one commit
             for sid, data in files[:-1]:
@@ -99,7 +103,7 @@ class RecordFiles:
             self._queue_entry(WRITE, sid, data, done)
             if files_after:
                 self._at_log.add(done)
-        await asyncio.shield(asyncio.wrap_future(done))
+        return done
 
     def discard(self, sandbox_id: str) -> None:
         """Remove the file after any write of it in flight; nothing waits for it (the file of a deleted
@@ -171,16 +175,29 @@ class RecordFiles:
                 done.set_result(None)
         for sid, (op, data) in {sid: (op, data) for op, sid, data, _ in batch}.items():
             self._stale[sid] = (op, data)  # a record written twice in the batch: its newest only
-        self._apply_stale()
+        # The files of writes answered at the log may wait while appends are queued (a streamed batch's next
+        # parts; a hundred files here can take longer than the next part's fsync). A batch with a caller
+        # still to answer has its files brought up first, all of them (a group's entries but its last have
+        # no future of their own).
+        waiting = any(done is not None and not done.done() for _, _, _, done in batch)
+        self._apply_stale({sid for _, sid, _, _ in batch} if waiting else set())
         for _, _, _, done in batch:
             if done is not None and not done.done():
                 done.set_result(None)
 
-    def _apply_stale(self) -> None:
-        """Bring the files up to the log. One that cannot be written now (a full disk) stays behind the log
-        and is retried at every commit: the write is durable all the same (the log has it, and the log
-        is not checkpointed away while a file lags it; a restart replays it)."""
-        for sid, (op, data) in list(self._stale.items()):
+    def _apply_stale(self, first: set[str] | None = None) -> None:
+        """Bring the files up to the log: those of ``first`` in any case, the others until an append is
+        queued (the next commit goes on with them; ``first=None``: all of them). One that cannot be
+        written now (a full disk) stays behind the log and is retried at every commit: the write is durable
+        all the same (the log has it, and the log is not checkpointed away while a file lags it; a
+        restart replays it)."""
+        order = list(self._stale)
+        if first is not None:
+            order.sort(key=lambda sid: sid not in first)
+        for sid in order:
+            if first is not None and sid not in first and self._queue:  # read unlocked: a hint is enough
+                break
+            op, data = self._stale[sid]
             try:
                 if op == WRITE:
                     recordlog.write_file(self.dir, sid, data, durable=False)

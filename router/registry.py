@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -10,6 +11,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,8 +216,13 @@ class Registry:
         """:meth:`store` for claimed pool members whose requests are ``shared`` but for their request ids (a
         batch of claims), as one group: all durable (in the log) when it returns, or none acknowledged.
         The request is encoded once for all of them (:func:`_encode_claimed`)."""
+        if records:
+            await asyncio.shield(asyncio.wrap_future(self.queue_group(records, shared)))
+
+    def queue_group(self, records: list[SandboxRecord], shared: CreateRequest) -> Future[None]:
+        """:meth:`store_group` without the wait: encoded and queued now, the future settled once durable."""
         encode = _encode_claimed(shared)
-        await self._files.write_many_async([(record.id, encode(record)) for record in records], files_after=True)
+        return self._files.queue_many([(record.id, encode(record)) for record in records], files_after=True)
 
     async def close(self) -> None:
         """Wait for the writes in flight."""

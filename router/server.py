@@ -23,6 +23,9 @@ _SPARE_FDS = 512
 """Descriptors kept out of the connection cap: executors, S3, journals, the backend's own work."""
 
 
+_SWITCH_INTERVAL_S = 0.0005
+
+
 def connection_cap(wanted: int) -> int:
     """``wanted`` connections, or fewer if the descriptor limit (raised to its hard limit) cannot hold them
     beside the router's own files: past the cap the router sheds load; past the limit it would fail."""
@@ -42,6 +45,10 @@ def connection_cap(wanted: int) -> int:
 async def serve(settings: RouterSettings, *, new_key: str | None = None, ready_file: str | None = None) -> None:
     """Serve until a signal; sandboxes keep running after exit and are re-adopted on the next start."""
     logs.configure()
+    # The disk threads (the record log's fsyncs, journals) wait for the GIL each time a system call
+    # returns: up to the switch interval while the event loop is busy, 5 ms by default. A streamed batch
+    # of claims waited ~15 ms per log append on it; this process is the router's alone.
+    sys.setswitchinterval(_SWITCH_INTERVAL_S)
     app = create_app(settings)
     # After an error answer (408, 413) aiohttp reads what is left of the body before closing, by default for
     # 10 s: a stalled sender would keep its place under the connection cap that long.

@@ -20,7 +20,7 @@ from artifacts.artifact_index import ArtifactIndex
 from artifacts.store import ObjectStore
 from grove.errors import Conflict, Unavailable
 from router.backends.base import Backend, Endpoint, Started
-from router.claims import Claims
+from router.claims import Claims, GroupClaim
 from router.models import CreateRequest
 from router.outflow import ByteBudget
 from router.pool_filler import Pool
@@ -38,6 +38,18 @@ from router.trajectory_store import TrajectoryStore
 
 log = logging.getLogger("grove.router")
 _QUIET_S = 0.2  # a sandbox's agent between two quick commands is still working
+
+
+@dataclasses.dataclass
+class Claiming:
+    """Claims for many creates begun (:meth:`SandboxService.begin_claims`), not yet ended."""
+
+    group: GroupClaim
+    fresh: list[bool]
+    """Per create: whether its request id was new (the others are the caller's to create)."""
+    ids: list[str]
+    """The new request ids, held until the claims end (a create with one of them waits for it)."""
+    written: asyncio.Future[None]
 
 
 class SandboxService:
@@ -169,23 +181,37 @@ class SandboxService:
                          request_ids: list[str | None]) -> list[SandboxRecord | None]:
         """Claims from ``pool`` for many creates that differ only in their ``request_id``, each new
         (:meth:`is_new_request`; the caller sends the others through :meth:`create`, which finds their
-        sandbox), as :meth:`create` would make each (:meth:`router.claims.Claims.claim_group`). A create
+        sandbox), as :meth:`create` would make each (:meth:`router.claims.Claims.begin_group`). A create
         with one of these ids arriving meanwhile waits for this, as for a create in flight."""
+        req = self.pools.as_create(pool, req)
+        if (digest := await self.claims.digest_for(pool, req)) is None:
+            return [None] * len(request_ids)
+        return await self.end_claims(self.begin_claims(pool, req, request_ids, digest))
+
+    def begin_claims(self, pool: Pool, req: CreateRequest, request_ids: list[str | None], digest: str) -> Claiming:
+        """:meth:`claim_many`'s first half, with no await (``req`` already :meth:`Pools.as_create`'s, ``digest``
+        what :meth:`Claims.digest_for` gave): the members taken, their records queued for the log. Every
+        one begun must be ended (:meth:`end_claims`)."""
         # Checked again here, not only by the caller: a create with one of the ids may have come in since.
         fresh = [self.is_new_request(request_id) for request_id in request_ids]
         new = [request_id for request_id, ok in zip(request_ids, fresh, strict=True) if ok]
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ids = [request_id for request_id in new if request_id]
+        group = self.claims.begin_group(pool, req, new, digest)
         for request_id in ids:
             self._requests[request_id] = written
+        return Claiming(group, fresh, ids, written)
+
+    async def end_claims(self, claiming: Claiming) -> list[SandboxRecord | None]:
+        """:meth:`claim_many`'s second half: each create's sandbox once durable, or None (see there)."""
         try:
-            claimed = iter(await self.claims.claim_group(pool, self.pools.as_create(pool, req), new))
+            claimed = iter(await self.claims.finish_group(claiming.group))
         finally:
-            for request_id in ids:
+            for request_id in claiming.ids:
                 del self._requests[request_id]
-            written.set_result(None)
+            claiming.written.set_result(None)
         # An id no longer new gets None: the caller creates it on its own, which finds its first sandbox.
-        return [next(claimed) if ok else None for ok in fresh]
+        return [next(claimed) if ok else None for ok in claiming.fresh]
 
     async def delete(self, sandbox_id: str, *, reason: str = "deleted by request") -> SandboxRecord:
         """Kill everything of the sandbox and forget it (its id then answers ``deleted``)."""

@@ -9,7 +9,7 @@ import io
 import os
 import tarfile
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,7 +18,7 @@ import msgpack
 
 from grove import wire
 from grove.client.artifacts import Artifact, AsyncArtifacts, sandbox_artifacts
-from grove.client.batch import batch_bodies, send
+from grove.client.batch import batch_bodies, stream_batch
 from grove.client.results import ExecResult
 from grove.errors import (
     BatchFailed,
@@ -124,15 +124,25 @@ class AsyncGrove:
     @contextlib.asynccontextmanager
     async def stream(
         self, path: str, *, params: dict[str, str] | None = None, headers: dict[str, str] | None = None,
-        allow_redirects: bool = True,
+        allow_redirects: bool = True, method: str = "GET", msgpack_body: Any = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """A GET whose answer the caller reads as it comes (an error answer is raised as its GroveError
-        first; a connection lost while reading becomes Unavailable). Not retried."""
+        """A call (a GET unless ``method`` says) whose answer the caller reads as it comes (an error answer
+        is raised as its GroveError first; a connection lost while reading becomes Unavailable). Not
+        retried."""
+        headers = dict(headers or {})
+        data = None
+        if msgpack_body is not None:
+            data = msgpack.packb(msgpack_body, use_bin_type=True)
+            headers["Content-Type"] = wire.MSGPACK
         try:
-            async with self._http().get(self.url + path, params=params, headers=headers or {},
-                                        allow_redirects=allow_redirects) as resp:
+            async with self._http().request(method, self.url + path, params=params, data=data, headers=headers,
+                                            allow_redirects=allow_redirects) as resp:
                 if resp.status >= 400:
-                    raise error_from_body(resp.status, _decode(await resp.read(), resp.content_type))
+                    err = error_from_body(resp.status, _decode(await resp.read(), resp.content_type))
+                    if (wait := resp.headers.get("Retry-After")) is not None:
+                        with contextlib.suppress(ValueError):
+                            err.retry_after = float(wait)
+                    raise err
                 yield resp
         except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             raise Unavailable(f"lost the grove router at {self.url} while reading {path}: {exc}") from exc
@@ -154,20 +164,49 @@ class AsyncGrove:
         how many (each with ``image`` and ``options``, the fields :meth:`create` takes), or one body per
         sandbox (its fields over ``image`` and ``options``). Returns them in order, heart-beating as
         :meth:`create`'s do. With ``request_id``, item ``i`` uses ``f"{request_id}-{i}"``: calling again
-        with the same arguments returns the same sandboxes, never new ones.
+        with the same arguments returns the same sandboxes, never new ones. To start work on each sandbox
+        as soon as it is made, rather than when the last one is, use :meth:`create_as_ready`.
 
         If any item fails (a bad body, the router's limit, a start that failed), raises
         :class:`grove.errors.BatchFailed` once all are answered: its ``created`` holds the sandboxes that
         were made (by index; yours to use or close) and ``errors`` each failed item's error by index."""
-        answers = await send(self, batch_bodies(count_or_bodies, image, options))
-        made = {i: AsyncSandbox(self, a) for i, a in enumerate(answers) if not isinstance(a, GroveError)}
-        if heartbeat:
-            for sandbox in made.values():
-                sandbox.start_heartbeat()
-        errors = {i: a for i, a in enumerate(answers) if isinstance(a, GroveError)}
+        made: dict[int, AsyncSandbox] = {}
+        errors: dict[int, GroveError] = {}
+        async for i, outcome in self.create_as_ready(count_or_bodies, image, heartbeat=heartbeat, **options):
+            if isinstance(outcome, GroveError):
+                errors[i] = outcome
+            else:
+                made[i] = outcome
         if errors:
-            raise BatchFailed(made, errors, len(answers))
-        return list(made.values())
+            raise BatchFailed(dict(sorted(made.items())), errors, len(made) + len(errors))
+        return [made[i] for i in range(len(made))]
+
+    async def create_as_ready(self, count_or_bodies: int | Sequence[Mapping[str, Any]], image: str = "default", *,
+                              heartbeat: bool = True, **options: Any
+                              ) -> AsyncGenerator[tuple[int, AsyncSandbox | GroveError], None]:
+        """:meth:`create_many`, each sandbox given as soon as the router has made it: ``(index, sandbox)``,
+        or ``(index, error)`` for an item that failed, in the order they come (a burst's first rollouts
+        start while the rest are still being claimed)::
+
+            async for i, sandbox in grove.create_as_ready(1000, pool="swe"):
+                if isinstance(sandbox, GroveError):
+                    ...  # item i failed: sandbox says why
+                else:
+                    rollouts.append(asyncio.create_task(run(tasks[i], sandbox)))
+
+        A connection lost mid-answer is resent for the items not yet given (their request ids find the
+        same sandboxes); a call that fails as a whole gives every item it did not answer that error. Stop
+        iterating early and the sandboxes made but not given are still made, without heartbeats (the router
+        reaps them once their heartbeat timeout passes; a ``create_many`` with the same ``request_id``
+        finds them before that)."""
+        async for i, answer in stream_batch(self, batch_bodies(count_or_bodies, image, options)):
+            if isinstance(answer, GroveError):
+                yield i, answer
+                continue
+            sandbox = AsyncSandbox(self, answer)
+            if heartbeat:
+                sandbox.start_heartbeat()
+            yield i, sandbox
 
     async def attach(self, sandbox_id: str) -> AsyncSandbox:
         """A handle on an existing sandbox (no automatic heartbeat)."""

@@ -3,17 +3,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from grove.errors import GroveError, Invalid, error_from_body
+import msgpack
+
+from grove import wire
+from grove.errors import GroveError, Invalid, Unavailable, error_from_body
 
 if TYPE_CHECKING:
     from grove.client.aio import AsyncGrove
 
 MAX_BATCH = 1000
 """Most creates the router takes in one call (``router.models.MAX_BATCH``); a larger ask is split."""
+RETRIES = 4
+"""Calls made for one part of an ask before its unanswered items fail (as the client's own retries)."""
 
 
 def batch_bodies(count_or_bodies: int | Sequence[Mapping[str, Any]], image: str,
@@ -42,21 +48,46 @@ def batch_bodies(count_or_bodies: int | Sequence[Mapping[str, Any]], image: str,
     return bodies
 
 
-async def send(client: AsyncGrove, bodies: list[dict[str, Any]]) -> list[dict[str, Any] | GroveError]:
-    """Each body's public record or error, in order, in calls of at most :data:`MAX_BATCH`. A call that
-    fails as a whole (after the client's retries) fails its items and every later one, which are not sent;
-    what earlier calls made is still answered, so it is never lost with the error."""
-    out: list[dict[str, Any] | GroveError] = []
+async def stream_batch(client: AsyncGrove, bodies: list[dict[str, Any]]
+                       ) -> AsyncIterator[tuple[int, dict[str, Any] | GroveError]]:
+    """Each body's public record or error as the router answers it (``"stream": true``), in calls of at most
+    :data:`MAX_BATCH`. A call cut off mid-answer, or answered 503, is made again for the items it did not
+    answer (their request ids find the same sandboxes), up to :data:`RETRIES` times; a call that fails
+    as a whole gives its unanswered items, and every later one (not sent), its error."""
     for start in range(0, len(bodies), MAX_BATCH):
-        try:
-            answer = await client.request("POST", "/v1/sandboxes/batch", retry=True,
-                                          msgpack_body={"sandboxes": bodies[start:start + MAX_BATCH], "shared": True})
-        except GroveError as exc:
-            out.extend(exc for _ in bodies[start:])
-            break
-        shared = answer.get("shared", {})
-        out.extend(_outcome(item, shared) for item in answer["sandboxes"])
-    return out
+        left = dict(enumerate(bodies[start:start + MAX_BATCH], start))
+        for attempt in range(RETRIES):
+            try:
+                async for i, outcome in _one_call(client, left):
+                    del left[i]
+                    yield i, outcome
+            except GroveError as exc:
+                if not isinstance(exc, Unavailable) or attempt + 1 == RETRIES:
+                    for i in [*left, *range(start + MAX_BATCH, len(bodies))]:
+                        yield i, exc
+                    return
+                await asyncio.sleep(exc.retry_after if exc.retry_after is not None else 0.2 * 2**attempt)
+            else:
+                break
+
+
+async def _one_call(client: AsyncGrove, left: dict[int, dict[str, Any]]
+                    ) -> AsyncIterator[tuple[int, dict[str, Any] | GroveError]]:
+    """One streamed batch call of the ``left`` bodies, keyed by their index in the whole ask."""
+    indexes = list(left)
+    body = {"sandboxes": list(left.values()), "stream": True}
+    unpacker = msgpack.Unpacker(raw=False)
+    async with client.stream("/v1/sandboxes/batch", method="POST", msgpack_body=body,
+                             headers={"Accept": wire.MSGPACK}) as resp:
+        async for chunk in resp.content.iter_any():
+            unpacker.feed(chunk)
+            for part in unpacker:
+                if "done" in part:
+                    return
+                shared = part["shared"]
+                for item in part["sandboxes"]:
+                    yield indexes[item.pop("index")], _outcome(item, shared)
+    raise Unavailable(f"the grove router at {client.url} cut its answer to a batch create short")
 
 
 def _outcome(item: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any] | GroveError:

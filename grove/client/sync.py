@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,7 +14,7 @@ from grove.client.artifacts import Artifact, AsyncArtifacts
 from grove.client.download import Progress
 from grove.client.pull import PullReport
 from grove.client.results import ExecResult
-from grove.errors import BatchFailed
+from grove.errors import BatchFailed, GroveError
 
 T = TypeVar("T")
 
@@ -70,6 +70,21 @@ class Grove:
             created = {i: Sandbox(self._loop, inner) for i, inner in exc.created.items()}
             raise BatchFailed(created, exc.errors, exc.total) from None
         return [Sandbox(self._loop, inner) for inner in made]
+
+    def create_as_ready(self, count_or_bodies: int | Sequence[Mapping[str, Any]], image: str = "default",
+                        **options: Any) -> Iterator[tuple[int, Sandbox | GroveError]]:
+        """Each sandbox of a batch as soon as it is made: ``(index, sandbox)`` or ``(index, error)``, in the
+        order they come; see :meth:`AsyncGrove.create_as_ready`."""
+        answers = self._async.create_as_ready(count_or_bodies, image, **options)
+        try:
+            while True:
+                try:
+                    i, outcome = self._loop.run(anext(answers))
+                except StopAsyncIteration:
+                    return
+                yield i, outcome if isinstance(outcome, GroveError) else Sandbox(self._loop, outcome)
+        finally:
+            self._loop.run(answers.aclose())
 
     def attach(self, sandbox_id: str) -> Sandbox:
         """A handle on an existing sandbox."""

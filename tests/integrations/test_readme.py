@@ -24,6 +24,9 @@ from minisweagent.models.test_models import DeterministicModel, make_output
 from swerex.runtime.abstract import BashAction, CreateBashSessionRequest
 
 from grove import Grove
+from grove.client import AsyncGrove
+from grove.client.aio import AsyncSandbox
+from grove.errors import GroveError
 from grove.integrations.minisweagent import GroveEnvironment
 from tests.support.router_fixtures import RouterProcess
 
@@ -41,6 +44,14 @@ def run_block(code: str, namespace: dict[str, Any]) -> dict[str, Any]:
     result = eval(compiled, namespace)
     if asyncio.iscoroutine(result):
         asyncio.run(result)
+    return namespace
+
+
+async def run_block_async(code: str, namespace: dict[str, Any]) -> dict[str, Any]:
+    """:func:`run_block` inside a running event loop (for blocks using an ``AsyncGrove`` made there)."""
+    result = eval(compile(code, "README.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT), namespace)
+    if asyncio.iscoroutine(result):
+        await result
     return namespace
 
 
@@ -67,6 +78,7 @@ MARKERS = {
     "swerex": "rt = RemoteRuntime(",
     "artifacts": 'grove.artifacts.pull("./out", run_id="run-7")',
     "many": 'grove.create_many(n, pool="swe"',
+    "as_ready": "async for i, sandbox in grove.create_as_ready(",
 }
 
 
@@ -186,3 +198,36 @@ def test_many_at_once(user: RouterProcess) -> None:
                 sb.close()
         finally:
             grove.delete_pool("swe")
+
+
+def test_many_as_ready(user: RouterProcess) -> None:
+    """The streamed batch example: each rollout starts as its sandbox comes (2 claims, 1 fresh start)."""
+
+    async def run(task: str, sandbox: AsyncSandbox) -> bytes:
+        try:
+            return (await sandbox.exec(f"echo {task}")).stdout
+        finally:
+            await sandbox.close()
+
+    async def main() -> dict[str, Any]:
+        async with AsyncGrove(user.url, user.key) as grove:
+            await grove.create_pool("swe", size=2, resources={"cpu": 0.5, "memory_mb": 256})
+            try:
+                deadline = time.monotonic() + 60
+                while (await grove.pool("swe"))["ready"] < 2:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.2)
+                namespace = await run_block_async(block(MARKERS["as_ready"]), {
+                    "grove": grove, "tasks": ["a", "b", "c"], "step": 8, "run": run, "rollouts": [],
+                    "failed": {}, "GroveError": GroveError, "asyncio": asyncio})
+                namespace["outputs"] = sorted(await asyncio.gather(*namespace["rollouts"]))
+                namespace["claims"] = (await grove.pool("swe"))["claims"]
+                return namespace
+            finally:
+                await grove.delete_pool("swe")
+
+    before = user.live_ids()
+    namespace = asyncio.run(main())
+    assert namespace["failed"] == {} and namespace["outputs"] == [b"a\n", b"b\n", b"c\n"]
+    assert namespace["claims"] == 2
+    assert user.live_ids() == before

@@ -14,7 +14,7 @@ import pytest
 from grove.client import AsyncGrove, Grove
 from grove.client.batch import batch_bodies
 from grove.errors import BadRequest, BatchFailed, Invalid, NotFound
-from router.batch import items_of
+from router.batch_items import items_of
 from router.models import CreateRequest, Metadata
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
 

@@ -181,3 +181,27 @@ def test_a_batch_of_claims_encodes_each_record_as_a_single_write_would() -> None
         assert json.loads(encode(record)) == json.loads(_encode(record))
         back = SandboxRecord.from_disk(json.loads(encode(record)))
         assert dataclasses.replace(back, last_activity=record.last_activity) == record  # that one is not kept
+
+
+def test_writes_answered_at_the_log_let_queued_appends_go_first_and_their_files_follow(tmp_path: Path) -> None:
+    files = RecordFiles(tmp_path)
+    group = [(f"sb-{n:016x}", json.dumps({"n": n}).encode()) for n in range(200)]
+    plain_id = "sb-00000000000fffff"
+
+    async def run() -> None:
+        # Three groups answered at the log, queued back to back (a streamed batch's parts), then a write
+        # answered only once its file shows it: each returns with what it promised.
+        parts = [files.queue_many(group[i:i + 50], files_after=True) for i in range(0, 150, 50)]
+        await asyncio.gather(*(asyncio.wrap_future(part) for part in parts))
+        await files.write_many_async(group[150:])  # not files_after: its files are current when it returns
+        for sid, data in group[150:]:
+            assert (tmp_path / f"{sid}.json").read_bytes() == data
+        await files.write_async(plain_id, b'{"plain": true}')
+        assert (tmp_path / f"{plain_id}.json").read_bytes() == b'{"plain": true}'
+        await files.drain()
+
+    asyncio.run(run())
+    for sid, data in group:  # the groups' files caught up with the log
+        assert (tmp_path / f"{sid}.json").read_bytes() == data
+    files.close()
+    assert not recordlog.logs(tmp_path)  # and the log was checkpointed away
