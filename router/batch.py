@@ -17,7 +17,8 @@ stop) before its item is answered, and the creates run on even if the client goe
 client that lost the answer retries the same batch with the same ``request_id`` per item and gets the
 same sandboxes back.
 
-With ``"stream": true`` the answer comes in parts as the sandboxes are made (:mod:`router.batch_stream`).
+With ``"stream": true`` the answer comes in parts as the sandboxes are made (:mod:`router.batch_stream`);
+the plain answer is the same parts gathered, so both take one path through the items.
 """
 
 from __future__ import annotations
@@ -31,13 +32,11 @@ from aiohttp import web
 from grove import wire
 from grove.errors import BadRequest
 from router.appkeys import service_of
-from router.batch_items import alike, create_one, item_error, items_of
-from router.batch_stream import stream_sandboxes
+from router.batch_items import items_of
+from router.batch_stream import produce, stream_sandboxes
 from router.claims import HAND_OVER_AFTER
 from router.datapath import read_capped
-from router.registry import SandboxRecord
 from router.replies import reply
-from router.service import SandboxService
 
 
 async def create_sandboxes(request: web.Request) -> web.StreamResponse:
@@ -57,7 +56,15 @@ async def create_sandboxes(request: web.Request) -> web.StreamResponse:
     try:
         # Shielded: a client gone mid-batch does not cut creates off half-way (each one's sandbox is
         # registered as usual, and found again by a retry with the same request_ids).
-        answers = await asyncio.shield(_create_all(service, items, what))
+        answers: list[dict[str, Any]] = [{}] * len(items)
+
+        async def gather(part: dict[str, Any]) -> None:
+            shared = part.get("shared", {})
+            for item in part.get("sandboxes", []):
+                i = item.pop("index")
+                answers[i] = {**shared, **item}
+
+        await asyncio.shield(produce(service, items, what, gather))
         response = reply(request, _shared(answers) if shared else {"sandboxes": answers})
         with contextlib.suppress(ConnectionError):  # gone: aiohttp sees it again as it finishes the response
             await response.prepare(request)
@@ -66,36 +73,6 @@ async def create_sandboxes(request: web.Request) -> web.StreamResponse:
         HAND_OVER_AFTER.reset(held)
         answered.set()  # whatever happened: no hand-over waits past the batch
     return response
-
-
-async def _create_all(service: SandboxService, items: list[Any], what: str) -> list[dict[str, Any]]:
-    """Every item's answer, in order. Items alike but for their (new) request ids that claim from a pool are
-    claimed as one group (:meth:`SandboxService.claim_many`: one record write and one journal hop for all,
-    where a thousand claims one by one spent most of the batch's time in a thousand round trips); every
-    other item, and any a pool had no member left for, is created on its own, as ``POST /v1/sandboxes``."""
-    answers: list[dict[str, Any] | None] = [None] * len(items)
-    groups, alone = alike(service, items, answers, what)
-    for group in groups:
-        try:
-            pool = service.pools.pool_for(group.req, group.given)
-            outcomes: list[SandboxRecord | None] = (
-                await service.claim_many(pool, group.req, group.request_ids) if pool is not None
-                else [None] * len(group.indexes))
-        except Exception as exc:
-            for i in group.indexes:
-                answers[i] = item_error(service, exc, i, what)
-            continue
-        summary: dict[str, Any] | None = None  # the group's requests differ only in their ids: one summary
-        for i, request_id, outcome in zip(group.indexes, group.request_ids, outcomes, strict=True):
-            if outcome is None:
-                alone.append((i, group.req.with_request_id(request_id), group.given))
-            else:
-                summary = summary or outcome.request.summary()
-                answers[i] = outcome.public(summary)
-    made = await asyncio.gather(*(create_one(service, req, given, i, what) for i, req, given in alone))
-    for (i, _, _), answer in zip(alone, made, strict=True):
-        answers[i] = answer
-    return [answer for answer in answers if answer is not None]
 
 
 def _shared(answers: list[dict[str, Any]]) -> dict[str, Any]:

@@ -71,7 +71,7 @@ async def stream_sandboxes(request: web.Request, service: SandboxService, items:
         with contextlib.suppress(ConnectionError):
             await response.prepare(request)
         # Its own task, shielded: a client gone mid-batch cuts no create off half-way.
-        producer = asyncio.ensure_future(_produce(service, items, f"{request.method} {request.path}", write))
+        producer = asyncio.ensure_future(produce(service, items, f"{request.method} {request.path}", write))
         await asyncio.shield(producer)
         if not gone:
             with contextlib.suppress(ConnectionError):
@@ -82,8 +82,9 @@ async def stream_sandboxes(request: web.Request, service: SandboxService, items:
     return response
 
 
-async def _produce(service: SandboxService, items: list[Any], what: str, write: Write) -> None:
-    """Every item answered through ``write``, part by part, then ``{"done": N}``."""
+async def produce(service: SandboxService, items: list[Any], what: str, write: Write) -> None:
+    """Every item answered through ``write``, part by part, then ``{"done": N}`` (the plain answer is these
+    parts gathered: :mod:`router.batch`)."""
     errors: list[dict[str, Any] | None] = [None] * len(items)
     groups, alone = alike(service, items, errors, what)
     if bad := [{"index": i, **answer} for i, answer in enumerate(errors) if answer is not None]:

@@ -177,19 +177,12 @@ class SandboxService:
         return request_id is None or (request_id not in self._requests
                                       and request_id not in self.registry.by_request_id)
 
-    async def claim_many(self, pool: Pool, req: CreateRequest,
-                         request_ids: list[str | None]) -> list[SandboxRecord | None]:
+    def begin_claims(self, pool: Pool, req: CreateRequest, request_ids: list[str | None], digest: str) -> Claiming:
         """Claims from ``pool`` for many creates that differ only in their ``request_id``, each new
         (:meth:`is_new_request`; the caller sends the others through :meth:`create`, which finds their
-        sandbox), as :meth:`create` would make each (:meth:`router.claims.Claims.begin_group`). A create
-        with one of these ids arriving meanwhile waits for this, as for a create in flight."""
-        req = self.pools.as_create(pool, req)
-        if (digest := await self.claims.digest_for(pool, req)) is None:
-            return [None] * len(request_ids)
-        return await self.end_claims(self.begin_claims(pool, req, request_ids, digest))
-
-    def begin_claims(self, pool: Pool, req: CreateRequest, request_ids: list[str | None], digest: str) -> Claiming:
-        """:meth:`claim_many`'s first half, with no await (``req`` already :meth:`Pools.as_create`'s, ``digest``
+        sandbox), as :meth:`create` would make each (:meth:`router.claims.Claims.begin_group`); a create
+        with one of these ids arriving meanwhile waits for them. This first half has no await (``req``
+        already :meth:`Pools.as_create`'s, ``digest``
         what :meth:`Claims.digest_for` gave): the members taken, their records queued for the log. Every
         one begun must be ended (:meth:`end_claims`)."""
         # Checked again here, not only by the caller: a create with one of the ids may have come in since.
@@ -203,7 +196,7 @@ class SandboxService:
         return Claiming(group, fresh, ids, written)
 
     async def end_claims(self, claiming: Claiming) -> list[SandboxRecord | None]:
-        """:meth:`claim_many`'s second half: each create's sandbox once durable, or None (see there)."""
+        """:meth:`begin_claims`'s second half: each create's sandbox once durable, or None (see there)."""
         try:
             claimed = iter(await self.claims.finish_group(claiming.group))
         finally:
