@@ -54,6 +54,9 @@ class PoolHost(Protocol):
     async def delete(self, sandbox_id: str, *, reason: str = ...) -> SandboxRecord:
         """Delete a sandbox (a pool member too)."""
 
+    def lock(self, sandbox_id: str) -> asyncio.Lock:
+        """The sandbox's lifecycle lock (a delete waits for it)."""
+
     async def start_member(self, record: SandboxRecord) -> Started | None:
         """Start a pool member; None if it was deleted while it started."""
 
@@ -151,22 +154,35 @@ class Filler:
             record.image_digest = await service.backend.image_digest(record.request.image)
         except NotFound as exc:
             raise NotFound(f"its image is gone: {exc.message}") from exc
-        await service.registry.store(record)
-        service.registry.add(record)
-        try:
-            # Its journal made now, off the event loop, so that its claim only writes into it (Journal.prepare).
-            await asyncio.to_thread(service.journal.prepare, record.id)
-            started = await service.start_member(record)
-        except BaseException:
-            service.registry.unlink(record.id)
-            service.registry.drop(record)
-            service.journal.remove(record.id)
-            raise
-        if started is None:  # deleted (pool deleted or shrunk) while it started
-            return
-        record.status, record.handle, record.endpoint_url = "ready", started.handle, started.endpoint.url
-        record.image_digest, record.ready_at = started.image_digest, time.time()
-        await service.registry.store(record)
+        if not self._still_wanted(pool):
+            return  # deleted, replaced or shrunk while its image was looked up
+        # Listed and locked with no await in between: a delete or resize from here on sees this member and
+        # waits (service.delete takes the lock) until it is started and recorded, then deletes it whole. No
+        # member outlives its pool, none starts after its deletion.
+        async with service.lock(record.id):
+            service.registry.add(record)
+            try:
+                await service.registry.store(record)
+                # Its journal made now, off the event loop, so that its claim only writes into it
+                # (Journal.prepare).
+                await asyncio.to_thread(service.journal.prepare, record.id)
+                started = await service.start_member(record)
+            except BaseException:
+                service.registry.unlink(record.id)
+                service.registry.drop(record)
+                service.journal.remove(record.id)
+                raise
+            if started is None:  # start_member's contract; no delete gets in while this lock is held
+                return
+            record.status, record.handle, record.endpoint_url = "ready", started.handle, started.endpoint.url
+            record.image_digest, record.ready_at = started.image_digest, time.time()
+            await service.registry.store(record)
+
+    def _still_wanted(self, pool: Pool) -> bool:
+        """Whether the pool is still defined as it was (not deleted, nor deleted and made anew) and short."""
+        service = self._service
+        return (any(p is pool for p in self._all())
+                and service.registry.pool_count(pool.definition.name) < pool.definition.size)
 
 
 @functools.lru_cache(maxsize=256)

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+import weakref
 from collections.abc import Coroutine, Iterator
 from typing import Any
 
@@ -76,7 +77,8 @@ class SandboxService:
         """The artifact index in the same bucket."""
         # A backend that keeps state in object storage (Knative's snapshots) presigns with it.
         backend.attach_storage(storage.objects)
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        """Lifecycle locks, each kept while someone holds or waits for it (an unheld lock is a new one)."""
         self._requests: dict[str, asyncio.Future[None]] = {}
         """Creates writing their records, by request_id (a retry meanwhile waits, then finds the sandbox)."""
         self._background: set[asyncio.Task[Any]] = set()

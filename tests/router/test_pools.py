@@ -7,6 +7,7 @@ import json
 import re
 import signal
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,24 @@ def test_resize_and_delete(router: RouterProcess, grove: Grove) -> None:
     # The claimed sandbox is its user's: the pool's deletion leaves it alone.
     assert kept.exec("echo still").stdout == b"still\n"
     kept.close()
+
+
+def test_a_pool_deleted_while_a_member_starts_leaves_nothing(router: RouterProcess, grove: Grove) -> None:
+    # Each delete lands at another point of the filler's first start: before its record exists, while its
+    # journal is made, while its executor starts, once it is ready. None may leave a member running.
+    def stray() -> list[str]:
+        live = router.live_ids()
+        return sorted(p.name for p in router.layout.sandboxes.iterdir() if p.name not in live)
+
+    for n, delay in enumerate((0, 0, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)):
+        name = f"brief-{n}"
+        grove.create_pool(name, size=1, resources=SMALL)
+        time.sleep(delay)
+        grove.delete_pool(name)
+        assert not stray(), f"pool {name} deleted {delay} s after it was made left a member running"
+        wait_for(lambda pool=name: not _members(router, pool), 10, what=f"pool {name}'s member records removed")
+    time.sleep(1.5)  # a start the delete had missed would have finished by now
+    assert not stray(), "a member started after its pool was deleted"
 
 
 def test_cli_pool_commands(router: RouterProcess, grove: Grove) -> None:
