@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -181,6 +182,69 @@ def test_a_batch_of_claims_encodes_each_record_as_a_single_write_would() -> None
         assert json.loads(encode(record)) == json.loads(_encode(record))
         back = SandboxRecord.from_disk(json.loads(encode(record)))
         assert dataclasses.replace(back, last_activity=record.last_activity) == record  # that one is not kept
+
+
+def test_a_claims_record_has_its_members_values_as_they_are_not_as_encoded_ahead() -> None:
+    # A ready member's kept fields are encoded when it is recorded (encode_ahead); its claim's record uses
+    # that only while nothing changed since: a handle changed in place, a field set anew, are written as now.
+    from router.registry import SandboxRecord, _encode, _encode_claimed, encode_ahead
+
+    shared = CreateRequest(pool="p")
+    encode = _encode_claimed(shared)
+
+    def member() -> SandboxRecord:
+        record = SandboxRecord(id="sb-00000000000000aa", request=shared, token="old", created_at=1.0,
+                               status="ready", image_digest="sha256:ab", handle={"pid": 7, "oom_kills": 0},
+                               endpoint_url="unix:/s/e.sock", ready_at=2.5, pool="p")
+        encode_ahead(record)
+        assert record.kept_json is not None
+        record.request, record.token, record.pool, record.status = shared.with_request_id("r"), "new", None, "pending"
+        return record
+
+    def changed_in_place(r: SandboxRecord) -> None:
+        r.handle["oom_kills"] = 3
+
+    def handle_replaced(r: SandboxRecord) -> None:
+        r.handle = {"pid": 8}
+
+    def field_set(r: SandboxRecord) -> None:
+        r.endpoint_url = "unix:/s/other.sock"
+
+    for change in (None, changed_in_place, handle_replaced, field_set):
+        record = member()
+        if change is not None:
+            change(record)
+        assert json.loads(encode(record)) == json.loads(_encode(record)), change
+        assert record.kept_json is None  # freed once used: a claimed sandbox keeps no copy
+
+
+def test_files_deferred_while_held_are_durable_in_the_log_and_written_once_let_go(tmp_path: Path) -> None:
+    # A streamed batch holds defer_files over its parts: the writer only appends; a write whose caller
+    # waits for its file still gets it; the rest follow once the last holder lets go.
+    files = RecordFiles(tmp_path)
+    group = [(f"sb-{n:016x}", json.dumps({"n": n}).encode()) for n in range(100)]
+    plain_id = "sb-00000000000fffff"
+
+    async def run() -> None:
+        with files.defer_files():
+            with files.defer_files():  # held twice: the inner release lets nothing go
+                await asyncio.wrap_future(files.queue_many(group[:50], files_after=True))
+            await asyncio.wrap_future(files.queue_many(group[50:], files_after=True))
+            await files.write_async(plain_id, b'{"plain": true}')
+            assert (tmp_path / f"{plain_id}.json").read_bytes() == b'{"plain": true}'
+            await asyncio.sleep(0.2)  # the writer idle, the files still held back
+            assert not any((tmp_path / f"{sid}.json").exists() for sid, _ in group)
+            logged = {sid: data for _, path in recordlog.logs(tmp_path)
+                      for _, sid, data in recordlog.frames(path.read_bytes())}
+            assert logged == {**dict(group), plain_id: b'{"plain": true}'}  # durable: the log has them
+        deadline = time.monotonic() + 10
+        while not all((tmp_path / f"{sid}.json").exists() for sid, _ in group) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for sid, data in group:
+            assert (tmp_path / f"{sid}.json").read_bytes() == data
+
+    asyncio.run(run())
+    files.close()
 
 
 def test_writes_answered_at_the_log_let_queued_appends_go_first_and_their_files_follow(tmp_path: Path) -> None:
