@@ -12,23 +12,57 @@ from router.models import MAX_BATCH, CreateRequest
 from router.replies import error_of
 from router.service import SandboxService
 
+_KNOWN = ("sandboxes", "template", "request_ids", "shared", "stream")
 
-def items_of(body: Any) -> list[Any]:
+
+@dataclasses.dataclass
+class Template:
+    """A batch given as one create body and a request id per sandbox (``{"template": ..., "request_ids":
+    [...]}``): item ``i`` is the template with ``request_ids[i]``. What ``create_many(n)`` sends: the
+    router parses one body, not a thousand alike ones."""
+
+    body: dict[str, Any]
+    request_ids: list[Any]
+    req: CreateRequest
+    """The template parsed (before the answer begins: a bad template is the whole call's error)."""
+
+    def __len__(self) -> int:
+        return len(self.request_ids)
+
+
+Items = list[Any] | Template
+
+
+def items_of(body: Any) -> Items:
     """The batch's items, not yet validated (each is, on its own, by :func:`alike`); a body of the wrong
     shape, an empty batch or one past :data:`MAX_BATCH` is the whole call's 400."""
     if not isinstance(body, dict):
-        raise BadRequest('body must be an object: {"sandboxes": [<create body>, ...]}')
-    if unknown := sorted(set(body) - {"sandboxes", "shared", "stream"}):
-        raise BadRequest(f"body: unknown field(s) {', '.join(map(repr, unknown))}; known: sandboxes, shared, stream")
-    items = body.get("sandboxes")
+        raise BadRequest('body must be an object: {"sandboxes": [<create body>, ...]} or '
+                         '{"template": <create body>, "request_ids": [...]}')
+    if unknown := sorted(set(body) - set(_KNOWN)):
+        raise BadRequest(f"body: unknown field(s) {', '.join(map(repr, unknown))}; known: {', '.join(_KNOWN)}")
+    if "template" in body or "request_ids" in body:
+        if "sandboxes" in body:
+            raise BadRequest("give either 'sandboxes' (a body each) or 'template' with 'request_ids', not both")
+        template, items = body.get("template"), body.get("request_ids")
+        if not isinstance(template, dict):
+            raise BadRequest("'template' must be a create body (as POST /v1/sandboxes takes), given with "
+                             "'request_ids' (one per sandbox)")
+        if "request_id" in template:
+            raise BadRequest("'template' must not carry a 'request_id': give each sandbox's in 'request_ids'")
+        name = "request_ids"
+    else:
+        template, items, name = None, body.get("sandboxes"), "sandboxes"
+        if not isinstance(items, list):
+            raise BadRequest("'sandboxes' must be a list of create bodies (each as POST /v1/sandboxes takes)")
     if not isinstance(items, list):
-        raise BadRequest("'sandboxes' must be a list of create bodies (each as POST /v1/sandboxes takes)")
+        raise BadRequest("'request_ids' must be a list of strings, one per sandbox (each an idempotency key)")
     if not items:
-        raise BadRequest("'sandboxes' is empty: a batch asks for at least one sandbox")
+        raise BadRequest(f"'{name}' is empty: a batch asks for at least one sandbox")
     if len(items) > MAX_BATCH:
-        raise BadRequest(f"'sandboxes' has {len(items):,} items; a batch takes at most {MAX_BATCH:,}: split it "
+        raise BadRequest(f"'{name}' has {len(items):,} items; a batch takes at most {MAX_BATCH:,}: split it "
                          "into several calls (request_ids keep each call safe to retry)")
-    return items
+    return items if template is None else Template(template, items, parse(CreateRequest, template, "template"))
 
 
 @dataclasses.dataclass
@@ -43,11 +77,13 @@ class Alike:
     request_ids: list[str | None] = dataclasses.field(default_factory=list)
 
 
-def alike(service: SandboxService, items: list[Any], answers: list[dict[str, Any] | None],
+def alike(service: SandboxService, items: Items, answers: list[dict[str, Any] | None],
            what: str) -> tuple[list[Alike], list[tuple[int, CreateRequest, frozenset[str]]]]:
     """The items parsed: runs of items alike but for new request ids, and the items to create on their own
     (a request id used before or twice in the batch: :meth:`SandboxService.create` finds its first
     sandbox). An item that does not parse gets its error in ``answers``."""
+    if isinstance(items, Template):
+        return _of_template(service, items, answers, what)
     groups: list[Alike] = []
     alone: list[tuple[int, CreateRequest, frozenset[str]]] = []
     seen: set[str] = set()
@@ -75,6 +111,30 @@ def alike(service: SandboxService, items: list[Any], answers: list[dict[str, Any
         except Exception as exc:
             answers[i] = item_error(service, exc, i, what)
     return [group for group in groups if group.indexes], alone
+
+
+def _of_template(service: SandboxService, template: Template, answers: list[dict[str, Any] | None],
+                 what: str) -> tuple[list[Alike], list[tuple[int, CreateRequest, frozenset[str]]]]:
+    """:func:`alike` for a template: one group of its items (a request id twice, or used before, alone)."""
+    req = template.req
+    group = Alike(template.body, req, frozenset([*template.body, "request_id"]))
+    alone: list[tuple[int, CreateRequest, frozenset[str]]] = []
+    seen: set[str] = set()
+    for i, request_id in enumerate(template.request_ids):
+        try:
+            if not isinstance(request_id, str):
+                raise BadRequest(f"request_ids[{i}] must be a string (each sandbox's idempotency key)")
+            request_id = check_field(CreateRequest, "request_id", request_id, f"request_ids[{i}]")
+        except Exception as exc:
+            answers[i] = item_error(service, exc, i, what)
+            continue
+        if request_id in seen or not service.is_new_request(request_id):
+            alone.append((i, req.with_request_id(request_id), group.given))
+            continue
+        seen.add(request_id)
+        group.indexes.append(i)
+        group.request_ids.append(request_id)
+    return ([group] if group.indexes else []), alone
 
 
 async def create_one(service: SandboxService, req: CreateRequest, given: frozenset[str], index: int,

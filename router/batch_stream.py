@@ -28,7 +28,7 @@ import msgpack
 from aiohttp import web
 
 from grove import wire
-from router.batch_items import Alike, alike, create_one, item_error
+from router.batch_items import Alike, Items, alike, create_one, item_error
 from router.claims import HAND_OVER_AFTER
 from router.models import CreateRequest
 from router.pool_filler import Pool
@@ -48,7 +48,7 @@ _USUALLY_ALIKE = ("status", "image_digest", "ended_at", "end_reason", "error")
 Write = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-async def stream_sandboxes(request: web.Request, service: SandboxService, items: list[Any]) -> web.StreamResponse:
+async def stream_sandboxes(request: web.Request, service: SandboxService, items: Items) -> web.StreamResponse:
     """The streamed answer (the body is already checked as a whole: :func:`router.batch_items.items_of`)."""
     as_msgpack = wire.is_msgpack(request.headers.get("Accept"))
     encode: Callable[[Any], bytes] = (
@@ -82,7 +82,7 @@ async def stream_sandboxes(request: web.Request, service: SandboxService, items:
     return response
 
 
-async def produce(service: SandboxService, items: list[Any], what: str, write: Write) -> None:
+async def produce(service: SandboxService, items: Items, what: str, write: Write) -> None:
     """Every item answered through ``write``, part by part, then ``{"done": N}`` (the plain answer is these
     parts gathered: :mod:`router.batch`)."""
     errors: list[dict[str, Any] | None] = [None] * len(items)
@@ -118,22 +118,24 @@ async def _claim_parts(service: SandboxService, pool: Pool, req: CreateRequest, 
     taken and queued for the log (no await) one after another while earlier ones' appends run, so the
     log's writer takes several in one fsync when the disk is slower than the taking."""
     begun: collections.deque[tuple[list[int], list[str | None], Claiming]] = collections.deque()
-    try:
-        for start in range(0, len(group.indexes), PART):
-            indexes, request_ids = group.indexes[start:start + PART], group.request_ids[start:start + PART]
-            try:
-                begun.append((indexes, request_ids, service.begin_claims(pool, req, request_ids, digest)))
-            except Exception as exc:
-                await write(_errors(service, exc, indexes, what))
-            while begun and begun[0][2].group.settled():
+    # The parts' record files wait for the last part: written meanwhile, they took the GIL from the claiming.
+    with service.registry.defer_files():
+        try:
+            for start in range(0, len(group.indexes), PART):
+                indexes, request_ids = group.indexes[start:start + PART], group.request_ids[start:start + PART]
+                try:
+                    begun.append((indexes, request_ids, service.begin_claims(pool, req, request_ids, digest)))
+                except Exception as exc:
+                    await write(_errors(service, exc, indexes, what))
+                while begun and begun[0][2].group.settled():
+                    await _end_part(service, group, *begun.popleft(), what, write, alone)
+                await asyncio.sleep(0)  # what was just answered goes out now, not after the next part's taking
+            while begun:
                 await _end_part(service, group, *begun.popleft(), what, write, alone)
-            await asyncio.sleep(0)  # what was just answered goes out now, not after the next part's taking
-        while begun:
-            await _end_part(service, group, *begun.popleft(), what, write, alone)
-    finally:
-        for _, _, claiming in begun:  # something failed in between: the claims still end (a retry finds them)
-            with contextlib.suppress(Exception):
-                await service.end_claims(claiming)
+        finally:
+            for _, _, claiming in begun:  # something failed in between: the claims still end (a retry finds them)
+                with contextlib.suppress(Exception):
+                    await service.end_claims(claiming)
 
 
 async def _end_part(service: SandboxService, group: Alike, indexes: list[int], request_ids: list[str | None],

@@ -18,7 +18,7 @@ import msgpack
 
 from grove import wire
 from grove.client.artifacts import Artifact, AsyncArtifacts, sandbox_artifacts
-from grove.client.batch import batch_bodies, stream_batch
+from grove.client.batch import batch_ask, stream_batch
 from grove.client.results import ExecResult
 from grove.errors import (
     BatchFailed,
@@ -199,7 +199,7 @@ class AsyncGrove:
         iterating early and the sandboxes made but not given are still made, without heartbeats (the router
         reaps them once their heartbeat timeout passes; a ``create_many`` with the same ``request_id``
         finds them before that)."""
-        async for i, answer in stream_batch(self, batch_bodies(count_or_bodies, image, options)):
+        async for i, answer in stream_batch(self, batch_ask(count_or_bodies, image, options)):
             if isinstance(answer, GroveError):
                 yield i, answer
                 continue

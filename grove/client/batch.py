@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,43 @@ RETRIES = 4
 """Calls made for one part of an ask before its unanswered items fail (as the client's own retries)."""
 
 
+@dataclasses.dataclass
+class Ask:
+    """What one ``create_many`` asks for: a body per sandbox, or (a count of alike sandboxes) one template
+    body and a request id each, which the router parses once (``{"template", "request_ids"}``)."""
+
+    request_ids: list[str]
+    bodies: list[dict[str, Any]] | None = None
+    template: dict[str, Any] | None = None
+
+    def call(self, indexes: list[int]) -> dict[str, Any]:
+        """The batch call's body for these items."""
+        if self.bodies is not None:
+            return {"sandboxes": [self.bodies[i] for i in indexes]}
+        return {"template": self.template, "request_ids": [self.request_ids[i] for i in indexes]}
+
+
+def batch_ask(count_or_bodies: int | Sequence[Mapping[str, Any]], image: str, options: Mapping[str, Any]) -> Ask:
+    """:func:`batch_bodies`, as a template and request ids when every sandbox is alike (a count)."""
+    if isinstance(count_or_bodies, int) and not isinstance(count_or_bodies, bool) and count_or_bodies > 0:
+        template = dict(options)
+        base = template.pop("request_id", None)
+        if template.get("pool") is None or image != "default":
+            template = {"image": image, **template}  # a claim's image is its pool's
+        return Ask(_request_ids(count_or_bodies, base), template=template)
+    bodies = batch_bodies(count_or_bodies, image, options)
+    return Ask([body["request_id"] for body in bodies], bodies=bodies)
+
+
+def _request_ids(count: int, base: str | None) -> list[str]:
+    """Item ``i``'s request id: ``f"{base}-{i}"`` from a given ``request_id``, else a fresh one (a uuid4's
+    worth of randomness each, from one read)."""
+    if base:
+        return [f"{base}-{i}" for i in range(count)]
+    fresh = os.urandom(16 * count).hex()
+    return [fresh[32 * i:32 * i + 32] for i in range(count)]
+
+
 def batch_bodies(count_or_bodies: int | Sequence[Mapping[str, Any]], image: str,
                  options: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One create body per sandbox: ``image`` and ``options`` shared, each given body's own fields over
@@ -35,35 +73,34 @@ def batch_bodies(count_or_bodies: int | Sequence[Mapping[str, Any]], image: str,
     if not own:
         raise Invalid("create_many needs at least one sandbox")
     shared = dict(options)
-    base = shared.pop("request_id", None)
-    fresh = os.urandom(16 * len(own)).hex()  # a uuid4's worth of randomness per item, in one read
+    request_ids = _request_ids(len(own), shared.pop("request_id", None))
     bodies = []
     for i, item in enumerate(own):
         body = {"image": image, **shared, **item}
         if body.get("pool") is not None and image == "default" and "image" not in item:
             del body["image"]  # a claim's image is its pool's
         if not body.get("request_id"):
-            body["request_id"] = f"{base}-{i}" if base else fresh[32 * i:32 * i + 32]
+            body["request_id"] = request_ids[i]
         bodies.append(body)
     return bodies
 
 
-async def stream_batch(client: AsyncGrove, bodies: list[dict[str, Any]]
-                       ) -> AsyncIterator[tuple[int, dict[str, Any] | GroveError]]:
+async def stream_batch(client: AsyncGrove, ask: Ask) -> AsyncIterator[tuple[int, dict[str, Any] | GroveError]]:
     """Each body's public record or error as the router answers it (``"stream": true``), in calls of at most
     :data:`MAX_BATCH`. A call cut off mid-answer, or answered 503, is made again for the items it did not
     answer (their request ids find the same sandboxes), up to :data:`RETRIES` times; a call that fails
     as a whole gives its unanswered items, and every later one (not sent), its error."""
-    for start in range(0, len(bodies), MAX_BATCH):
-        left = dict(enumerate(bodies[start:start + MAX_BATCH], start))
+    total = len(ask.request_ids)
+    for start in range(0, total, MAX_BATCH):
+        left = dict.fromkeys(range(start, min(start + MAX_BATCH, total)))
         for attempt in range(RETRIES):
             try:
-                async for i, outcome in _one_call(client, left):
+                async for i, outcome in _one_call(client, ask, list(left)):
                     del left[i]
                     yield i, outcome
             except GroveError as exc:
                 if not isinstance(exc, Unavailable) or attempt + 1 == RETRIES:
-                    for i in [*left, *range(start + MAX_BATCH, len(bodies))]:
+                    for i in [*left, *range(start + MAX_BATCH, total)]:
                         yield i, exc
                     return
                 await asyncio.sleep(exc.retry_after if exc.retry_after is not None else 0.2 * 2**attempt)
@@ -71,11 +108,10 @@ async def stream_batch(client: AsyncGrove, bodies: list[dict[str, Any]]
                 break
 
 
-async def _one_call(client: AsyncGrove, left: dict[int, dict[str, Any]]
+async def _one_call(client: AsyncGrove, ask: Ask, indexes: list[int]
                     ) -> AsyncIterator[tuple[int, dict[str, Any] | GroveError]]:
-    """One streamed batch call of the ``left`` bodies, keyed by their index in the whole ask."""
-    indexes = list(left)
-    body = {"sandboxes": list(left.values()), "stream": True}
+    """One streamed batch call of the ask's items at ``indexes`` (their index in the whole ask)."""
+    body = {**ask.call(indexes), "stream": True}
     unpacker = msgpack.Unpacker(raw=False)
     async with client.stream("/v1/sandboxes/batch", method="POST", msgpack_body=body,
                              headers={"Accept": wire.MSGPACK}) as resp:

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from grove.client import AsyncGrove, Grove
-from grove.client.batch import batch_bodies
+from grove.client.batch import batch_ask, batch_bodies
 from grove.errors import BadRequest, BatchFailed, Invalid, NotFound
-from router.batch_items import items_of
+from grove.schema import parse
+from router.batch_items import Template, items_of
 from router.models import CreateRequest, Metadata
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
 
@@ -151,6 +152,59 @@ def test_a_shared_answer_is_the_plain_answer_given_once(router: RouterProcess, g
     assert bad.status == 400 and "'shared' must be true or false" in error_of(bad)["message"]
 
 
+def test_a_template_batch_is_its_items_each_with_its_request_id(router: RouterProcess, grove: Grove) -> None:
+    # {"template", "request_ids"}: what create_many(n) sends. Item i is the template with request_ids[i],
+    # answered as that item in the list form would be: claimed as a group, a request id twice one sandbox,
+    # a bad id its own error, a retry (plain or streamed) the same sandboxes.
+    grove.create_pool("tplpool", size=2, resources=POOL_RESOURCES)
+    wait_for(lambda: (p := grove.pool("tplpool"))["ready"] == 2 and p["starting"] == 0, 90, what="pool filled")
+    members = {path.stem for path in router.layout.records.glob("sb-*.json")
+               if json.loads(path.read_text()).get("pool") == "tplpool"}
+    template = {"pool": "tplpool", "metadata": {"labels": {"batch": "template"}}}
+    request_ids: list[Any] = ["tpl-0", "tpl-1", "tpl-2", "tpl-1", 7, "x" * 201]
+    reply = router.http("POST", BATCH, json_body={"template": template, "request_ids": request_ids}, timeout=120)
+    assert reply.status == 200, reply.body[:1000]
+    answers = reply.json()["sandboxes"]
+    assert len(answers) == 6
+    for i in (4, 5):
+        assert answers[i]["error"]["code"] in ("bad_request", "invalid"), answers[i]
+        assert f"request_ids[{i}]" in answers[i]["error"]["message"]
+    assert "must be a string" in answers[4]["error"]["message"]
+    made = answers[:4]
+    assert [a["status"] for a in made] == ["ready"] * 4, answers
+    ids = [a["id"] for a in made]
+    assert ids[3] == ids[1], "a request id twice in one batch is one sandbox"
+    assert set(ids[:2]) == members and ids[2] not in members  # the pool ran dry: started afresh
+    assert all(a["metadata"]["labels"] == {"batch": "template"} and a["resources"] == POOL_RESOURCES for a in made)
+    shown = grove.pool("tplpool")
+    assert (shown["claims"], shown["misses"]) == (2, 1)
+    for i, sandbox_id in enumerate(ids[:3]):
+        path = router.layout.records / f"{sandbox_id}.json"
+        record = wait_for(lambda path=path: (r := json.loads(path.read_text()))["pool"] is None and r, 10,
+                          what=f"{path.name} written as claimed")
+        assert record["request"]["request_id"] == f"tpl-{i}"
+        assert grove.attach(sandbox_id).exec("echo ok").stdout == b"ok\n"
+    again = _batch_template(router, template, request_ids[:3])
+    assert [a["id"] for a in again] == ids[:3], "a retried batch must return the same sandboxes"
+    streamed = router.http("POST", BATCH, json_body={"template": template, "request_ids": request_ids[:3],
+                                                     "stream": True}, timeout=120)
+    parts = [json.loads(line) for line in streamed.body.splitlines()]
+    assert parts[-1] == {"done": 3}
+    assert sorted((item["index"], item["id"]) for part in parts[:-1] for item in part["sandboxes"]) == \
+        list(enumerate(ids[:3]))
+    grove.delete_pool("tplpool")
+    for sandbox_id in set(ids):
+        grove.attach(sandbox_id).close()
+    assert not set(ids) & router.live_ids()
+
+
+def _batch_template(router: RouterProcess, template: dict[str, Any], request_ids: list[Any]) -> list[dict[str, Any]]:
+    reply = router.http("POST", BATCH, json_body={"template": template, "request_ids": request_ids}, timeout=120)
+    assert reply.status == 200, reply.body[:1000]
+    answers: list[dict[str, Any]] = reply.json()["sandboxes"]
+    return answers
+
+
 def test_a_batch_of_the_wrong_shape_is_refused_whole(router: RouterProcess) -> None:
     before = router.live_ids()
     over = router.http("POST", BATCH, json_body={"sandboxes": [{}] * 1001})
@@ -159,6 +213,18 @@ def test_a_batch_of_the_wrong_shape_is_refused_whole(router: RouterProcess) -> N
     assert "1,001" in message and "at most 1,000" in message and "split" in message
     for body in ({"sandboxes": []}, {"sandboxes": {}}, {"sandboxes": [{}], "wait": False}, [{}]):
         assert router.http("POST", BATCH, json_body=body).status == 400, body
+    # The template form: each mistake named, nothing made, and a bad template is the whole call's error
+    # (streamed too: refused before the answer begins).
+    for body, said in (({"template": {}, "request_ids": []}, "'request_ids' is empty"),
+                       ({"template": {}, "request_ids": "a"}, "'request_ids' must be a list"),
+                       ({"request_ids": ["a"]}, "'template' must be a create body"),
+                       ({"template": {"request_id": "a"}, "request_ids": ["a"]}, "must not carry a 'request_id'"),
+                       ({"template": {}, "request_ids": ["a"], "sandboxes": [{}]}, "not both"),
+                       ({"template": {"cpu": "lots"}, "request_ids": ["a"]}, "template"),
+                       ({"template": {"cpu": "lots"}, "request_ids": ["a"], "stream": True}, "template"),
+                       ({"template": {}, "request_ids": ["a"] * 1001}, "'request_ids' has 1,001 items")):
+        reply = router.http("POST", BATCH, json_body=body)
+        assert reply.status == 400 and said in error_of(reply)["message"], (body, reply.body[:300])
     assert router.live_ids() == before
 
 
@@ -221,6 +287,19 @@ def test_batch_bodies_and_shape() -> None:
         with pytest.raises(Invalid):
             batch_bodies(wrong, "default", {})  # type: ignore[arg-type]
     assert items_of({"sandboxes": [{}]}) == [{}]
+    # A count of alike sandboxes is sent as one template and a request id each; the same fields as the
+    # bodies batch_bodies makes, with a given request_id's items numbered alike.
+    ask = batch_ask(3, "default", {"pool": "p", "request_id": "r", "env": {"A": "1"}})
+    assert ask.bodies is None and ask.template == {"pool": "p", "env": {"A": "1"}}
+    assert ask.call([0, 2]) == {"template": {"pool": "p", "env": {"A": "1"}}, "request_ids": ["r-0", "r-2"]}
+    parsed = items_of(ask.call([0, 1, 2]))
+    assert isinstance(parsed, Template) and len(parsed) == 3
+    assert [parsed.req.with_request_id(rid) for rid in parsed.request_ids] == [parse(CreateRequest, b) for b in bodies]
+    fresh = batch_ask(2, "img", {"cpu": 1.0})
+    assert fresh.template == {"image": "img", "cpu": 1.0} and len(set(fresh.request_ids)) == 2
+    assert all(len(rid) == 32 for rid in fresh.request_ids)
+    listed = batch_ask([{"cpu": 2.0}], "img", {})
+    assert listed.template is None and listed.call([0]) == {"sandboxes": listed.bodies}
     # A batch's items share their parsed create but for the request id: the clone is the dataclass's own.
     base = CreateRequest(pool="p", env={"A": "1"}, metadata=Metadata(labels={"k": "v"}))
     assert base.with_request_id("r-1") == dataclasses.replace(base, request_id="r-1")
