@@ -50,13 +50,13 @@ def items_of(body: Any) -> Items:
                              "'request_ids' (one per sandbox)")
         if "request_id" in template:
             raise BadRequest("'template' must not carry a 'request_id': give each sandbox's in 'request_ids'")
+        if not isinstance(items, list):
+            raise BadRequest("'request_ids' must be a list of strings, one per sandbox (each an idempotency key)")
         name = "request_ids"
     else:
         template, items, name = None, body.get("sandboxes"), "sandboxes"
         if not isinstance(items, list):
             raise BadRequest("'sandboxes' must be a list of create bodies (each as POST /v1/sandboxes takes)")
-    if not isinstance(items, list):
-        raise BadRequest("'request_ids' must be a list of strings, one per sandbox (each an idempotency key)")
     if not items:
         raise BadRequest(f"'{name}' is empty: a batch asks for at least one sandbox")
     if len(items) > MAX_BATCH:
