@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from grove.errors import BadRequest
+from grove.errors import BadRequest, GroveError
 from grove.schema import check_field, parse
 from router.models import MAX_BATCH, CreateRequest
 from router.replies import error_of
@@ -123,10 +123,10 @@ def _of_template(service: SandboxService, template: Template, answers: list[dict
     for i, request_id in enumerate(template.request_ids):
         try:
             if not isinstance(request_id, str):
-                raise BadRequest(f"request_ids[{i}] must be a string (each sandbox's idempotency key)")
-            request_id = check_field(CreateRequest, "request_id", request_id, f"request_ids[{i}]")
-        except Exception as exc:
-            answers[i] = item_error(service, exc, i, what)
+                raise BadRequest("a request id must be a string (each sandbox's idempotency key)")
+            request_id = check_field(CreateRequest, "request_id", request_id)
+        except GroveError as exc:
+            answers[i] = item_error(service, type(exc)(f"request_ids[{i}]: {exc.message}"), i, what)
             continue
         if request_id in seen or not service.is_new_request(request_id):
             alone.append((i, req.with_request_id(request_id), group.given))

@@ -221,10 +221,9 @@ class RecordFiles:
     def _apply_stale(self, first: set[str] | None = None) -> None:
         """Bring the files up to the log: those of ``first`` in any case, the others until an append is
         queued or while :meth:`defer_files` is held (a later commit, or the release, goes on with them;
-        ``first=None``: all of them). One that cannot be
-        written now (a full disk) stays behind the log and is retried at every commit: the write is durable
-        all the same (the log has it, and the log is not checkpointed away while a file lags it; a
-        restart replays it)."""
+        ``first=None``: all of them). One that cannot be written now (a full disk) stays behind the log and
+        is retried at every commit: the write is durable all the same (the log has it, and the log is not
+        checkpointed away while a file lags it; a restart replays it)."""
         order = list(self._stale)
         if first is not None:
             order.sort(key=lambda sid: sid not in first)

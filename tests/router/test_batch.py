@@ -32,6 +32,14 @@ def _batch(router: RouterProcess, items: list[dict[str, Any]]) -> list[dict[str,
     return answers
 
 
+def _filled_pool(router: RouterProcess, grove: Grove, name: str, size: int) -> set[str]:
+    """A pool of ``size`` made and filled; its members' ids, from their records (the API never shows them)."""
+    grove.create_pool(name, size=size, resources=POOL_RESOURCES)
+    wait_for(lambda: (p := grove.pool(name))["ready"] == size and p["starting"] == 0, 90, what=f"pool {name} filled")
+    return {path.stem for path in router.layout.records.glob("sb-*.json")
+            if json.loads(path.read_text()).get("pool") == name}
+
+
 def test_batch_of_plain_creates(router: RouterProcess, grove: Grove) -> None:
     answers = _batch(router, [{"memory_mb": 256, "env": {"N": str(i)}, "metadata": {"task_id": f"t{i}"}}
                               for i in range(3)])
@@ -44,10 +52,7 @@ def test_batch_of_plain_creates(router: RouterProcess, grove: Grove) -> None:
 
 
 def test_batch_claims_what_the_pool_has_and_starts_the_rest(router: RouterProcess, grove: Grove) -> None:
-    grove.create_pool("batchpool", size=2, resources=POOL_RESOURCES)
-    wait_for(lambda: (p := grove.pool("batchpool"))["ready"] == 2 and p["starting"] == 0, 90, what="pool filled")
-    members = {path.stem for path in router.layout.records.glob("sb-*.json")
-               if json.loads(path.read_text()).get("pool") == "batchpool"}
+    members = _filled_pool(router, grove, "batchpool", 2)
     answers = _batch(router, [{"pool": "batchpool", "env": {"I": str(i)}} for i in range(3)])
     assert [a["status"] for a in answers] == ["ready"] * 3
     assert all(a["resources"] == POOL_RESOURCES for a in answers)
@@ -75,10 +80,7 @@ def test_items_alike_but_for_request_ids_claim_as_a_group(router: RouterProcess,
     # create_many's shape: one body, each item with its own request id. They are claimed together (one
     # record write for all); what the group cannot serve goes the single create's way, each item answered
     # as a create of its own would be.
-    grove.create_pool("grouppool", size=3, resources=POOL_RESOURCES)
-    wait_for(lambda: (p := grove.pool("grouppool"))["ready"] == 3 and p["starting"] == 0, 90, what="pool filled")
-    members = {path.stem for path in router.layout.records.glob("sb-*.json")
-               if json.loads(path.read_text()).get("pool") == "grouppool"}
+    members = _filled_pool(router, grove, "grouppool", 3)
     body = {"pool": "grouppool", "metadata": {"labels": {"batch": "group"}}}
     items = [{**body, "request_id": f"group-{i}"} for i in range(4)]
     items += [{**body, "request_id": "group-1"}, {**body, "request_id": "x" * 201}, {**body}]
@@ -156,10 +158,7 @@ def test_a_template_batch_is_its_items_each_with_its_request_id(router: RouterPr
     # {"template", "request_ids"}: what create_many(n) sends. Item i is the template with request_ids[i],
     # answered as that item in the list form would be: claimed as a group, a request id twice one sandbox,
     # a bad id its own error, a retry (plain or streamed) the same sandboxes.
-    grove.create_pool("tplpool", size=2, resources=POOL_RESOURCES)
-    wait_for(lambda: (p := grove.pool("tplpool"))["ready"] == 2 and p["starting"] == 0, 90, what="pool filled")
-    members = {path.stem for path in router.layout.records.glob("sb-*.json")
-               if json.loads(path.read_text()).get("pool") == "tplpool"}
+    members = _filled_pool(router, grove, "tplpool", 2)
     template = {"pool": "tplpool", "metadata": {"labels": {"batch": "template"}}}
     request_ids: list[Any] = ["tpl-0", "tpl-1", "tpl-2", "tpl-1", 7, "x" * 201]
     reply = router.http("POST", BATCH, json_body={"template": template, "request_ids": request_ids}, timeout=120)
@@ -170,6 +169,8 @@ def test_a_template_batch_is_its_items_each_with_its_request_id(router: RouterPr
         assert answers[i]["error"]["code"] in ("bad_request", "invalid"), answers[i]
         assert f"request_ids[{i}]" in answers[i]["error"]["message"]
     assert "must be a string" in answers[4]["error"]["message"]
+    too_long = answers[5]["error"]["message"]
+    assert too_long.startswith("request_ids[5]: ") and "longer than 200" in too_long, too_long
     made = answers[:4]
     assert [a["status"] for a in made] == ["ready"] * 4, answers
     ids = [a["id"] for a in made]
