@@ -21,6 +21,9 @@ log = logging.getLogger("grove.router")
 _LINGER_S = 1.0
 _SPARE_FDS = 512
 """Descriptors kept out of the connection cap: executors, S3, journals, the backend's own work."""
+_WATCH_SHARE = 4
+"""And a quarter of the limit: the local backend's pidfds and open ``cpu.stat`` files (1/8 each at most,
+:data:`router.local.exits.OPEN_SHARE`, :data:`router.local.hogs.OPEN_SHARE`)."""
 
 
 _SWITCH_INTERVAL_S = 0.0005
@@ -36,7 +39,7 @@ def connection_cap(wanted: int) -> int:
             soft = hard
         except (ValueError, OSError):
             pass
-    room = max(64, soft - _SPARE_FDS)
+    room = max(64, soft - soft // _WATCH_SHARE - _SPARE_FDS)
     if wanted > room:
         log.warning("max_connections %d lowered to %d to fit the descriptor limit (%d)", wanted, room, soft)
     return min(wanted, room)

@@ -26,6 +26,7 @@ from router.backends.base import Endpoint, SandboxSpec, SnapshotUploads, Started
 from router.local import disk, procs, references
 from router.local.cgroups import CgroupSet, Limits, instance_ids, remove_instance
 from router.local.egress_rules import parse_allow
+from router.local.exits import Exits
 from router.local.hogs import HogWatch
 from router.local.hostlimits import raise_file_max
 from router.local.image_pull import pull_image
@@ -77,6 +78,7 @@ class LocalBackend:
         self._bundle: Bundle | None = None
         self.network = EgressNetwork(self.instance)
         self._zygote_proc: Zygote | None = None
+        self._exits = Exits()
         self._starts = asyncio.Semaphore(concurrent_starts or _STARTS_PER_CPU * len(os.sched_getaffinity(0)))
         self._uids: UidRanges | None = None
         self._hogs: asyncio.Task[None] | None = None
@@ -121,6 +123,7 @@ class LocalBackend:
                 await self._hogs
         if self._zygote_proc is not None:
             await self._zygote_proc.close()
+        self._exits.close()
         remove_instance(self.instance)
 
     def _dir(self, sandbox_id: str) -> Path:
@@ -293,10 +296,9 @@ class LocalBackend:
     async def _kill(self, sandbox_id: str, handle: dict[str, Any]) -> None:
         pid, started = handle.get("pid"), handle.get("start_time")
         if isinstance(pid, int) and isinstance(started, int):
-            procs.kill(pid, started)
-            deadline = time.monotonic() + _STOP_TIMEOUT_S
-            while procs.alive(pid, started) and time.monotonic() < deadline:
-                await asyncio.sleep(0.005)
+            self._exits.kill(sandbox_id, pid, started)
+            await self._exits.wait(sandbox_id, pid, started, _STOP_TIMEOUT_S)
+        self._exits.forget(sandbox_id)
         # Killing PID 1 kills its namespace; anything left in the cgroups is collected here.
         cgroups = CgroupSet(self.instance, sandbox_id)
         for pid_left in cgroups.pids():
@@ -360,7 +362,7 @@ class LocalBackend:
     async def is_running(self, sandbox_id: str, handle: dict[str, Any]) -> bool:
         """Whether PID 1 of the sandbox still runs."""
         pid, started = handle.get("pid"), handle.get("start_time")
-        return isinstance(pid, int) and isinstance(started, int) and procs.alive(pid, started)
+        return isinstance(pid, int) and isinstance(started, int) and self._exits.running(sandbox_id, pid, started)
 
     async def collect_orphans(self, known_ids: set[str]) -> list[str]:
         """Delete cgroups and directories of sandboxes this router has no record of."""
