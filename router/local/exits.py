@@ -28,6 +28,8 @@ from router.local import procs
 OPEN_SHARE = 8
 """At most 1/8 of the process's descriptor limit is spent on pidfds (the router leaves that share out of
 its connection cap)."""
+_ZOMBIE_CHECK_S = 0.05
+"""How often :meth:`Exits.wait` looks at ``/proc`` while the exit event has not come."""
 
 
 @dataclasses.dataclass
@@ -64,17 +66,30 @@ class Exits:
                 signal.pidfd_send_signal(watch.fd, signal.SIGKILL)
 
     async def wait(self, sandbox_id: str, pid: int, started: int, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for the process to exit; whether it has."""
+        """Wait up to ``timeout_s`` for the process to exit, or for its main thread to have (what
+        ``/proc`` shows as a zombie): whether one of them has.
+
+        The pidfd turns readable once the whole thread group is gone. A PID 1 whose main thread has exited
+        can keep a thread waiting for its namespace to empty, and a process of that namespace that cannot
+        die yet (frozen, stuck in the kernel) holds it there: the caller's next step (emptying the
+        cgroups, which says what is stuck) must not wait the whole timeout for it. So past the first
+        :data:`_ZOMBIE_CHECK_S` without the event, ``/proc`` is read at that pace as well."""
         watch = self._watch(sandbox_id, pid, started)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         if watch is None:  # no pidfd: poll, as before
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout_s
             while procs.alive(pid, started) and loop.time() < deadline:
                 await asyncio.sleep(0.005)
             return not procs.alive(pid, started)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(watch.exited), timeout_s)
-        return watch.exited.done()
+        while not watch.exited.done():
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(watch.exited), min(left, _ZOMBIE_CHECK_S))
+            if not watch.exited.done() and not procs.alive(pid, started):
+                return True  # its main thread is gone; the rest is held by what cannot die yet
+        return True
 
     def forget(self, sandbox_id: str) -> None:
         """Stop watching the sandbox's tree (it was deleted or stopped): its pidfd is closed."""

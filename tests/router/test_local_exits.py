@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -109,3 +112,38 @@ def test_a_resumed_tree_replaces_the_old_watch(sleeper: subprocess.Popen[bytes])
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_wait_ends_once_the_main_thread_has_exited_while_another_thread_holds_on() -> None:
+    # A PID 1 whose main thread exited while another of its threads waits for the namespace to empty (held
+    # by a process that cannot die yet): the pidfd stays unreadable, but the delete must go on to the
+    # cgroups, which say what is stuck, instead of waiting its whole timeout.
+    script = ("import ctypes, sys, threading, time\n"
+              "threading.Thread(target=time.sleep, args=(60,)).start()\n"
+              "sys.stdin.readline()\n"
+              "ctypes.CDLL(None).pthread_exit(None)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE)
+    assert proc.stdin is not None
+    try:
+        started = procs.start_time(proc.pid)
+        assert started is not None
+
+        async def run() -> None:
+            assert proc.stdin is not None
+            exits = Exits()
+            assert exits.running("sb-e", proc.pid, started)  # watched while whole
+            proc.stdin.write(b"go\n")
+            proc.stdin.flush()
+            t0 = time.monotonic()
+            assert await exits.wait("sb-e", proc.pid, started, 10.0)
+            assert time.monotonic() - t0 < 2.0
+            raw = Path(f"/proc/{proc.pid}/stat").read_bytes()
+            assert raw[raw.rfind(b")") + 2:].split()[0] == b"Z"  # the main thread is a zombie...
+            assert len(os.listdir(f"/proc/{proc.pid}/task")) == 2  # ...and the other thread lives on
+            assert exits.running("sb-e", proc.pid, started)  # the thread group has not exited
+            exits.close()
+
+        asyncio.run(run())
+    finally:
+        proc.kill()
+        proc.wait()
