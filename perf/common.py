@@ -9,6 +9,7 @@ process, the state dir and the router instance's cgroup directories.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import http.client
 import json
@@ -155,6 +156,20 @@ def target_table(rows: Sequence[Target]) -> list[str]:
         met = "—" if row.met is None else ("**yes**" if row.met else "**no**")
         lines.append(f"| {row.figure} | {row.measured} | {row.target} | {met} |")
     return lines
+
+
+def comparison_options(parser: argparse.ArgumentParser) -> None:
+    """``--label`` and ``--out`` for a measurement run from two checkouts in turn (:func:`emit_comparison`)."""
+    parser.add_argument("--label", default="", help="a name for this run in the output")
+    parser.add_argument("--out", help="append the result as one JSON line to this file")
+
+
+def emit_comparison(report: dict[str, Any], out: str | None) -> None:
+    """Print the report as JSON, and append it as one line to ``out`` if given."""
+    print(json.dumps(report, indent=1))
+    if out:
+        with open(out, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(report) + "\n")
 
 
 def sigterm_as_exit() -> None:

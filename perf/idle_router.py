@@ -14,13 +14,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import http.client
-import json
 import time
 import urllib.parse
 from typing import Any
 
 from grove.client import AsyncGrove
-from perf.common import Api, code_version, percentile, running_router, sigterm_as_exit
+from perf.common import (
+    Api,
+    code_version,
+    comparison_options,
+    emit_comparison,
+    percentile,
+    running_router,
+    sigterm_as_exit,
+)
 
 _POOL = "idle"
 
@@ -86,15 +93,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle-s", type=float, default=20.0, help="seconds of idle CPU measured (default 20)")
     parser.add_argument("--calls-s", type=float, default=20.0, help="seconds of timed calls (default 20)")
     parser.add_argument("--settle-s", type=float, default=15.0, help="quiet before measuring (default 15)")
-    parser.add_argument("--label", default="", help="a name for this run in the output")
-    parser.add_argument("--out", help="append the result as one JSON line to this file")
+    comparison_options(parser)
     args = parser.parse_args(argv)
     sigterm_as_exit()
     report = {"label": args.label, **measure(args.n, args.idle_s, args.calls_s, args.settle_s)}
-    print(json.dumps(report, indent=1))
-    if args.out:
-        with open(args.out, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(report) + "\n")
+    emit_comparison(report, args.out)
 
 
 if __name__ == "__main__":

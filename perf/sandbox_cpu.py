@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import re
 import time
@@ -25,7 +24,7 @@ from typing import Any
 from perf import cpuacct
 from perf.burst import burst
 from perf.calls import TICK_S, system_busy_ticks
-from perf.common import code_version, running_router, sigterm_as_exit
+from perf.common import code_version, comparison_options, emit_comparison, running_router, sigterm_as_exit
 
 
 def _kthread_kind(comm: str) -> str:
@@ -106,15 +105,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m perf.sandbox_cpu", description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200, help="sandboxes per burst (default 200)")
     parser.add_argument("--rounds", type=int, default=1, help="bursts, one after another (default 1)")
-    parser.add_argument("--label", default="", help="a name for this run in the output")
-    parser.add_argument("--out", help="append the result as one JSON line to this file")
+    comparison_options(parser)
     args = parser.parse_args(argv)
     sigterm_as_exit()
     report = {"label": args.label, **measure(args.n, args.rounds)}
-    print(json.dumps(report, indent=1))
-    if args.out:
-        with open(args.out, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(report) + "\n")
+    emit_comparison(report, args.out)
 
 
 if __name__ == "__main__":
