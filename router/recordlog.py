@@ -27,8 +27,9 @@ _NAME = re.compile(r"wal-(\d{8})\.log")
 def frame(op: bytes, sandbox_id: str, data: bytes = b"") -> bytes:
     """One log entry."""
     key = sandbox_id.encode()
-    payload = op + bytes((len(key),)) + key + data
-    return HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+    head = op + bytes((len(key),)) + key
+    # The record's bytes copied once (into the frame), not once more into a payload first.
+    return b"".join((HEADER.pack(len(head) + len(data), zlib.crc32(data, zlib.crc32(head))), head, data))
 
 
 def frames(raw: bytes) -> Iterator[tuple[bytes, str, bytes]]:

@@ -199,14 +199,15 @@ class AsyncGrove:
         iterating early and the sandboxes made but not given are still made, without heartbeats (the router
         reaps them once their heartbeat timeout passes; a ``create_many`` with the same ``request_id``
         finds them before that)."""
-        async for i, answer in stream_batch(self, batch_ask(count_or_bodies, image, options)):
-            if isinstance(answer, GroveError):
-                yield i, answer
-                continue
-            sandbox = AsyncSandbox(self, answer)
-            if heartbeat:
-                sandbox.start_heartbeat()
-            yield i, sandbox
+        async for answered in stream_batch(self, batch_ask(count_or_bodies, image, options)):
+            for i, answer in answered:
+                if isinstance(answer, GroveError):
+                    yield i, answer
+                    continue
+                sandbox = AsyncSandbox(self, answer)
+                if heartbeat:
+                    sandbox.start_heartbeat()
+                yield i, sandbox
 
     async def attach(self, sandbox_id: str) -> AsyncSandbox:
         """A handle on an existing sandbox (no automatic heartbeat)."""

@@ -160,17 +160,20 @@ def test_a_template_batch_is_its_items_each_with_its_request_id(router: RouterPr
     # a bad id its own error, a retry (plain or streamed) the same sandboxes.
     members = _filled_pool(router, grove, "tplpool", 2)
     template = {"pool": "tplpool", "metadata": {"labels": {"batch": "template"}}}
-    request_ids: list[Any] = ["tpl-0", "tpl-1", "tpl-2", "tpl-1", 7, "x" * 201]
+    # "tpl 1/é" and "bad\x00id" are not of the plain kind the router checks quickly: the field's own check
+    # takes the first (spaces and other characters are fine) and refuses the second.
+    request_ids: list[Any] = ["tpl-0", "tpl 1/é", "tpl-2", "tpl 1/é", 7, "x" * 201, "bad\x00id"]
     reply = router.http("POST", BATCH, json_body={"template": template, "request_ids": request_ids}, timeout=120)
     assert reply.status == 200, reply.body[:1000]
     answers = reply.json()["sandboxes"]
-    assert len(answers) == 6
-    for i in (4, 5):
+    assert len(answers) == 7
+    for i in (4, 5, 6):
         assert answers[i]["error"]["code"] in ("bad_request", "invalid"), answers[i]
         assert f"request_ids[{i}]" in answers[i]["error"]["message"]
     assert "must be a string" in answers[4]["error"]["message"]
     too_long = answers[5]["error"]["message"]
     assert too_long.startswith("request_ids[5]: ") and "longer than 200" in too_long, too_long
+    assert "NUL byte" in answers[6]["error"]["message"], answers[6]
     made = answers[:4]
     assert [a["status"] for a in made] == ["ready"] * 4, answers
     ids = [a["id"] for a in made]
@@ -183,7 +186,7 @@ def test_a_template_batch_is_its_items_each_with_its_request_id(router: RouterPr
         path = router.layout.records / f"{sandbox_id}.json"
         record = wait_for(lambda path=path: (r := json.loads(path.read_text()))["pool"] is None and r, 10,
                           what=f"{path.name} written as claimed")
-        assert record["request"]["request_id"] == f"tpl-{i}"
+        assert record["request"]["request_id"] == request_ids[i]
         assert grove.attach(sandbox_id).exec("echo ok").stdout == b"ok\n"
     again = _batch_template(router, template, request_ids[:3])
     assert [a["id"] for a in again] == ids[:3], "a retried batch must return the same sandboxes"
