@@ -19,13 +19,14 @@ def test_parts_cover_the_group_once_in_order_with_the_median_in_the_first(count:
     assert cut[0][0] == 0 and cut[-1][1] == count
     assert all(end == start for (_, end), (start, _) in itertools.pairwise(cut)), cut
     assert all(start < end for start, end in cut), cut
+    # The median as percentiles take it (between the two middle ones of an even count) is in the first part.
     first = cut[0][1]
-    assert first >= count / 2, f"the median sandbox of {count} must be in the first part, not after {first}"
+    assert first > count // 2, f"the median sandbox of {count} must be in the first part, not after {first}"
     assert all(end - start <= PART for start, end in cut[1:]), cut
 
 
-def test_a_thousand_claims_are_answered_as_half_then_parts_of_part() -> None:
-    assert parts(1000) == [(0, 500), (500, 750), (750, 1000)]
+def test_a_thousand_claims_are_answered_as_more_than_half_then_parts_of_part() -> None:
+    assert parts(1000) == [(0, 501), (501, 751), (751, 1000)]
     assert parts(0) == []
 
 
