@@ -160,27 +160,37 @@ async def _end_part(service: SandboxService, group: Alike, indexes: list[int], r
         await write(_claims_part(claimed))
 
 
+GC_HOLD_S = 1.0
+"""Longest the collector stays held off for batches (:func:`gc_held`), whatever they wait for: a client that
+does not read its stream holds its batch up (each part's write waits for room), not the collector."""
 _gc_holders = 0
-"""Batches claiming now with the collector held off (:func:`gc_held`); the collector is the process's own."""
+"""Batches claiming now with the collector held off; the collector is the process's own."""
+_gc_back: asyncio.TimerHandle | None = None
 
 
 @contextlib.contextmanager
-def gc_held() -> Iterator[None]:
-    """The cyclic garbage collector held off while a batch claims: a full collection over a router holding
-    a thousand pooled sandboxes' objects took 10-70 ms, in the middle of the answer every claim of the
-    batch waits for. What the claims allocate is collected as usual once the last batch claiming ends."""
-    global _gc_holders
-    if _gc_holders == 0 and not gc.isenabled():  # held off by someone else: theirs to turn back on
-        yield
-        return
+def gc_held(max_s: float = GC_HOLD_S) -> Iterator[None]:
+    """The cyclic garbage collector held off while a batch claims (in the event loop): a full collection
+    over a router holding a thousand pooled sandboxes' objects took 10-70 ms, in the middle of the answer
+    every claim of the batch waits for. What the claims allocate is collected as usual once the last batch
+    claiming ends, or ``max_s`` after the first began, whichever comes first."""
+    global _gc_holders, _gc_back
+    if _gc_holders == 0:
+        if not gc.isenabled():  # held off by someone else: theirs to turn back on
+            yield
+            return
+        gc.disable()
+        _gc_back = asyncio.get_running_loop().call_later(max_s, gc.enable)
     _gc_holders += 1
-    gc.disable()
     try:
         yield
     finally:
         _gc_holders -= 1
         if _gc_holders == 0:
             gc.enable()
+            if _gc_back is not None:
+                _gc_back.cancel()
+                _gc_back = None
 
 
 def parts(count: int) -> list[tuple[int, int]]:

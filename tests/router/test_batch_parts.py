@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import itertools
 
@@ -31,23 +32,43 @@ def test_a_thousand_claims_are_answered_as_more_than_half_then_parts_of_part() -
 
 
 def test_the_collector_is_held_off_while_claiming_and_back_after() -> None:
-    assert gc.isenabled()
-    with gc_held():
-        assert not gc.isenabled()
-        with gc_held():  # a second batch claiming at the same time
+    async def claiming() -> None:
+        assert gc.isenabled()
+        with gc_held():
             assert not gc.isenabled()
-        assert not gc.isenabled(), "the first batch still claims: the collector stays off"
-    assert gc.isenabled()
-    with pytest.raises(RuntimeError), gc_held():
-        raise RuntimeError("a claim failed")
-    assert gc.isenabled(), "a failed batch must still turn the collector back on"
+            with gc_held():  # a second batch claiming at the same time
+                assert not gc.isenabled()
+            assert not gc.isenabled(), "the first batch still claims: the collector stays off"
+        assert gc.isenabled()
+        with pytest.raises(RuntimeError), gc_held():
+            raise RuntimeError("a claim failed")
+        assert gc.isenabled(), "a failed batch must still turn the collector back on"
+
+    asyncio.run(claiming())
+
+
+def test_a_batch_held_up_holds_the_collector_off_no_longer_than_its_bound() -> None:
+    # A client that does not read its stream holds its batch up; the collector comes back on all the same.
+    async def stuck() -> None:
+        with gc_held(max_s=0.05):
+            assert not gc.isenabled()
+            await asyncio.sleep(0.3)
+            assert gc.isenabled(), "the collector must be back on once the bound has passed"
+            with gc_held(max_s=0.05):  # another batch meanwhile: the bound has passed, it stays on
+                assert gc.isenabled()
+        assert gc.isenabled()
+
+    asyncio.run(stuck())
 
 
 def test_a_collector_turned_off_by_someone_else_stays_off() -> None:
-    gc.disable()
-    try:
+    async def claiming() -> None:
         with gc_held():
             assert not gc.isenabled()
+
+    gc.disable()
+    try:
+        asyncio.run(claiming())
         assert not gc.isenabled()
     finally:
         gc.enable()
