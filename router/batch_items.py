@@ -127,7 +127,7 @@ def _of_template(service: SandboxService, template: Template, answers: list[dict
     is_new = service.is_new_request
     for i, request_id in enumerate(template.request_ids):
         # The usual id (a short string of word characters, as create_many makes) needs no other look; the
-        # rest get the field's own check and its message (1,000 ids: 1.8 -> 0.4 ms).
+        # rest get the field's own check and its message (1,000 ids: 1.8 -> 0.7 ms).
         if type(request_id) is not str or not _PLAIN_ID.fullmatch(request_id):
             try:
                 if not isinstance(request_id, str):

@@ -9,8 +9,10 @@ plain answer holds at that index (a record, or ``{"error": ...}``). The last par
 the items answered: a stream that ends without it was cut, and a client resends the items it did not get
 (their request ids find the same sandboxes).
 
-Alike claims are taken :data:`PART` at a time, each part's take and encoding overlapping earlier parts'
-log appends (one fsync for as many parts as were queued while the previous one ran). Everything else about
+Alike claims are answered first more than half of them at once (:func:`parts`: the batch's median
+sandbox in the first answer), then :data:`PART` at a time, each later part's take and encoding overlapping
+earlier parts' log appends (one fsync for as many parts as were queued while the previous one ran).
+Everything else about
 the batch is as :mod:`router.batch` says: the same parsing, the same claims, the same creates; a client
 gone mid-stream cuts none of them off.
 """
@@ -37,9 +39,8 @@ from router.registry import SandboxRecord
 from router.service import Claiming, SandboxService
 
 PART = 250
-"""Alike claims per part of the answer: the first part leaves early, and each part's log append (one fsync
-and the disk thread's turn for the GIL) is shared by many. Against 100 and 1,000 on this 2-CPU machine,
-a streamed batch of 1,000 claims had the same p50 within its noise (34-68 ms)."""
+"""Alike claims per part of the answer after the first (:func:`parts`): each part's log append (one fsync
+and the disk thread's turn for the GIL) is shared by many."""
 NDJSON = "application/x-ndjson"
 _OWN = ("id", "created_at", "ready_at", "last_activity")
 """What every claimed sandbox has of its own: in its item, never in ``shared``."""
@@ -115,9 +116,10 @@ async def produce(service: SandboxService, items: Items, what: str, write: Write
 
 async def _claim_parts(service: SandboxService, pool: Pool, req: CreateRequest, digest: str, group: Alike,
                        what: str, write: Write, alone: list[tuple[int, CreateRequest, frozenset[str]]]) -> None:
-    """An alike group claimed :data:`PART` at a time, each part answered as soon as it is durable. Parts are
-    taken and queued for the log (no await) one after another while earlier ones' appends run, so the
-    log's writer takes several in one fsync when the disk is slower than the taking."""
+    """An alike group claimed part by part (:func:`parts`), each part answered as soon as it is durable. The
+    first is answered before the next is taken; later ones are taken and queued for the log (no await) one
+    after another while earlier ones' appends run, so the log's writer takes several in one fsync when the
+    disk is slower than the taking."""
     begun: collections.deque[tuple[list[int], list[str | None], Claiming]] = collections.deque()
     # The parts' record files wait for the last part: written meanwhile, they took the GIL from the claiming.
     with service.registry.defer_files(), gc_held():
@@ -128,8 +130,8 @@ async def _claim_parts(service: SandboxService, pool: Pool, req: CreateRequest, 
                     begun.append((indexes, request_ids, service.begin_claims(pool, req, request_ids, digest)))
                 except Exception as exc:
                     await write(_errors(service, exc, indexes, what))
-                # The first part is answered before the next is taken: taking it held the GIL that part's
-                # log append waited for (500 claims durable after 13 ms instead of 2 in the burst bench).
+                # The first part is answered before the next is taken: taking that held the GIL the first
+                # part's log append waited for (501 claims durable 12-14 ms after they were taken; alone, ~4).
                 while begun and (start == 0 or begun[0][2].group.settled()):
                     await _end_part(service, group, *begun.popleft(), what, write, alone)
                 await asyncio.sleep(0)  # what was just answered goes out now, not after the next part's taking

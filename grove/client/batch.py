@@ -91,7 +91,7 @@ Answered = list[tuple[int, "dict[str, Any] | GroveError"]]
 
 async def stream_batch(client: AsyncGrove, ask: Ask) -> AsyncIterator[Answered]:
     """Each body's public record or error as the router answers it (``"stream": true``), a part of the answer
-    at a time (a generator's step per item cost a thousand-sandbox batch ~4 ms more), in calls of at most
+    at a time (one generator step a part between the SDK's layers, not one an item), in calls of at most
     :data:`MAX_BATCH`. A call cut off mid-answer, or answered 503, is made again for the items it did not
     answer (their request ids find the same sandboxes), up to :data:`RETRIES` times; a call that fails
     as a whole gives its unanswered items, and every later one (not sent), its error."""
