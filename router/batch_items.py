@@ -14,9 +14,10 @@ from router.replies import error_of
 from router.service import SandboxService
 
 _KNOWN = ("sandboxes", "template", "request_ids", "shared", "stream")
-_PLAIN_ID = re.compile(r"[\w.:-]{1,200}", re.ASCII)
-"""A request id that passes ``CreateRequest.request_id``'s check as it is (a string of at most 200 characters,
-no NUL)."""
+_ID_MAX = next(f for f in dataclasses.fields(CreateRequest) if f.name == "request_id").metadata["max_len"]
+_PLAIN_ID = re.compile(rf"[\w.:-]{{1,{_ID_MAX}}}", re.ASCII)
+"""A request id that passes ``CreateRequest.request_id``'s check as it is (a string no longer than the field
+allows, with no NUL): word characters, ``.``, ``:`` and ``-``, as ``create_many`` makes them."""
 
 
 @dataclasses.dataclass
@@ -126,8 +127,8 @@ def _of_template(service: SandboxService, template: Template, answers: list[dict
     seen: set[str] = set()
     is_new = service.is_new_request
     for i, request_id in enumerate(template.request_ids):
-        # The usual id (a short string of word characters, as create_many makes) needs no other look; the
-        # rest get the field's own check and its message (1,000 ids: 1.8 -> 0.7 ms).
+        # The usual id (:data:`_PLAIN_ID`) needs no other look; the rest get the field's own check and its
+        # message (1,000 ids: 1.8 -> 0.7 ms).
         if type(request_id) is not str or not _PLAIN_ID.fullmatch(request_id):
             try:
                 if not isinstance(request_id, str):
