@@ -1,5 +1,5 @@
 """The burst with a warm pool: the pool filled first (as during a training step), then the burst's creates
-claim from it — one request per create, or all of them in one streamed batch create (``create_as_ready``).
+claim from it — one request per create, or all of them in one streamed batch create (``create_in_parts``).
 Reports the fill, the idle memory of a pooled sandbox, and the burst as :mod:`perf.burst` measures it, with
 its CPU by role."""
 
@@ -33,9 +33,10 @@ def _members(router: Router) -> list[str]:
 
 
 async def batched_burst(url: str, key: str, n: int, pool: str) -> BurstResult:
-    """The burst's creates as one streamed batch (``create_as_ready(n, pool=pool)``): each sandbox's create
-    latency runs from the batch sent to the part of the answer that carries it, and its four commands and
-    delete (as :func:`perf.burst.burst` runs them) start right then, while later parts are still coming."""
+    """The burst's creates as one streamed batch (``create_in_parts(n, pool=pool)``): each sandbox's create
+    latency runs from the batch sent to the part of the answer that carries it, handed to the caller whole,
+    and its four commands and delete (as :func:`perf.burst.burst` runs them) start right then, while later
+    parts are still coming."""
     runs = [SandboxRun(i) for i in range(n)]
     drives: dict[int, asyncio.Task[None]] = {}
     async with AsyncGrove(url, key, timeout_s=600) as grove:
@@ -43,12 +44,14 @@ async def batched_burst(url: str, key: str, n: int, pool: str) -> BurstResult:
         # fresh one cost the batch ~2 ms before its first byte reached the router).
         await grove.pool(pool)
         t0, wall0 = time.perf_counter(), time.time()
-        async for i, outcome in grove.create_as_ready(n, pool=pool):
-            if isinstance(outcome, GroveError):
-                runs[i].errors.append((kind("create", outcome), str(outcome)))
-                continue
-            runs[i].ready = time.perf_counter() - t0
-            drives[i] = asyncio.create_task(drive(outcome, runs[i], t0, wall0))
+        async for part in grove.create_in_parts(n, pool=pool):
+            ready = time.perf_counter() - t0  # the whole part is the caller's at once
+            for i, outcome in part:
+                if isinstance(outcome, GroveError):
+                    runs[i].errors.append((kind("create", outcome), str(outcome)))
+                    continue
+                runs[i].ready = ready
+                drives[i] = asyncio.create_task(drive(outcome, runs[i], t0, wall0))
         ended = await asyncio.gather(*drives.values(), return_exceptions=True)
         wall = time.perf_counter() - t0
     for i, end in zip(drives, ended, strict=True):

@@ -121,8 +121,7 @@ async def _claim_parts(service: SandboxService, pool: Pool, req: CreateRequest, 
     after another while earlier ones' appends run, so the log's writer takes several in one fsync when the
     disk is slower than the taking."""
     begun: collections.deque[tuple[list[int], list[str | None], Claiming]] = collections.deque()
-    # The parts' record files wait for the last part: written meanwhile, they took the GIL from the claiming.
-    with service.registry.defer_files(), gc_held():
+    with gc_held():
         try:
             for start, end in parts(len(group.indexes)):
                 indexes, request_ids = group.indexes[start:end], group.request_ids[start:end]

@@ -107,11 +107,22 @@ class Claims(InFlight):
         self._claiming += 1
         taken: list[tuple[SandboxRecord, Endpoint]] = []
         try:
-            for request_id, token in zip(request_ids, tokens(len(request_ids)), strict=True):
-                one = self._take(pool, req.with_request_id(request_id), digest, token, count_miss=False)
-                if one is None:
+            now = time.time()  # one instant for the group (its patch in the log shares it)
+            fresh = tokens(len(request_ids))
+            while len(taken) < len(request_ids):
+                members = self._service.pools.take_many(pool, len(request_ids) - len(taken))
+                if not members:
                     break
-                taken.append(one)
+                for k, record in enumerate(members):
+                    n = len(taken)
+                    try:
+                        one = self._claimant_of(pool, record, req, request_ids[n], digest, fresh[n], now)
+                    except BaseException:
+                        for left in members[k:]:  # taken from the pool, never anyone's: deleted
+                            self._drop(left)
+                        raise
+                    if one is not None:
+                        taken.append(one)
             written = self._service.registry.queue_group([record for record, _ in taken], req) if taken else None
         except BaseException:
             self._claiming -= 1
@@ -190,18 +201,26 @@ class Claims(InFlight):
         """A ready member of the pool made the claimant's in memory (no await: two claims never get the same
         one), with the endpoint it answers on until its hand-over (the pool's token), or None; members of
         an image since replaced are deleted on the way. ``token``: the claimant's executor token."""
-        service = self._service
-        while (record := service.pools.take(pool, count_miss=count_miss)) is not None:
-            if not same_image(record.image_digest, digest):
-                service.background(service.delete(record.id, reason="its image was replaced"), f"deleting {record.id}")
-                continue
-            if (previous := record.endpoint()) is None:
-                raise InternalError(f"pool member {record.id} is ready without an endpoint")
-            record.request, record.token, record.pool = req, token, None
-            record.created_at = record.last_activity = time.time()
-            service.registry.claimed_from(pool.definition.name, record)
-            return record, previous
+        while (record := self._service.pools.take(pool, count_miss=count_miss)) is not None:
+            if (one := self._claimant_of(pool, record, req, req.request_id, digest, token, time.time())) is not None:
+                return one
         return None
+
+    def _claimant_of(self, pool: Pool, record: SandboxRecord, req: CreateRequest, request_id: str | None,
+                        digest: str, token: str, now: float) -> tuple[SandboxRecord, Endpoint] | None:
+        """A member just taken made the claimant's in memory, with the endpoint it answers on until its
+        hand-over; None (and deleted) if it is of an image since replaced."""
+        service = self._service
+        if not same_image(record.image_digest, digest):
+            service.background(service.delete(record.id, reason="its image was replaced"), f"deleting {record.id}")
+            return None
+        if (previous := record.endpoint()) is None:
+            raise InternalError(f"pool member {record.id} is ready without an endpoint")
+        record.request = req if req.request_id == request_id else req.with_request_id(request_id)
+        record.token, record.pool = token, None
+        record.created_at = record.last_activity = now
+        service.registry.claimed_from(pool.definition.name, record)
+        return record, previous
 
     def _drop(self, record: SandboxRecord) -> None:
         """A claim that failed before its answer: the member is deleted (never handed to anyone)."""

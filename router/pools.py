@@ -174,15 +174,24 @@ class Pools:
     def take(self, pool: Pool, *, count_miss: bool = True) -> SandboxRecord | None:
         """Take a ready member out of the pool (no await: two claims never get the same one); none there
         counts as the pool's miss unless the caller counts it later."""
+        taken = self.take_many(pool, 1)
+        if not taken and count_miss:
+            pool.misses += 1
+        return taken[0] if taken else None
+
+    def take_many(self, pool: Pool, count: int) -> list[SandboxRecord]:
+        """Take up to ``count`` ready members out of the pool, oldest first (no await), in one pass over it."""
+        taken = []
         for record in self._service.registry.members(pool.definition.name):
             if record.status == "ready":
                 record.status = "pending"  # taken: no other claim, no reaper, no resize touches it now
-                pool.claims += 1
-                self._filler.wake()
-                return record
-        if count_miss:
-            pool.misses += 1
-        return None
+                taken.append(record)
+                if len(taken) == count:
+                    break
+        if taken:
+            pool.claims += len(taken)
+            self._filler.wake()
+        return taken
 
 
 def _show(value: Any) -> str:

@@ -1,16 +1,16 @@
 """The records' files, made durable in groups: one log append and one fsync for every write asked for
 meanwhile, off the event loop.
 
-An fsync on this machine's ext4 takes about 3 ms of waiting for the disk. A sandbox writes its record
-three to four times (created, ready, deleting; a claim twice), and a burst of 1,000 creates or claims
-asks for thousands of writes at once: one fsync each queued them behind each other on the disk. Here
-one writer thread takes every write waiting, appends them all to the write-ahead log
-(:mod:`router.recordlog`) with one ``fdatasync``, then overwrites the record files in place without an
-fsync of their own, and only then answers the writes' callers: when a write returns, the record is
-durable (in the log) and its file shows it (a group written with ``files_after`` is answered once it is
-in the log). A full disk still raises in the caller when the append fails (which is cut back off the
-log); a file that cannot be replaced after its append lags the log until it can be (the log, not the
-file, is what a restart trusts).
+An fsync on this machine's ext4 takes about 3 ms of waiting for the disk. A sandbox writes its record three
+to four times (created, ready, deleting; a claim twice), and a burst of 1,000 creates or claims asks for
+thousands of writes at once: one fsync each queued them behind each other on the disk. Here one writer
+thread takes every write waiting, appends them all to the write-ahead log (:mod:`router.recordlog`) with one
+``fdatasync``, then overwrites the record files in place without an fsync of their own, and only then
+answers the writes' callers: when a write returns, the record is durable (in the log) and its file shows it
+(a patch of many records, a batch of claims, is answered once it is in the log:
+:meth:`RecordFiles.queue_patch`). A full disk still raises in the caller when the append fails (which is cut
+back off the log); a file that cannot be replaced after its append lags the log until it can be (the log,
+not the file, is what a restart trusts).
 
 The log is rotated past :data:`ROTATE_BYTES`. A checkpoint thread then fsyncs the files the old log
 touched that still exist (in a burst most are deleted by then: nothing to sync) and removes the old log;
@@ -29,17 +29,17 @@ import errno
 import os
 import threading
 from collections import deque
-from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 
 from router import recordlog
-from router.recordlog import REMOVE, WRITE
+from router.recordlog import PATCH, REMOVE, WRITE
 
 ROTATE_BYTES = 8 << 20
 """A log this long is handed to the checkpoint (at about 1.5 KiB a record, some 5,000 writes)."""
 
-_Entry = tuple[bytes, str, bytes, "Future[None] | None"]
+_Entry = tuple[bytes, str, bytes, "Future[None] | None", tuple[str, ...]]
+"""(op, id, data, the caller's future, the ids a patch names)."""
 
 
 class RecordFiles:
@@ -60,6 +60,9 @@ class RecordFiles:
         self._log_size = 0
         self._stale: dict[str, tuple[bytes, bytes]] = behind
         """Logged writes whose file does not show them yet (the writer thread's own)."""
+        self._patched: set[str] = set()
+        """Records patched in the log (:meth:`queue_patch`) whose files wait for their next whole write (the
+        writer thread's own): no log is checkpointed away meanwhile."""
         self._held = [(seq, set(behind)) for seq in held]
         """Logs an earlier router left that the files do not all show yet: checkpointed once they do."""
         self._touched: set[str] = set()
@@ -71,10 +74,6 @@ class RecordFiles:
         """Writes answered once they are in the log, before their files are brought up to it (under ``_lock``)."""
         self._log_lock = threading.RLock()
         """Around the log's fd: the writer appends and rotates, and :meth:`close` rotates."""
-        self._deferring = 0
-        """Holders of :meth:`defer_files` (under ``_lock``; the writer reads it unlocked, as a hint)."""
-        self._deferred_due = False
-        """The last holder let go: the writer brings the deferred files up (under ``_lock``)."""
 
     # -- asking for writes ---------------------------------------------------------------------------
 
@@ -88,44 +87,19 @@ class RecordFiles:
         done = self._submit(WRITE, sandbox_id, data, Future())
         await asyncio.shield(asyncio.wrap_future(done))
 
-    async def write_many_async(self, files: list[tuple[str, bytes]], *, files_after: bool = False) -> None:
-        """Replace many files durably as one group (one log append, one fsync, one wake of the event loop):
-        a batch of claims. They land together, or the call raises what their append raised. With
-        ``files_after``, the call returns once they are in the log, before the files show them (a
-        thousand files take this disk ~25 ms to overwrite; the log is what a restart trusts, and the
-        router reads its records from memory)."""
-        if files:
-            await asyncio.shield(asyncio.wrap_future(self.queue_many(files, files_after=files_after)))
-
-    def queue_many(self, files: list[tuple[str, bytes]], *, files_after: bool = False) -> Future[None]:
-        """:meth:`write_many_async` without the wait: the writes queued now, the future settled once they are
-        durable (a streamed batch claims its next part meanwhile). ``files`` must not be empty."""
+    def queue_patch(self, ids: list[str], payload: bytes) -> Future[None]:
+        """A patch of the records ``ids`` (``payload``: :func:`router.recordlog.patch_of`), queued for the
+        log; the future is settled once it is durable there (a streamed batch claims its next part
+        meanwhile). A batch of claims is logged so, in a tenth of its whole records' bytes. Their files
+        show it at each record's next whole write (the claim's hand-over writes one); until then the log
+        is kept, and a restart applies the patch to them."""
         done: Future[None] = Future()
-        with self._lock:  # queued at once: the writer takes them in one commit
-            for sid, data in files[:-1]:
-                self._queue_entry(WRITE, sid, data, None, wake=False)
-            sid, data = files[-1]
-            self._queue_entry(WRITE, sid, data, done)
-            if files_after:
-                self._at_log.add(done)
-        return done
-
-    @contextlib.contextmanager
-    def defer_files(self) -> Iterator[None]:
-        """While held, the files of writes answered at the log wait and the writer only appends: a streamed
-        batch's parts do not share the GIL with its earlier parts' file writes (a part of 250 claims took
-        twice as long beside them). Once the last holder lets go, the writer brings the files up."""
         with self._lock:
-            self._deferring += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._deferring -= 1
-                if not self._deferring and self._stale:
-                    self._deferred_due = True
-                    self._start_writer()
-                    self._wake.notify()
+            self._queue.append((PATCH, "", payload, done, tuple(ids)))
+            self._at_log.add(done)
+            self._start_writer()
+            self._wake.notify()
+        return done
 
     def discard(self, sandbox_id: str) -> None:
         """Remove the file after any write of it in flight; nothing waits for it (the file of a deleted
@@ -150,7 +124,7 @@ class RecordFiles:
         ``wake`` is false: a group wakes it once, with its last entry); under the lock."""
         if len(sandbox_id.encode()) > 255:
             raise ValueError(f"record id too long: {sandbox_id[:40]}...")
-        self._queue.append((op, sandbox_id, data, done))
+        self._queue.append((op, sandbox_id, data, done, ()))
         if wake:
             self._start_writer()
             self._wake.notify()
@@ -167,68 +141,65 @@ class RecordFiles:
     def _write_loop(self) -> None:
         while True:
             with self._lock:
-                while not self._queue and not self._closing and not self._deferred_due:
+                while not self._queue and not self._closing:
                     self._wake.wait()
-                due, self._deferred_due = self._deferred_due, False
-                if not self._queue and not due:
+                if not self._queue:
                     self._writer = None
                     return
                 batch = list(self._queue)
                 self._queue.clear()
-            if not batch:  # only the files defer_files held back
-                self._apply_stale(set())
-                continue
             try:
                 self._commit(batch)
             except BaseException as exc:  # a bug here must reach the callers, never leave them waiting
-                for _, _, _, done in batch:
+                for _, _, _, done, _ in batch:
                     if done is not None and not done.done():
                         done.set_exception(exc)
 
     def _commit(self, batch: list[_Entry]) -> None:
         """Log the batch with one fsync, then apply it to the files and answer its callers."""
         try:
-            self._append(b"".join(recordlog.frame(op, sid, data) for op, sid, data, _ in batch),
-                         {sid for _, sid, _, _ in batch})
+            self._append(b"".join(recordlog.frame(op, sid, data) for op, sid, data, _, _ in batch),
+                         {touched for _, sid, _, _, ids in batch for touched in (ids or (sid,))})
         except OSError as exc:
-            removals = [sid for op, sid, _, _ in batch if op == REMOVE]
+            removals = [sid for op, sid, _, _, _ in batch if op == REMOVE]
             if removals and exc.errno == errno.ENOSPC:
                 self._settle_without_space(removals)
             with self._lock:
-                self._at_log.difference_update(done for _, _, _, done in batch)
-            for _, _, _, done in batch:
+                self._at_log.difference_update(done for _, _, _, done, _ in batch)
+            for _, _, _, done, _ in batch:
                 if done is not None:
                     done.set_exception(exc)
             return
         if self._at_log:
             with self._lock:
-                early = [done for _, _, _, done in batch if done in self._at_log]
+                early = [done for _, _, _, done, _ in batch if done in self._at_log]
                 self._at_log.difference_update(early)
             for done in early:
                 done.set_result(None)
-        for sid, (op, data) in {sid: (op, data) for op, sid, data, _ in batch}.items():
-            self._stale[sid] = (op, data)  # a record written twice in the batch: its newest only
-        # The files of writes answered at the log may wait while appends are queued (a streamed batch's next
-        # parts; a hundred files here can take longer than the next part's fsync). A batch with a caller
-        # still to answer has its files brought up first, all of them (a group's entries but its last have
-        # no future of their own).
-        waiting = any(done is not None and not done.done() for _, _, _, done in batch)
-        self._apply_stale({sid for _, sid, _, _ in batch} if waiting else set())
-        for _, _, _, done in batch:
+        for op, sid, data, _, ids in batch:  # in order: a record written twice in the batch, its newest
+            if op == PATCH:
+                self._patched.update(ids)
+            else:
+                self._stale[sid] = (op, data)
+                self._patched.discard(sid)
+        # Files behind the log from earlier commits may wait while appends are queued; a batch with a caller
+        # still to answer has its files brought up first.
+        waiting = any(done is not None and not done.done() for _, _, _, done, _ in batch)
+        self._apply_stale({sid for _, sid, _, _, _ in batch} if waiting else set())
+        for _, _, _, done, _ in batch:
             if done is not None and not done.done():
                 done.set_result(None)
 
     def _apply_stale(self, first: set[str] | None = None) -> None:
-        """Bring the files up to the log: those of ``first`` in any case, the others until an append is
-        queued or while :meth:`defer_files` is held (a later commit, or the release, goes on with them;
-        ``first=None``: all of them). One that cannot be written now (a full disk) stays behind the log and
-        is retried at every commit: the write is durable all the same (the log has it, and the log is not
-        checkpointed away while a file lags it; a restart replays it)."""
+        """Bring the files up to the log: those of ``first`` in any case, the others until an append is queued
+        (a later commit goes on with them; ``first=None``: all of them). One that cannot be written now (a full
+        disk) stays behind the log and is retried at every commit: the write is durable all the same (the log
+        has it, and the log is not checkpointed away while a file lags it; a restart replays it)."""
         order = list(self._stale)
         if first is not None:
             order.sort(key=lambda sid: sid not in first)
         for sid in order:
-            if first is not None and sid not in first and (self._queue or self._deferring):  # unlocked: hints
+            if first is not None and sid not in first and self._queue:  # unlocked: a hint
                 break
             op, data = self._stale[sid]
             try:
@@ -239,7 +210,7 @@ class RecordFiles:
             except OSError:
                 continue
             del self._stale[sid]
-        if not self._stale and self._held:
+        if not self._stale and not self._patched and self._held:
             with self._lock:
                 self._checkpoints.extend(self._held)
             self._held = []
@@ -252,7 +223,7 @@ class RecordFiles:
         for sid, (op, data) in self._stale.items():
             if op == WRITE:
                 found[sid] = data
-            else:
+            elif op == REMOVE:
                 found.pop(sid, None)
         return found
 
@@ -280,7 +251,7 @@ class RecordFiles:
         self._log_size += len(frames)
         self.commits += 1
         self._touched |= ids
-        if self._log_size >= self._rotate_bytes and not self._stale:
+        if self._log_size >= self._rotate_bytes and not self._stale and not self._patched:
             self._rotate()
 
     def _rotate(self) -> None:
@@ -352,7 +323,7 @@ class RecordFiles:
         if writer is not None:
             writer.join()
         self._apply_stale()
-        if self._stale:  # files still behind their log (a full disk): the log stays, the next start replays it
+        if self._stale or self._patched:  # files still behind their log: it stays, the next start replays it
             return
         self._rotate()
         self._finish_checkpoints()

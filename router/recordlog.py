@@ -1,7 +1,10 @@
 """The records' write-ahead log: many record writes made durable by one append and one fsync.
 
 Each frame is ``<length:u32><crc32:u32>`` and a payload: one op byte (``W`` a record's new contents,
-``D`` its removal), the id's length (one byte), the id, then the record's bytes. A log is read up to
+``D`` its removal, ``P`` a patch of many records), the id's length (one byte), the id, then the record's
+bytes. A patch (no id of its own) sets fields of records written before it, the same fields alike in all
+and a few of each's own (:func:`patch`): a batch of claims is durable in a tenth of the bytes its whole
+records take, which follow behind the batch's answer. A log is read up to
 its first frame that is short or fails its checksum: a crash mid-append leaves a torn tail, and nothing
 after it was ever acknowledged (an append that fails is cut back off the file before anyone is told).
 
@@ -12,15 +15,17 @@ every record's newest contents, whatever the record files themselves held when t
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 HEADER = struct.Struct("<II")
-WRITE, REMOVE = b"W", b"D"
+WRITE, REMOVE, PATCH = b"W", b"D", b"P"
 _NAME = re.compile(r"wal-(\d{8})\.log")
 
 
@@ -30,6 +35,43 @@ def frame(op: bytes, sandbox_id: str, data: bytes = b"") -> bytes:
     head = op + bytes((len(key),)) + key
     # The record's bytes copied once (into the frame), not once more into a payload first.
     return b"".join((HEADER.pack(len(head) + len(data), zlib.crc32(data, zlib.crc32(head))), head, data))
+
+
+Field = str | tuple[str, str]
+"""A patched field: a record's top-level key, or (key, key within it) for a field of an object in it."""
+
+
+def patch_of(shared: dict[str, Any], ids: Sequence[str], columns: Sequence[tuple[Field, Sequence[Any]]]) -> bytes:
+    """A ``P`` frame's payload: every record of ``ids`` gets ``shared``'s top-level fields, then its own value
+    of each column (``(field, values)``, a value per id, in order). JSON, encoded once for all: a column of
+    strings encodes in a fraction of what a row of mixed values does."""
+    return _ENCODER.encode({"shared": shared, "ids": ids,
+                            "columns": [[list(f) if isinstance(f, tuple) else f, values] for f, values in columns]}
+                           ).encode()
+
+
+def patch(payload: bytes, before: Callable[[str], bytes | None]) -> dict[str, bytes]:
+    """The records a patch makes, by id, each from its contents before it (``before``; None: the record was
+    removed since, and stays so)."""
+    body = json.loads(payload)
+    shared: dict[str, Any] = body["shared"]
+    columns = [(f if isinstance(f, str) else tuple(f), values) for f, values in body["columns"]]
+    out = {}
+    for n, sandbox_id in enumerate(body["ids"]):
+        if (was := before(sandbox_id)) is None:
+            continue
+        record = json.loads(was)
+        record.update(shared)
+        for field, values in columns:
+            if isinstance(field, str):
+                record[field] = values[n]
+            else:  # a copy: ``shared``'s object is every record's
+                record[field[0]] = {**record[field[0]], field[1]: values[n]}
+        out[sandbox_id] = _ENCODER.encode(record).encode()
+    return out
+
+
+_ENCODER = json.JSONEncoder(check_circular=False)
 
 
 def frames(raw: bytes) -> Iterator[tuple[bytes, str, bytes]]:
@@ -122,9 +164,20 @@ def replay(directory: Path) -> tuple[int, dict[str, tuple[bytes, bytes]], list[i
         stale.unlink(missing_ok=True)
     found = logs(directory)
     newest: dict[str, tuple[bytes, bytes]] = {}
+
+    def before(patched: str) -> bytes | None:
+        """A record as it was before a patch: its newest entry in the logs so far, else its file."""
+        if (entry := newest.get(patched)) is not None:
+            return entry[1] if entry[0] == WRITE else None
+        return _contents(directory / f"{patched}.json")
+
     for _, path in found:
         for op, sandbox_id, data in frames(path.read_bytes()):
-            newest[sandbox_id] = (op, data)
+            if op == PATCH:
+                for patched, record in patch(data, before).items():
+                    newest[patched] = (WRITE, record)
+            else:
+                newest[sandbox_id] = (op, data)
     behind: dict[str, tuple[bytes, bytes]] = {}
     for sandbox_id, (op, data) in newest.items():
         # Only what differs is written: after a crash of the router alone the files are all current, and a

@@ -179,6 +179,10 @@ class SandboxService:
         return request_id is None or (request_id not in self._requests
                                       and request_id not in self.registry.by_request_id)
 
+    def all_new_requests(self, request_ids: set[str]) -> bool:
+        """:meth:`is_new_request` of every one of these ids, as set operations (a batch's thousand)."""
+        return request_ids.isdisjoint(self._requests) and request_ids.isdisjoint(self.registry.by_request_id)
+
     def begin_claims(self, pool: Pool, req: CreateRequest, request_ids: list[str | None], digest: str) -> Claiming:
         """Claims from ``pool`` for many creates that differ only in their ``request_id``, each new
         (:meth:`is_new_request`; the caller sends the others through :meth:`create`, which finds their
@@ -188,7 +192,11 @@ class SandboxService:
         what :meth:`Claims.digest_for` gave): the members taken, their records queued for the log. Every
         one begun must be ended (:meth:`end_claims`)."""
         # Checked again here, not only by the caller: a create with one of the ids may have come in since.
-        fresh = [self.is_new_request(request_id) for request_id in request_ids]
+        named = {request_id for request_id in request_ids if request_id is not None}
+        if self.all_new_requests(named):  # the usual case, checked as a whole
+            fresh = [True] * len(request_ids)
+        else:
+            fresh = [self.is_new_request(request_id) for request_id in request_ids]
         new = [request_id for request_id, ok in zip(request_ids, fresh, strict=True) if ok]
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ids = [request_id for request_id in new if request_id]

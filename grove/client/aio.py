@@ -172,11 +172,12 @@ class AsyncGrove:
         were made (by index; yours to use or close) and ``errors`` each failed item's error by index."""
         made: dict[int, AsyncSandbox] = {}
         errors: dict[int, GroveError] = {}
-        async for i, outcome in self.create_as_ready(count_or_bodies, image, heartbeat=heartbeat, **options):
-            if isinstance(outcome, GroveError):
-                errors[i] = outcome
-            else:
-                made[i] = outcome
+        async for part in self.create_in_parts(count_or_bodies, image, heartbeat=heartbeat, **options):
+            for i, outcome in part:
+                if isinstance(outcome, GroveError):
+                    errors[i] = outcome
+                else:
+                    made[i] = outcome
         if errors:
             raise BatchFailed(dict(sorted(made.items())), errors, len(made) + len(errors))
         return [made[i] for i in range(len(made))]
@@ -200,14 +201,36 @@ class AsyncGrove:
         reaps them once their heartbeat timeout passes; a ``create_many`` with the same ``request_id``
         finds them before that)."""
         async for answered in stream_batch(self, batch_ask(count_or_bodies, image, options)):
-            for i, answer in answered:
-                if isinstance(answer, GroveError):
-                    yield i, answer
-                    continue
-                sandbox = AsyncSandbox(self, answer)
-                if heartbeat:
-                    sandbox.start_heartbeat()
-                yield i, sandbox
+            for i, answer in answered:  # one handle at a time: one not given yet has no heartbeat
+                yield i, self._handle(answer, heartbeat)
+
+    async def create_in_parts(self, count_or_bodies: int | Sequence[Mapping[str, Any]], image: str = "default", *,
+                              heartbeat: bool = True, **options: Any
+                              ) -> AsyncGenerator[builtins.list[tuple[int, AsyncSandbox | GroveError]], None]:
+        """:meth:`create_as_ready`, a part of the router's answer at a time: each a list of ``(index, sandbox)``
+        or ``(index, error)``, given as it arrives. Claims from a full pool come first more than half of
+        them at once (the batch's median sandbox in the first part), then 250 at a time::
+
+            async for part in grove.create_in_parts(1000, pool="swe"):
+                for i, sandbox in part:
+                    ...
+
+        The whole part is yours at once: for a burst that starts a rollout per sandbox, the batch's median
+        sandbox is in hand without waiting for the loop to step through the sandboxes before it."""
+        async for answered in stream_batch(self, batch_ask(count_or_bodies, image, options)):
+            part = [(i, self._handle(answer, False)) for i, answer in answered]
+            if heartbeat:
+                FirstBeats.start(self, [sandbox for _, sandbox in part if isinstance(sandbox, AsyncSandbox)])
+            yield part
+
+    def _handle(self, answer: dict[str, Any] | GroveError, heartbeat: bool) -> AsyncSandbox | GroveError:
+        """A batch item's sandbox handle (heart-beating if asked), or its error."""
+        if isinstance(answer, GroveError):
+            return answer
+        sandbox = AsyncSandbox(self, answer)
+        if heartbeat:
+            sandbox.start_heartbeat()
+        return sandbox
 
     async def attach(self, sandbox_id: str) -> AsyncSandbox:
         """A handle on an existing sandbox (no automatic heartbeat)."""
@@ -242,6 +265,41 @@ class AsyncGrove:
         return dict(await self.request("DELETE", f"/v1/pools/{name}"))
 
 
+class FirstBeats:
+    """The first heartbeat of many sandboxes made together (a part of a batch's answer), on one timer: a
+    thousand timers made before the sandboxes are handed over cost ~1 ms of the batch's answer. When due,
+    each member that still beats goes on with timers of its own (:meth:`AsyncSandbox.start_heartbeat`)."""
+
+    def __init__(self, client: AsyncGrove, members: builtins.list[AsyncSandbox], every: float) -> None:
+        self.client = client
+        self.members = dict.fromkeys(members)
+        self.timer = asyncio.get_running_loop().call_later(every, self._due)
+        client._heartbeats.add(self.timer)
+        for sandbox in members:
+            sandbox._beat_every, sandbox._heartbeat = every, self
+
+    @classmethod
+    def start(cls, client: AsyncGrove, sandboxes: builtins.list[AsyncSandbox]) -> None:
+        """Heartbeats started for these sandboxes (not yet heart-beating): one timer per interval."""
+        by_interval: dict[float, builtins.list[AsyncSandbox]] = {}
+        for sandbox in sandboxes:
+            by_interval.setdefault(sandbox._default_beat(), []).append(sandbox)
+        for every, members in by_interval.items():
+            cls(client, members, every)
+
+    def leave(self, sandbox: AsyncSandbox) -> None:
+        """One member stops beating (closed, or its heartbeat restarted); the timer goes with the last."""
+        self.members.pop(sandbox, None)
+        if not self.members:
+            self.timer.cancel()
+            self.client._heartbeats.discard(self.timer)
+
+    def _due(self) -> None:
+        self.client._heartbeats.discard(self.timer)
+        for sandbox in self.members:
+            sandbox._beat_due()
+
+
 class AsyncSandbox:
     """A handle on one sandbox."""
 
@@ -249,7 +307,7 @@ class AsyncSandbox:
         self.client = client
         self.info = info
         self.id: str = info["id"]
-        self._heartbeat: asyncio.TimerHandle | asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.TimerHandle | asyncio.Task[None] | FirstBeats | None = None
         self._beat_every = 0.0
 
     async def __aenter__(self) -> AsyncSandbox:
@@ -266,10 +324,14 @@ class AsyncSandbox:
 
         A timer waits for each beat, not a task sleeping: a thousand sandboxes of one ``create_many`` cost
         a thousand timers, not a thousand coroutines made before the call returns."""
-        timeout = float(self.info.get("timeouts", {}).get("heartbeat_timeout_s", 900))
         self._stop_heartbeat()
-        self._beat_every = interval_s or max(1.0, min(30.0, timeout / 3))
+        self._beat_every = interval_s or self._default_beat()
         self._next_beat()
+
+    def _default_beat(self) -> float:
+        """A third of the sandbox's heartbeat timeout, within 1 to 30 s."""
+        timeout = float(self.info.get("timeouts", {}).get("heartbeat_timeout_s", 900))
+        return max(1.0, min(30.0, timeout / 3))
 
     def _next_beat(self) -> None:
         self._heartbeat = asyncio.get_running_loop().call_later(self._beat_every, self._beat_due)
@@ -294,10 +356,12 @@ class AsyncSandbox:
         self._next_beat()
 
     def _stop_heartbeat(self) -> None:
-        if self._heartbeat is not None:
+        if isinstance(self._heartbeat, FirstBeats):
+            self._heartbeat.leave(self)
+        elif self._heartbeat is not None:
             self._heartbeat.cancel()
             self.client._heartbeats.discard(self._heartbeat)
-            self._heartbeat = None
+        self._heartbeat = None
 
     async def heartbeat(self) -> None:
         """Keep the sandbox alive."""

@@ -86,6 +86,22 @@ class Grove:
         finally:
             self._loop.run(answers.aclose())
 
+    def create_in_parts(self, count_or_bodies: int | Sequence[Mapping[str, Any]], image: str = "default",
+                        **options: Any) -> Iterator[builtins.list[tuple[int, Sandbox | GroveError]]]:
+        """The sandboxes of a batch a part of the router's answer at a time, each part a list of ``(index,
+        sandbox)`` or ``(index, error)``; see :meth:`AsyncGrove.create_in_parts`."""
+        parts = self._async.create_in_parts(count_or_bodies, image, **options)
+        try:
+            while True:
+                try:
+                    part = self._loop.run(anext(parts))
+                except StopAsyncIteration:
+                    return
+                yield [(i, outcome if isinstance(outcome, GroveError) else Sandbox(self._loop, outcome))
+                       for i, outcome in part]
+        finally:
+            self._loop.run(parts.aclose())
+
     def attach(self, sandbox_id: str) -> Sandbox:
         """A handle on an existing sandbox."""
         return Sandbox(self._loop, self._loop.run(self._async.attach(sandbox_id)))

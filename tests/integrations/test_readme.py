@@ -79,6 +79,7 @@ MARKERS = {
     "artifacts": 'grove.artifacts.pull("./out", run_id="run-7")',
     "many": 'grove.create_many(n, pool="swe"',
     "as_ready": "async for i, sandbox in grove.create_as_ready(",
+    "in_parts": "async for part in grove.create_in_parts(",
 }
 
 
@@ -201,7 +202,8 @@ def test_many_at_once(user: RouterProcess) -> None:
 
 
 def test_many_as_ready(user: RouterProcess) -> None:
-    """The streamed batch example: each rollout starts as its sandbox comes (2 claims, 1 fresh start)."""
+    """The streamed batch examples: each rollout starts as its sandbox comes (2 claims, 1 fresh start), then
+    as its part comes."""
 
     async def run(task: str, sandbox: AsyncSandbox) -> bytes:
         try:
@@ -221,6 +223,13 @@ def test_many_as_ready(user: RouterProcess) -> None:
                     "grove": grove, "tasks": ["a", "b", "c"], "step": 8, "run": run, "rollouts": [],
                     "failed": {}, "GroveError": GroveError, "asyncio": asyncio})
                 namespace["outputs"] = sorted(await asyncio.gather(*namespace["rollouts"]))
+                # The same burst a part at a time, once the pool has refilled.
+                while (await grove.pool("swe"))["ready"] < 2:
+                    assert time.monotonic() < deadline + 60
+                    await asyncio.sleep(0.2)
+                parts = await run_block_async(block(MARKERS["in_parts"]), {
+                    **namespace, "tasks": ["d", "e", "f"], "step": 9, "rollouts": []})
+                namespace["parts_outputs"] = sorted(await asyncio.gather(*parts["rollouts"]))
                 namespace["claims"] = (await grove.pool("swe"))["claims"]
                 return namespace
             finally:
@@ -229,5 +238,6 @@ def test_many_as_ready(user: RouterProcess) -> None:
     before = user.live_ids()
     namespace = asyncio.run(main())
     assert namespace["failed"] == {} and namespace["outputs"] == [b"a\n", b"b\n", b"c\n"]
-    assert namespace["claims"] == 2
+    assert namespace["parts_outputs"] == [b"d\n", b"e\n", b"f\n"]
+    assert namespace["claims"] == 4
     assert user.live_ids() == before

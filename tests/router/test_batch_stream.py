@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from grove.client import AsyncGrove, Grove
-from grove.client.aio import AsyncSandbox
+from grove.client.aio import AsyncSandbox, FirstBeats
 from grove.errors import GroveError
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
 
@@ -183,4 +183,44 @@ def test_the_sync_client_gives_each_sandbox_as_it_comes_and_may_stop_early(grove
     for _, sandbox in got:
         assert not isinstance(sandbox, GroveError)
         sandbox.close()
+    assert not grove.list(labels)
+
+
+def test_parts_are_given_whole_and_their_sandboxes_beat_on_one_timer(router: RouterProcess, grove: Grove) -> None:
+    grove.create_pool("partspool", size=3, resources=POOL_RESOURCES)
+    wait_for(lambda: (p := grove.pool("partspool"))["ready"] == 3 and p["starting"] == 0, 90, what="pool filled")
+
+    async def run() -> None:
+        async with AsyncGrove(router.url, router.key) as client:
+            parts = [part async for part in client.create_in_parts(3, pool="partspool", heartbeat_timeout_s=5,
+                                                                     request_id="in-parts")]
+            # Three alike claims: the first part holds two (the median), the second the last; each whole.
+            assert [[i for i, _ in part] for part in parts] == [[0, 1], [2]]
+            (_, a), (_, b) = parts[0]
+            (_, c), = parts[1]
+            assert isinstance(a, AsyncSandbox) and isinstance(b, AsyncSandbox) and isinstance(c, AsyncSandbox)
+            # A part's first beats share one timer: the client holds one per part, not one per sandbox.
+            assert isinstance(a._heartbeat, FirstBeats) and a._heartbeat is b._heartbeat is not c._heartbeat
+            assert len(client._heartbeats) == 2
+            shown = {sb.id: (await sb.status())["last_activity"] for sb in (b, c)}
+            await a.close()  # leaves its part's timer: the other member still beats
+            assert a._heartbeat is None and len(client._heartbeats) == 2
+            await asyncio.sleep(2.5)  # a beat every 5 / 3 s: each has beaten once (a status is no activity)
+            for sb in (b, c):
+                assert (await sb.status())["last_activity"] > shown[sb.id] + 1.0, f"{sb.id} did not beat"
+                assert not isinstance(sb._heartbeat, FirstBeats)  # on timers of its own after the first beat
+                await sb.close()
+            assert not client._heartbeats
+
+    asyncio.run(run())
+    grove.delete_pool("partspool")
+    # The synchronous client gives the same parts.
+    labels = {"batch": "sync-parts"}
+    parts = list(grove.create_in_parts(2, memory_mb=256, request_id="sync-parts", metadata={"labels": labels}))
+    assert sorted(i for part in parts for i, _ in part) == [0, 1]
+    for part in parts:
+        for _, sandbox in part:
+            assert not isinstance(sandbox, GroveError), sandbox
+            assert sandbox.exec("echo ok").stdout == b"ok\n"
+            sandbox.close()
     assert not grove.list(labels)

@@ -9,14 +9,15 @@ import asyncio
 import dataclasses
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
 
+from grove.statedir import StateDir
 from router import recordlog
 from router.models import CreateRequest, Metadata, NetworkModel
 from router.recordfiles import RecordFiles
+from router.registry import Registry, SandboxRecord, _encode
 
 pytestmark = pytest.mark.fast  # real files in a temp dir, no router: `make test-fast`
 ID = "sb-00000000000000aa"
@@ -163,109 +164,114 @@ def test_a_request_on_disk_is_what_asdict_gives() -> None:
     assert req.to_dict()["env"] is not req.env  # a copy: the record on disk never aliases the request
 
 
-def test_a_batch_of_claims_encodes_each_record_as_a_single_write_would() -> None:
-    # Registry.store_group encodes a group's shared request once and writes a claim's own fields by hand;
-    # read back, every record must be what encoding it whole gives, whatever its request id or token.
-    from router.registry import SandboxRecord, _encode, _encode_claimed
-
-    shared = CreateRequest(pool="p", env={"A": "1"}, metadata=Metadata(task_id="t", labels={"k": "v"}),
-                           network=NetworkModel("allow", ("10.0.0.0/8",)))
-    records = [SandboxRecord(id=f"sb-{i:016x}", request=shared.with_request_id(rid), token=token,
-                             created_at=1796154406.6649044 + i, status="pending", image_digest="sha256:ab",
-                             handle={"pid": 5349 + i, "nested": {"x": [1, 2]}}, endpoint_url="unix:/s/e.sock",
-                             ready_at=1796154400.5)
-               for i, (rid, token) in enumerate([("r-1", "tok_en-1"), ('a "quoted" \\ id', "t"), (None, "t+/="),
-                                                 ("ü", "x")])]
-    records.append(dataclasses.replace(records[0], id="sb-1", pool="p"))  # not a claim's: encoded whole
-    encode = _encode_claimed(shared)
-    for record in records:
-        assert json.loads(encode(record)) == json.loads(_encode(record))
-        back = SandboxRecord.from_disk(json.loads(encode(record)))
-        assert dataclasses.replace(back, last_activity=record.last_activity) == record  # that one is not kept
+def _members(shared: CreateRequest) -> list[SandboxRecord]:
+    """Ready pool members, as a filled pool records them."""
+    return [SandboxRecord(id=f"sb-{i:016x}", request=shared, token=f"pool-{i}", created_at=1.0 + i, status="ready",
+                          image_digest="sha256:ab", handle={"pid": 5349 + i, "nested": {"x": [1, 2]}},
+                          endpoint_url=f"unix:/s/e{i}.sock", ready_at=2.5, pool="p") for i in range(5)]
 
 
-def test_a_claims_record_has_its_members_values_as_they_are_not_as_encoded_ahead() -> None:
-    # A ready member's kept fields are encoded when it is recorded (encode_ahead); its claim's record uses
-    # that only while nothing changed since: a handle changed in place, a field set anew, are written as now.
-    from router.registry import SandboxRecord, _encode, _encode_claimed, encode_ahead
-
-    shared = CreateRequest(pool="p")
-    encode = _encode_claimed(shared)
-
-    def member() -> SandboxRecord:
-        record = SandboxRecord(id="sb-00000000000000aa", request=shared, token="old", created_at=1.0,
-                               status="ready", image_digest="sha256:ab", handle={"pid": 7, "oom_kills": 0},
-                               endpoint_url="unix:/s/e.sock", ready_at=2.5, pool="p")
-        encode_ahead(record)
-        assert record.kept_json is not None
-        record.request, record.token, record.pool, record.status = shared.with_request_id("r"), "new", None, "pending"
-        return record
-
-    def changed_in_place(r: SandboxRecord) -> None:
-        r.handle["oom_kills"] = 3
-
-    def handle_replaced(r: SandboxRecord) -> None:
-        r.handle = {"pid": 8}
-
-    def field_set(r: SandboxRecord) -> None:
-        r.endpoint_url = "unix:/s/other.sock"
-
-    for change in (None, changed_in_place, handle_replaced, field_set):
-        record = member()
-        if change is not None:
-            change(record)
-        assert json.loads(encode(record)) == json.loads(_encode(record)), change
-        assert record.kept_json is None  # freed once used: a claimed sandbox keeps no copy
+def _claim(members: list[SandboxRecord], claimant: CreateRequest) -> None:
+    """What a claim changes of its member in memory (as ``router.claims.Claims._take``)."""
+    rids = ["r-1", 'a "quoted" \\ id', None, "\u00fc"]
+    for i, (record, rid) in enumerate(zip(members, rids[:len(members)], strict=True)):
+        record.request, record.token, record.pool = claimant.with_request_id(rid), f"tok_en+/={i}", None
+        record.created_at = record.last_activity = 1796154406.6649044  # a group's claims: one instant
+        record.status = "pending"
 
 
-def test_files_deferred_while_held_are_durable_in_the_log_and_written_once_let_go(tmp_path: Path) -> None:
-    # A streamed batch holds defer_files over its parts: the writer only appends; a write whose caller
-    # waits for its file still gets it; the rest follow once the last holder lets go.
+def _on_disk(directory: Path) -> dict[str, dict[str, object]]:
+    return {path.stem: json.loads(path.read_bytes()) for path in directory.glob("sb-*.json")}
+
+
+def test_a_batch_of_claims_logged_as_a_patch_replays_to_the_whole_records_after_a_crash(tmp_path: Path) -> None:
+    # A batch's claims are durable as one patch of the members' records; the whole records follow with the
+    # hand-overs. A router dying in between: the restarted one reads each claim as its whole record says.
+    pool = CreateRequest(pool="p")
+    claimant = CreateRequest(pool="p", env={"A": "1"}, metadata=Metadata(task_id="t", labels={"k": "v"}),
+                             network=NetworkModel("allow", ("10.0.0.0/8",)), workdir="/work")
+    members = _members(pool)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            registry = Registry(tmp_path)
+
+            async def run() -> None:
+                for record in members:
+                    registry.add(record)
+                    await registry.store(record)
+                _claim(members[:4], claimant)
+                await registry.store_group(members[:4], claimant)
+                registry.unlink(members[3].id)  # deleted after its claim: stays deleted
+                await registry.store(members[4])  # (in the log once this one is: one queue, in order)
+
+            asyncio.run(run())
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    records = StateDir(tmp_path).records
+    assert recordlog.logs(records), "a crash leaves the log behind"
+    assert all(data["pool"] is not None for data in _on_disk(records).values())  # the files: still members
+
+    _claim(members[:4], claimant)
+    loaded = {record.id: record for record in Registry(tmp_path).load()}
+    assert sorted(loaded) == sorted(r.id for r in members if r is not members[3])
+    for record in [*members[:3], members[4]]:
+        assert dataclasses.replace(loaded[record.id], last_activity=record.last_activity) == record
+        assert _on_disk(records)[record.id] == json.loads(_encode(record))  # and the files are brought up to it
+
+
+def test_a_torn_patch_leaves_its_members_as_they_were(tmp_path: Path) -> None:
+    pool = CreateRequest(pool="p")
+    members = _members(pool)
     files = RecordFiles(tmp_path)
-    group = [(f"sb-{n:016x}", json.dumps({"n": n}).encode()) for n in range(100)]
-    plain_id = "sb-00000000000fffff"
-
-    async def run() -> None:
-        with files.defer_files():
-            with files.defer_files():  # held twice: the inner release lets nothing go
-                await asyncio.wrap_future(files.queue_many(group[:50], files_after=True))
-            await asyncio.wrap_future(files.queue_many(group[50:], files_after=True))
-            await files.write_async(plain_id, b'{"plain": true}')
-            assert (tmp_path / f"{plain_id}.json").read_bytes() == b'{"plain": true}'
-            await asyncio.sleep(0.2)  # the writer idle, the files still held back
-            assert not any((tmp_path / f"{sid}.json").exists() for sid, _ in group)
-            logged = {sid: data for _, path in recordlog.logs(tmp_path)
-                      for _, sid, data in recordlog.frames(path.read_bytes())}
-            assert logged == {**dict(group), plain_id: b'{"plain": true}'}  # durable: the log has them
-        deadline = time.monotonic() + 10
-        while not all((tmp_path / f"{sid}.json").exists() for sid, _ in group) and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        for sid, data in group:
-            assert (tmp_path / f"{sid}.json").read_bytes() == data
-
-    asyncio.run(run())
+    for record in members:
+        files.write(record.id, _encode(record))
     files.close()
+    before = _on_disk(tmp_path)
+    payload = recordlog.patch_of({"request": CreateRequest().to_dict(), "pool": None}, [r.id for r in members],
+                                 [("token", ["t"] * len(members))])
+    recordlog.log_path(tmp_path, 0).write_bytes(recordlog.frame(recordlog.PATCH, "", payload)[:-5])
+
+    RecordFiles(tmp_path)
+    assert _on_disk(tmp_path) == before
+    assert not recordlog.logs(tmp_path)
 
 
-def test_writes_answered_at_the_log_let_queued_appends_go_first_and_their_files_follow(tmp_path: Path) -> None:
+def test_a_patchs_log_stays_until_each_record_it_names_is_written_whole(tmp_path: Path) -> None:
     files = RecordFiles(tmp_path)
-    group = [(f"sb-{n:016x}", json.dumps({"n": n}).encode()) for n in range(200)]
+    whole = [(f"sb-{n:016x}", json.dumps({"n": n, "request": {"request_id": None}}).encode()) for n in range(6)]
     plain_id = "sb-00000000000fffff"
 
     async def run() -> None:
-        # Three groups answered at the log, queued back to back (a streamed batch's parts), then a write
-        # answered only once its file shows it: each returns with what it promised.
-        parts = [files.queue_many(group[i:i + 50], files_after=True) for i in range(0, 150, 50)]
+        for sid, data in whole:
+            await files.write_async(sid, data)
+        # Three patches back to back (a streamed batch's parts), then a write whose caller waits for its file.
+        parts = []
+        for i in range(0, 6, 2):
+            ids = [sid for sid, _ in whole[i:i + 2]]
+            column = (("request", "request_id"), [f"r{sid[-1]}" for sid in ids])
+            payload = recordlog.patch_of({"claimed": True}, ids, [column])
+            parts.append(files.queue_patch(ids, payload))
         await asyncio.gather(*(asyncio.wrap_future(part) for part in parts))
-        await files.write_many_async(group[150:])  # not files_after: its files are current when it returns
-        for sid, data in group[150:]:
-            assert (tmp_path / f"{sid}.json").read_bytes() == data
         await files.write_async(plain_id, b'{"plain": true}')
         assert (tmp_path / f"{plain_id}.json").read_bytes() == b'{"plain": true}'
-        await files.drain()
+        assert all(json.loads((tmp_path / f"{sid}.json").read_bytes()) == json.loads(data) for sid, data in whole)
 
     asyncio.run(run())
-    for sid, data in group:  # the groups' files caught up with the log
-        assert (tmp_path / f"{sid}.json").read_bytes() == data
     files.close()
-    assert not recordlog.logs(tmp_path)  # and the log was checkpointed away
+    assert recordlog.logs(tmp_path), "the files lag the patches: the log stays"
+    again = RecordFiles(tmp_path)  # replays them
+    for n, (sid, _) in enumerate(whole):
+        assert json.loads((tmp_path / f"{sid}.json").read_bytes()) == {"n": n, "claimed": True,
+                                                                     "request": {"request_id": f"r{n}"}}
+    assert not recordlog.logs(tmp_path)
+
+    async def patch_then_write_whole() -> None:
+        await asyncio.wrap_future(again.queue_patch([whole[0][0]], recordlog.patch_of({"x": 1}, [whole[0][0]], [])))
+        await again.write_async(whole[0][0], b'{"whole": true}')
+        await again.drain()
+
+    asyncio.run(patch_then_write_whole())
+    assert not recordlog.logs(tmp_path), "written whole after its patch: the log is checkpointed away"
+    assert (tmp_path / f"{whole[0][0]}.json").read_bytes() == b'{"whole": true}'
