@@ -190,6 +190,13 @@ def test_a_template_batch_is_its_items_each_with_its_request_id(router: RouterPr
         assert grove.attach(sandbox_id).exec("echo ok").stdout == b"ok\n"
     again = _batch_template(router, template, request_ids[:3])
     assert [a["id"] for a in again] == ids[:3], "a retried batch must return the same sandboxes"
+    # Only plain ids (checked as a whole when all are new and unique): used before, or twice in one batch,
+    # each still finds its one sandbox.
+    plain = _batch_template(router, template, ["tpl-2", "tpl-0"])
+    assert [a["id"] for a in plain] == [ids[2], ids[0]]
+    twice = _batch_template(router, template, ["tpl-dup", "tpl-dup"])
+    assert twice[0]["status"] == "ready" and twice[0]["id"] == twice[1]["id"] not in ids
+    ids.append(twice[0]["id"])
     streamed = router.http("POST", BATCH, json_body={"template": template, "request_ids": request_ids[:3],
                                                      "stream": True}, timeout=120)
     parts = [json.loads(line) for line in streamed.body.splitlines()]
