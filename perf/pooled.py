@@ -32,6 +32,19 @@ def _members(router: Router) -> list[str]:
     return ids
 
 
+def _wait_gone(router: Router, timeout_s: float = 300.0) -> None:
+    """Until the deleted pool's members (refilled during the burst) are gone, and a little longer for the
+    kernel's part: their teardown (a thousand cgroups removed) ran on into the next run's burst and took
+    ~1 CPU of this 2-CPU machine from it (the pooled batch's create p50 23.0 ms in the bench, 7.3-8.8 ms
+    on a router with nothing else to do)."""
+    deadline = time.monotonic() + timeout_s
+    while _members(router):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the deleted pool's members were not gone after {timeout_s:.0f} s")
+        time.sleep(0.5)
+    time.sleep(2.0)
+
+
 async def batched_burst(url: str, key: str, n: int, pool: str) -> BurstResult:
     """The burst's creates as one streamed batch (``create_in_parts(n, pool=pool)``): each sandbox's create
     latency runs from the batch sent to the part of the answer that carries it, handed to the caller whole,
@@ -86,6 +99,7 @@ def pooled_burst(router: Router, group: cpuacct.CpuGroup | None, n: int, concurr
         api.close()  # idle through the burst, longer than the router's keep-alive: a new connection
         shown = api.call("GET", f"/v1/pools/{POOL}")
         api.call("DELETE", f"/v1/pools/{POOL}")
+        _wait_gone(router)
     finally:
         api.close()
     report = result.report()
