@@ -207,7 +207,7 @@ class Claims(InFlight):
         return None
 
     def _claimant_of(self, pool: Pool, record: SandboxRecord, req: CreateRequest, request_id: str | None,
-                        digest: str, token: str, now: float) -> tuple[SandboxRecord, Endpoint] | None:
+                     digest: str, token: str, now: float) -> tuple[SandboxRecord, Endpoint] | None:
         """A member just taken made the claimant's in memory, with the endpoint it answers on until its
         hand-over; None (and deleted) if it is of an image since replaced."""
         service = self._service

@@ -118,16 +118,14 @@ class RecordFiles:
             self._queue_entry(op, sandbox_id, data, done)
         return done if done is not None else Future()
 
-    def _queue_entry(self, op: bytes, sandbox_id: str, data: bytes, done: Future[None] | None, *,
-                     wake: bool = True) -> None:
-        """Queue one write or removal for the writer thread (started if it is not running, and woken unless
-        ``wake`` is false: a group wakes it once, with its last entry); under the lock."""
+    def _queue_entry(self, op: bytes, sandbox_id: str, data: bytes, done: Future[None] | None) -> None:
+        """Queue one write or removal for the writer thread (started if it is not running, and woken); under
+        the lock."""
         if len(sandbox_id.encode()) > 255:
             raise ValueError(f"record id too long: {sandbox_id[:40]}...")
         self._queue.append((op, sandbox_id, data, done, ()))
-        if wake:
-            self._start_writer()
-            self._wake.notify()
+        self._start_writer()
+        self._wake.notify()
 
     def _start_writer(self) -> None:
         """The writer thread started if it is not running; under the lock."""
