@@ -66,13 +66,16 @@ def test_stdin(sandbox: Sandbox) -> None:
 
 
 def test_timeout_keeps_partial_output_and_kills_the_group(sandbox: Sandbox) -> None:
+    # A length of sleep no other test uses: the stand-in cluster's pods share the host's processes, where
+    # other tests' `sleep 30`s may be running.
+    nap = f"30.{os.getpid()}{time.monotonic_ns() % 10**6:06d}"
     started = time.monotonic()
-    r = sandbox.exec("echo before; sleep 30 & sleep 30; echo never", timeout_s=1)
+    r = sandbox.exec(f"echo before; sleep {nap} & sleep {nap}; echo never", timeout_s=1)
     assert r.timed_out and not r.ok
     assert r.stdout == b"before\n"
     assert 0.9 < r.duration_s < 5 and time.monotonic() - started < 6
     # The background sleep of the timed-out command's group is gone too.
-    left = sandbox.exec("ps -eo args | grep -c '^sleep 30' || true").stdout.strip()
+    left = sandbox.exec(f"ps -eo args | grep -c '^sleep {nap}$' || true").stdout.strip()
     assert left == b"0"
     assert sandbox.exec("echo still here").stdout == b"still here\n"
 
