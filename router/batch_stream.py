@@ -9,12 +9,11 @@ plain answer holds at that index (a record, or ``{"error": ...}``). The last par
 the items answered: a stream that ends without it was cut, and a client resends the items it did not get
 (their request ids find the same sandboxes).
 
-Alike claims are answered first more than half of them at once (:func:`parts`: the batch's median
-sandbox in the first answer), then :data:`PART` at a time, each later part's take and encoding overlapping
-earlier parts' log appends (one fsync for as many parts as were queued while the previous one ran).
-Everything else about
-the batch is as :mod:`router.batch` says: the same parsing, the same claims, the same creates; a client
-gone mid-stream cuts none of them off.
+Alike claims are answered first more than half of them at once (:func:`parts`: the batch's median sandbox in
+the first answer), then :data:`PART` at a time, each later part's take and encoding overlapping earlier
+parts' log appends (one fsync for as many parts as were queued while the previous one ran). Everything else
+about the batch is as :mod:`router.batch` says: the same parsing, the same claims, the same creates; a
+client gone mid-stream cuts none of them off.
 """
 
 from __future__ import annotations

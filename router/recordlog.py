@@ -1,12 +1,12 @@
 """The records' write-ahead log: many record writes made durable by one append and one fsync.
 
-Each frame is ``<length:u32><crc32:u32>`` and a payload: one op byte (``W`` a record's new contents,
-``D`` its removal, ``P`` a patch of many records), the id's length (one byte), the id, then the record's
-bytes. A patch (no id of its own) sets fields of records written before it, the same fields alike in all
-and a few of each's own (:func:`patch`): a batch of claims is durable in a tenth of the bytes its whole
-records take, which follow behind the batch's answer. A log is read up to
-its first frame that is short or fails its checksum: a crash mid-append leaves a torn tail, and nothing
-after it was ever acknowledged (an append that fails is cut back off the file before anyone is told).
+Each frame is ``<length:u32><crc32:u32>`` and a payload: one op byte (``W`` a record's new contents, ``D``
+its removal, ``P`` a patch of many records), the id's length (one byte), the id, then the record's bytes. A
+patch (no id of its own) sets fields of records written before it, the same fields alike in all and a few of
+each's own (:func:`patch`): a batch of claims is durable in a tenth of the bytes its whole records take,
+which follow behind the batch's answer. A log is read up to its first frame that is short or fails its
+checksum: a crash mid-append leaves a torn tail, and nothing after it was ever acknowledged (an append that
+fails is cut back off the file before anyone is told).
 
 Logs are named ``wal-<seq>.log``; replaying every log in ``seq`` order, each frame in order, gives
 every record's newest contents, whatever the record files themselves held when the machine stopped.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import json
@@ -178,18 +177,14 @@ class Registry:
         meanwhile); the record as it is now is what lands, after any earlier write of it."""
         await self._files.write_async(record.id, _encode(record))
 
-    async def store_group(self, records: list[SandboxRecord], shared: CreateRequest) -> None:
-        """:meth:`store` for claimed pool members whose requests are ``shared`` but for their request ids (a
-        batch of claims), as one group: all durable (in the log) when it returns, or none acknowledged."""
-        if records:
-            await asyncio.shield(asyncio.wrap_future(self.queue_group(records, shared)))
-
     def queue_group(self, records: list[SandboxRecord], shared: CreateRequest) -> Future[None]:
-        """:meth:`store_group` without the wait: queued now, the future settled once durable. Logged as one
-        patch of the members' records (:func:`router.recordlog.patch_of`): the request once, then each
-        claim's own fields, ~130 bytes a claim where its whole record is ~1 KB (a batch's 500 records
-        took ~3.5 ms to encode and ~2.5 ms more to frame and write, ahead of its answer). The whole
-        records follow with each claim's hand-over (:meth:`store`)."""
+        """:meth:`store` for claimed pool members whose requests are ``shared`` but for their request ids (a
+        batch of claims, not empty), as one group without the wait: queued now, the future settled once all are
+        durable (in the log), or none acknowledged. Logged as one patch of the members' records
+        (:func:`router.recordlog.patch_of`): the request once, then each claim's own fields, ~130 bytes a claim
+        where its whole record is ~1 KB (a batch's 500 records took ~3.5 ms to encode and ~2.5 ms more to frame
+        and write, ahead of its answer). The whole records follow with each claim's hand-over
+        (:meth:`store`)."""
         request = shared.to_dict()
         del request["request_id"]
         first = records[0]

@@ -322,8 +322,9 @@ class AsyncSandbox:
     def start_heartbeat(self, interval_s: float | None = None) -> None:
         """Heart-beat in the background so a live client's sandbox is never reaped.
 
-        A timer waits for each beat, not a task sleeping: a thousand sandboxes of one ``create_many`` cost
-        a thousand timers, not a thousand coroutines made before the call returns."""
+        A timer waits for each beat, not a task sleeping (a thousand sandboxes, a thousand timers, not a
+        thousand coroutines); the sandboxes of one part of a batch share the timer of their first beat
+        (:class:`FirstBeats`)."""
         self._stop_heartbeat()
         self._beat_every = interval_s or self._default_beat()
         self._next_beat()

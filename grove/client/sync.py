@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,6 +29,17 @@ class _Loop:
 
     def run(self, coro: Coroutine[Any, Any, T] | Awaitable[T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()  # type: ignore[arg-type]
+
+    def iterate(self, items: AsyncGenerator[T, None]) -> Iterator[T]:
+        """An async generator of the client's, stepped from a sync caller; closed when the caller stops."""
+        try:
+            while True:
+                try:
+                    yield self.run(anext(items))
+                except StopAsyncIteration:
+                    return
+        finally:
+            self.run(items.aclose())
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -75,32 +86,18 @@ class Grove:
                         **options: Any) -> Iterator[tuple[int, Sandbox | GroveError]]:
         """Each sandbox of a batch as soon as it is made: ``(index, sandbox)`` or ``(index, error)``, in the
         order they come; see :meth:`AsyncGrove.create_as_ready`."""
-        answers = self._async.create_as_ready(count_or_bodies, image, **options)
-        try:
-            while True:
-                try:
-                    i, outcome = self._loop.run(anext(answers))
-                except StopAsyncIteration:
-                    return
-                yield i, outcome if isinstance(outcome, GroveError) else Sandbox(self._loop, outcome)
-        finally:
-            self._loop.run(answers.aclose())
+        for i, outcome in self._loop.iterate(self._async.create_as_ready(count_or_bodies, image, **options)):
+            yield i, self._sandbox_or_error(outcome)
 
     def create_in_parts(self, count_or_bodies: int | Sequence[Mapping[str, Any]], image: str = "default",
                         **options: Any) -> Iterator[builtins.list[tuple[int, Sandbox | GroveError]]]:
         """The sandboxes of a batch a part of the router's answer at a time, each part a list of ``(index,
         sandbox)`` or ``(index, error)``; see :meth:`AsyncGrove.create_in_parts`."""
-        parts = self._async.create_in_parts(count_or_bodies, image, **options)
-        try:
-            while True:
-                try:
-                    part = self._loop.run(anext(parts))
-                except StopAsyncIteration:
-                    return
-                yield [(i, outcome if isinstance(outcome, GroveError) else Sandbox(self._loop, outcome))
-                       for i, outcome in part]
-        finally:
-            self._loop.run(parts.aclose())
+        for part in self._loop.iterate(self._async.create_in_parts(count_or_bodies, image, **options)):
+            yield [(i, self._sandbox_or_error(outcome)) for i, outcome in part]
+
+    def _sandbox_or_error(self, outcome: AsyncSandbox | GroveError) -> Sandbox | GroveError:
+        return outcome if isinstance(outcome, GroveError) else Sandbox(self._loop, outcome)
 
     def attach(self, sandbox_id: str) -> Sandbox:
         """A handle on an existing sandbox."""

@@ -201,7 +201,7 @@ def test_a_batch_of_claims_logged_as_a_patch_replays_to_the_whole_records_after_
                     registry.add(record)
                     await registry.store(record)
                 _claim(members[:4], claimant)
-                await registry.store_group(members[:4], claimant)
+                await asyncio.wrap_future(registry.queue_group(members[:4], claimant))
                 registry.unlink(members[3].id)  # deleted after its claim: stays deleted
                 await registry.store(members[4])  # (in the log once this one is: one queue, in order)
 
