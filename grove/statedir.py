@@ -19,6 +19,7 @@ layout is spelled once::
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,18 @@ class StateDir:
     """Paths inside one state dir."""
 
     root: Path
+
+    def make_private(self) -> None:
+        """Create the state dir if missing and make it its owner's alone (0700), also if it was made open before.
+
+        It holds what no other user of the host may reach: API keys, records with the sandboxes' tokens and
+        env, their disks, every image's files (an image's setuid-root program runs as root for whoever can
+        reach it: inside a sandbox its user namespace makes it harmless, on the host it is not) and the
+        embedded S3 server's data. One closed door at the top keeps all of it out of reach, whatever modes
+        the files under it have (images keep theirs: ``sudo`` in a task image needs its setuid bit).
+        """
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
 
     @property
     def api_keys(self) -> Path:

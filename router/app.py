@@ -295,7 +295,7 @@ def make_backend(settings: RouterSettings) -> Backend:
         from router.local.registry_pull import PullPolicy
 
         pull = PullPolicy(settings.insecure_registries) if settings.pull_missing else None
-        return LocalBackend(settings.state_dir, pull=pull)
+        return LocalBackend(settings.state_dir, pull=pull, image_limits=settings.image_limits)
     if settings.backend == "knative":
         from router.backends.knative import KnativeBackend
         from router.knative.options import KnativeOptions

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grove.errors import Conflict, NotFound
+from grove.errors import Conflict, GroveError, NotFound
 from grove.statedir import StateDir
 from router import recordlog
 from router.backends.base import Endpoint, SandboxSpec
@@ -55,6 +55,8 @@ class SandboxRecord:
     # Not persisted: after a restart every sandbox counts as just used.
     last_activity: float = field(default_factory=time.time)
     inflight: int = 0
+    start_error: GroveError | None = None
+    """Why its start failed, as raised (an ``Invalid`` is the create's own fault: a 422, not a 503)."""
     own_fault: str | None = None
     """Why the executor was just lost through the sandbox's own doing (set by ``SandboxService.lost``, taken by
     the call that lost it), so the fault is recorded as the sandbox's, not as an infra error."""
@@ -129,7 +131,7 @@ def _encode(record: SandboxRecord) -> bytes:
     return _ENCODER.encode(record.to_disk()).encode()  # one C-encoder call, one write (json.dump writes per token)
 
 
-_MEMORY_ONLY = ("last_activity", "inflight")
+_MEMORY_ONLY = ("last_activity", "inflight", "start_error")
 _DISK_FIELDS = tuple(f for f in dataclasses.fields(SandboxRecord) if f.name not in _MEMORY_ONLY)
 class Registry:
     """id → record, persisted one JSON file per sandbox under ``<state>/records``."""

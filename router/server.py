@@ -48,6 +48,7 @@ def connection_cap(wanted: int) -> int:
 async def serve(settings: RouterSettings, *, new_key: str | None = None, ready_file: str | None = None) -> None:
     """Serve until a signal; sandboxes keep running after exit and are re-adopted on the next start."""
     logs.configure()
+    settings.layout.make_private()
     # The disk threads (the record log's fsyncs, journals) wait for the GIL each time a system call
     # returns: up to the switch interval while the event loop is busy, 5 ms by default. A streamed batch
     # of claims waited ~15 ms per log append on it; this process is the router's alone.

@@ -19,7 +19,7 @@ from typing import Any
 from artifacts.archive import TrajectoryArchive
 from artifacts.artifact_index import ArtifactIndex
 from artifacts.store import ObjectStore
-from grove.errors import Conflict, Unavailable
+from grove.errors import Conflict, Invalid, Unavailable
 from router.backends.base import Backend, Endpoint, Started
 from router.claims import Claims, GroupClaim
 from router.models import CreateRequest
@@ -163,6 +163,8 @@ class SandboxService:
         if req.wait and task is not None:
             await asyncio.shield(task)
         if req.wait and record.status == "failed":
+            if isinstance(record.start_error, Invalid):  # the request's own fault: trying again cannot help
+                raise Invalid(f"sandbox {record.id} failed to start: {record.error}")
             raise Unavailable(f"sandbox {record.id} failed to start: {record.error}", retry_after=1)
         return record
 

@@ -12,6 +12,7 @@ from artifacts.s3config import S3Config
 from grove.errors import Invalid
 from grove.statedir import StateDir
 from router.knative.options import KnativeOptions
+from router.local.unpack_limits import UnpackLimits
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ class RouterSettings:
     naming the registry's answer when that fails). Off by default: a create never reaches out unasked."""
     insecure_registries: tuple[str, ...] = ()
     """Registries (``host:port``) such pulls may reach over plain HTTP (a registry on loopback)."""
+    image_limits: UnpackLimits = dataclasses.field(default_factory=UnpackLimits)
+    """Local backend: how large such a pull may unpack (per layer, per image)."""
 
     @property
     def layout(self) -> StateDir:

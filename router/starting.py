@@ -180,7 +180,7 @@ class Starts(InFlight):
         try:
             started = await service.backend.create(record.spec())
         except GroveError as exc:
-            record.status, record.error = "failed", exc.message
+            record.status, record.error, record.start_error = "failed", exc.message, exc
             service.recorder.infra_error(record, f"the sandbox failed to start: {exc.message}")
         except Exception as exc:  # a full disk, or a backend bug: keep the router up, say what happened
             full = storage_error(exc, service.settings.state_dir)

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from sandbox_image import disk, importpaths, linux, seccomp, userns
+from sandbox_image.newroot import BadImage, NewRoot, fd_path
 
 if TYPE_CHECKING:
     from executor.serve import ExecutorServer
@@ -42,36 +43,43 @@ _DEVICES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "u
 
 
 def main() -> None:
-    """Entry point: config on stdin, one JSON line on stdout."""
+    """Entry point: config on stdin, one JSON line on stdout (``{"pid"}``, or the :data:`Report` of a failure)."""
     config: dict[str, Any] = json.load(sys.stdin)
     try:
-        pid = launch(config)
+        reply = launch(config)
     except Exception as exc:
-        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
-        os._exit(1)
-    print(json.dumps({"pid": pid}), flush=True)
-    os._exit(0)
+        reply = {"error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(reply), flush=True)
+    os._exit(1 if "error" in reply else 0)
 
 
-def launch(config: dict[str, Any]) -> int:
-    """Steps 1 to 4 from a process of its own: forks PID 1 into a new PID namespace and returns its host pid
-    once its setup is done. (The zygote forks PID 1 itself and calls :func:`become_pid1` in it.)"""
+def launch(config: dict[str, Any]) -> dict[str, Any]:
+    """Steps 1 to 4 from a process of its own: forks PID 1 into a new PID namespace and returns ``{"pid"}`` (its
+    host pid) once its setup is done, or its failed :data:`Report`. (The zygote forks PID 1 itself and calls
+    :func:`become_pid1` in it.)"""
     linux.unshare(linux.CLONE_NEWPID)
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(ready_r)
-        become_pid1(config, lambda error: os.write(ready_w, (error or "ok").encode()))
+        become_pid1(config, lambda reply: os.write(ready_w, json.dumps(reply).encode()))
     os.close(ready_w)
-    report = os.read(ready_r, 4096).decode(errors="replace")
-    if report != "ok":
-        raise RuntimeError(report or "sandbox init died during setup")
-    return pid
+    raw = os.read(ready_r, 65536).decode(errors="replace")
+    try:
+        reply: dict[str, Any] = json.loads(raw)
+    except ValueError:
+        return {"error": raw or "sandbox init died during setup"}
+    return reply if reply else {"pid": pid}
 
 
-def become_pid1(config: dict[str, Any], report: Callable[[str | None], object]) -> NoReturn:
+Report = Callable[[dict[str, Any]], object]
+"""How PID 1 says its setup is done: ``{}``, or ``{"error": message}`` (with ``"bad_image": True`` when the image
+is at fault: a 422 for the create, not a 503)."""
+
+
+def become_pid1(config: dict[str, Any], report: Report) -> NoReturn:
     """Steps 1 to 3 in the first process of a new PID namespace, still in the host's other namespaces and
-    cgroups: join the sandbox's cgroups, make its namespaces and root, then ``report(None)`` (or the error,
+    cgroups: join the sandbox's cgroups, make its namespaces and root, then ``report({})`` (or the error,
     and exit) and serve until killed."""
     try:
         # Before anything else, so that what this process does is charged to the sandbox ("0": this process).
@@ -97,13 +105,16 @@ def become_pid1(config: dict[str, Any], report: Callable[[str | None], object]) 
         # of the sandbox in /proc/1/cmdline.
         linux.set_cmdline("grove-executor")
         _setup(config, userns_fd)
+    except BadImage as exc:
+        report({"error": str(exc), "bad_image": True})
+        os._exit(1)
     except BaseException as exc:
         import traceback
 
         where = traceback.extract_tb(exc.__traceback__)[-1]
-        report(f"{type(exc).__name__}: {exc} (at {where.name}:{where.lineno})")
+        report({"error": f"{type(exc).__name__}: {exc} (at {where.name}:{where.lineno})"})
         os._exit(1)
-    report(None)
+    report({})
     # Nothing of whoever started us stays open: stdin from /dev/null, output to the sandbox's log.
     null = os.open("/dev/null", os.O_RDONLY)
     os.dup2(null, 0)
@@ -126,7 +137,11 @@ def _bind(path: str) -> socket.socket:
 
 def _setup(config: dict[str, Any], userns_fd: int | None) -> None:
     """PID 1, before serving: the root filesystem, devices, hostname, loopback, pivot_root, then (with
-    ``userns_fd``) the sandbox's user namespace, and last the capability and system-call limits."""
+    ``userns_fd``) the sandbox's user namespace, and last the capability and system-call limits.
+
+    Every path under the new root is opened from it (:class:`~sandbox_image.newroot.NewRoot`): what the image
+    holds there, a symlink above all, is never followed on the host.
+    """
     root = config["merged"]
     linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
     if config.get("disk"):  # the writable layer on the sandbox's own size-limited filesystem
@@ -139,25 +154,22 @@ def _setup(config: dict[str, Any], userns_fd: int | None) -> None:
     os.chdir(here)
     layers = (os.path.relpath(path, here) for path in (config["upper"], config["work"]))
     linux.mount("overlay", root, "overlay", 0, "lowerdir={},upperdir={},workdir={}".format(lower, *layers))
-    if config.get("bind_host_usr"):
-        # The host's own /usr, *not* idmapped: its files stay owned by ids the sandbox's namespace does
-        # not map (they read as nobody), so root inside gets only what any user of the host gets, never
-        # what host root alone may read (a 0700 directory, a 0600 file) or a setuid-root program.
-        os.makedirs(f"{root}/usr", exist_ok=True)
-        linux.bind("/usr", f"{root}/usr", readonly=True)
-    os.makedirs(f"{root}{BUNDLE_MOUNT}", exist_ok=True)
-    linux.bind(config["bundle"], f"{root}{BUNDLE_MOUNT}", readonly=True)
-    os.makedirs(f"{root}/proc", exist_ok=True)
-    linux.mount("proc", f"{root}/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
-    _guard_proc(f"{root}/proc")
-    _make_dev(f"{root}/dev")
-    linux.sethostname(config["hostname"])
-    linux.loopback_up()
-    # pivot_root(".", ".") stacks the old root under the new one; detaching it leaves only the sandbox.
-    os.chdir(root)
-    linux.pivot_root(".", ".")
-    linux.umount2(".", linux.MNT_DETACH)
-    os.chdir("/")
+    with NewRoot(root) as new:
+        if config.get("bind_host_usr"):
+            # The host's own /usr, *not* idmapped: its files stay owned by ids the sandbox's namespace does
+            # not map (they read as nobody), so root inside gets only what any user of the host gets, never
+            # what host root alone may read (a 0700 directory, a 0600 file) or a setuid-root program.
+            linux.bind_at("/usr", new.mount_point("usr"), readonly=True)
+        linux.bind_at(config["bundle"], new.mount_point(BUNDLE_MOUNT.lstrip("/")), readonly=True)
+        proc_flags = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
+        linux.mount("proc", fd_path(new.mount_point("proc")), "proc", proc_flags)
+        _guard_proc(fd_path(new.mounted("proc")))
+        dev_flags = linux.MS_NOSUID | linux.MS_NOEXEC
+        linux.mount("tmpfs", fd_path(new.mount_point("dev")), "tmpfs", dev_flags, "mode=755,size=65536k")
+        _make_dev(new.mounted("dev"))
+        linux.sethostname(config["hostname"])
+        linux.loopback_up()
+        new.pivot()
     importpaths.remap_on_import(config["bundle"], BUNDLE_MOUNT)
     # The OOM killer must pick the sandbox's commands, never its executor: commands get the highest
     # score (see command_oom_score_adj); lowering our own needs CAP_SYS_RESOURCE on the host.
@@ -220,6 +232,7 @@ _PROC_EMPTIED = ("acpi", "scsi")
 
 
 def _guard_proc(proc: str) -> None:
+    """Cover what a sandbox must not see or turn in its fresh procfs (``proc``: a path of that procfs's root)."""
     for name in _PROC_READ_ONLY:
         if os.path.exists(f"{proc}/{name}"):
             linux.bind(f"{proc}/{name}", f"{proc}/{name}", readonly=True)
@@ -231,23 +244,22 @@ def _guard_proc(proc: str) -> None:
             linux.mount("tmpfs", f"{proc}/{name}", "tmpfs", linux.MS_RDONLY, "size=0")
 
 
-def _make_dev(dev: str) -> None:
-    os.makedirs(dev, exist_ok=True)
-    linux.mount("tmpfs", dev, "tmpfs", linux.MS_NOSUID | linux.MS_NOEXEC, "mode=755,size=65536k")
+def _make_dev(dev: int) -> None:
+    """Fill the sandbox's fresh ``/dev`` tmpfs (``dev``: a descriptor of its root) with the few devices it gets."""
     for name, (major, minor) in _DEVICES.items():
-        os.mknod(f"{dev}/{name}", stat.S_IFCHR | 0o666, os.makedev(major, minor))
-        os.chmod(f"{dev}/{name}", 0o666)
-    os.makedirs(f"{dev}/pts")
+        os.mknod(name, stat.S_IFCHR | 0o666, os.makedev(major, minor), dir_fd=dev)
+        os.chmod(name, 0o666, dir_fd=dev)
+    os.mkdir("pts", 0o755, dir_fd=dev)
     # max: the kernel's pty count (kernel.pty.max, 4096, 1024 kept for the host) is one for every devpts
     # instance: without a cap of its own, one sandbox could take every pty the other sandboxes have.
     pts_opts = f"newinstance,ptmxmode=0666,mode=620,max={PTYS_MAX}"
-    linux.mount("devpts", f"{dev}/pts", "devpts", linux.MS_NOSUID | linux.MS_NOEXEC, pts_opts)
-    os.symlink("pts/ptmx", f"{dev}/ptmx")
-    os.makedirs(f"{dev}/shm")
-    linux.mount("tmpfs", f"{dev}/shm", "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "mode=1777,size=65536k")
+    linux.mount("devpts", f"{fd_path(dev)}/pts", "devpts", linux.MS_NOSUID | linux.MS_NOEXEC, pts_opts)
+    os.symlink("pts/ptmx", "ptmx", dir_fd=dev)
+    os.mkdir("shm", 0o755, dir_fd=dev)
+    linux.mount("tmpfs", f"{fd_path(dev)}/shm", "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "mode=1777,size=65536k")
     for i, name in enumerate(("stdin", "stdout", "stderr")):
-        os.symlink(f"/proc/self/fd/{i}", f"{dev}/{name}")
-    os.symlink("/proc/self/fd", f"{dev}/fd")
+        os.symlink(f"/proc/self/fd/{i}", name, dir_fd=dev)
+    os.symlink("/proc/self/fd", "fd", dir_fd=dev)
 
 
 WORKER_TMP_DIR = "/dev/shm"

@@ -41,6 +41,7 @@ _AT_FDCWD = -100
 _AT_EMPTY_PATH = 0x1000
 _AT_RECURSIVE = 0x8000
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_MOVE_MOUNT_T_EMPTY_PATH = 0x40
 _MOUNT_ATTR_RDONLY = 0x1
 _MOUNT_ATTR_NOSUID = 0x2
 _MOUNT_ATTR_NODEV = 0x4
@@ -92,22 +93,39 @@ def idmapped_bind(source: str, target: str, userns_fd: int, *, readonly: bool) -
     gives it the mapping (file owner 0 on disk reads as the namespace's root, and writes through it go
     back to disk as 0), ``move_mount`` attaches it. The files on disk are untouched.
     """
+    _attach(source, _AT_FDCWD, target, userns_fd=userns_fd, readonly=readonly)
+
+
+def bind_at(source: str, target_fd: int, *, readonly: bool) -> None:
+    """Bind ``source`` (recursively; read-only, nosuid and nodev throughout if ``readonly``) on the directory
+    ``target_fd`` is open on (an ``O_PATH`` descriptor is enough): no path of the target is looked up."""
+    _attach(source, target_fd, "", userns_fd=None, readonly=readonly)
+
+
+def _attach(source: str, to_fd: int, to_path: str, *, userns_fd: int | None, readonly: bool) -> None:
+    """``open_tree`` a detached copy of ``source``, set its attributes, ``move_mount`` it to ``to_fd``/``to_path``
+    (``to_path`` empty: onto ``to_fd`` itself)."""
     flags = _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE
     tree = _libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, source.encode(), flags)
     if tree < 0:
         _check(-1, f"open_tree {source}")
     try:
-        attr_set = _MOUNT_ATTR_IDMAP | (_MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV if readonly else 0)
-        attr = _MountAttr(attr_set, 0, 0, userns_fd)
+        attr_set = (_MOUNT_ATTR_IDMAP if userns_fd is not None else 0) | (
+            _MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV if readonly else 0)
+        if attr_set:
+            attr = _MountAttr(attr_set, 0, 0, userns_fd or 0)
+            _check(
+                _libc.syscall(
+                    _SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH | _AT_RECURSIVE, ctypes.byref(attr),
+                    ctypes.sizeof(attr),
+                ),
+                f"idmap {source} (does its filesystem support idmapped mounts?)" if userns_fd is not None
+                else f"mount_setattr {source}",
+            )
+        move = _MOVE_MOUNT_F_EMPTY_PATH | (0 if to_path else _MOVE_MOUNT_T_EMPTY_PATH)
         _check(
-            _libc.syscall(
-                _SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH | _AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)
-            ),
-            f"idmap {source} (does its filesystem support idmapped mounts?)",
-        )
-        _check(
-            _libc.syscall(_SYS_MOVE_MOUNT, tree, b"", _AT_FDCWD, target.encode(), _MOVE_MOUNT_F_EMPTY_PATH),
-            f"move_mount {target}",
+            _libc.syscall(_SYS_MOVE_MOUNT, tree, b"", to_fd, to_path.encode(), move),
+            f"move_mount {to_path or source}",
         )
     finally:
         os.close(tree)

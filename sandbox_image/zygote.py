@@ -98,8 +98,8 @@ def _pid1(request: dict[str, Any], host_pid_ns: int) -> NoReturn:
     # Its pid on the host, for the router: the host's /proc is still mounted here (the zygote's mount namespace).
     host_pid = int(os.readlink("/proc/self"))
 
-    def report(error: str | None) -> None:
-        reply = {"rid": request["rid"], "error": error} if error else {"rid": request["rid"], "pid": host_pid}
+    def report(failure: dict[str, Any]) -> None:
+        reply = {"rid": request["rid"], **failure} if failure else {"rid": request["rid"], "pid": host_pid}
         os.write(1, (json.dumps(reply) + "\n").encode())
 
     init.become_pid1(request["config"], report)

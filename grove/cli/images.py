@@ -17,7 +17,9 @@ def cmd_image(args: argparse.Namespace) -> int:
     """Import, pull, build, list and remove local images."""
     from router.local.images import ImageStore
 
-    store = ImageStore(StateDir(state_dir(args)).images)
+    layout = StateDir(state_dir(args))
+    layout.make_private()
+    store = ImageStore(layout.images, unpack_limits(args))
     if args.image_cmd == "import":
         image = store.import_image(args.name, Path(args.source), force=args.force)
         print(f"imported {image.name} {image.digest}")
@@ -79,6 +81,29 @@ def _digests_in_use(sandboxes: Path) -> set[str]:
     return found
 
 
+def add_unpack_options(parser: argparse.ArgumentParser) -> None:
+    """``--max-layer-gb`` and ``--max-image-gb``: how large an image may unpack (a layer bomb stops there)."""
+    parser.add_argument("--max-layer-gb", type=_positive, metavar="GIB", default=16.0,
+                        help="refuse a layer that unpacks to more than this (default 16)")
+    parser.add_argument("--max-image-gb", type=_positive, metavar="GIB", default=64.0,
+                        help="refuse an image whose layers unpack to more than this in all (default 64)")
+
+
+def unpack_limits(args: argparse.Namespace) -> Any:
+    """The :class:`~router.local.rootfs_writer.UnpackLimits` the options give (the defaults where absent)."""
+    from router.local.unpack_limits import GIB, UnpackLimits
+
+    return UnpackLimits(layer_bytes=int(getattr(args, "max_layer_gb", 16.0) * GIB),
+                        image_bytes=int(getattr(args, "max_image_gb", 64.0) * GIB))
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of GiB, not {text!r}")
+    return value
+
+
 def _mib(size: int) -> str:
     return f"{size / 2**20:.1f}M"
 
@@ -92,6 +117,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     imp.add_argument("name")
     imp.add_argument("source")
     imp.add_argument("--force", action="store_true")
+    add_unpack_options(imp)
     pull = isub.add_parser("pull", parents=[common], help="pull an image from a registry (layers shared)")
     pull.add_argument("ref", help="registry reference: [registry[:port]/]name[:tag][@sha256:...]")
     pull.add_argument("--name", help="store it under this name instead of the reference")
@@ -100,6 +126,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     pull.add_argument("--authfile", help="credentials file (default: REGISTRY_AUTH_FILE, ~/.docker/config.json)")
     pull.add_argument("--username", help="log in as this user (password prompted, or read from stdin)")
     pull.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    add_unpack_options(pull)
     deb = isub.add_parser("build-debian", parents=[common], help="build a Debian image with mmdebstrap")
     deb.add_argument("name")
     deb.add_argument("--packages", default="", help="comma-separated packages to include, e.g. python3,git")

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from grove.cli import images
 from grove.cli.common import client, state_dir
 from grove.errors import Invalid, Unavailable
 from grove.runfile import RunningRouter, running_router
@@ -32,6 +33,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if (running := running_router(state)) is not None:
         raise Invalid(f"a router (pid {running.pid}) already serves {state} at {running.url}; "
                       f"stop it first (`grove --state-dir {state} down`) or pick another --state-dir")
+    StateDir(state).make_private()  # before the key file is written into it
     keys, new_key = load_or_create(state, os.environ.get("GROVE_API_KEY"))
     settings = RouterSettings(
         state_dir=state,
@@ -46,6 +48,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         artifact_url_expires_s=args.artifact_url_expires,
         pull_missing=args.pull_missing,
         insecure_registries=tuple(args.insecure_registry or ()),
+        image_limits=images.unpack_limits(args),
     ).with_env(os.environ)
     asyncio.run(serve(settings, new_key=new_key, ready_file=args.ready_file))
     return 0
@@ -176,6 +179,7 @@ def cmd_key(args: argparse.Namespace) -> int:
     from router import auth
 
     state = state_dir(args)
+    StateDir(state).make_private()
     if args.key_cmd == "add":
         print(auth.add_key(state, " ".join(args.label)))
     elif args.key_cmd == "ls":
@@ -210,6 +214,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                     help="local backend: a create naming a registry image not in the store pulls it first")
     up.add_argument("--insecure-registry", action="append", metavar="HOST:PORT",
                     help="a registry those pulls may reach over plain HTTP (repeatable; for loopback)")
+    images.add_unpack_options(up)  # for the pulls of --pull-missing
     up.add_argument("--ready-file", help=argparse.SUPPRESS)
     add_cluster_options(up)
     up.set_defaults(func=cmd_up)

@@ -34,6 +34,7 @@ from router.local.images import Image, ImageStore
 from router.local.network import EgressNetwork
 from router.local.registry_pull import PullPolicy
 from router.local.uids import UidRanges, shift_owners
+from router.local.unpack_limits import UnpackLimits
 from router.local.zygote import Zygote
 from sandbox_image.bundle import Bundle, build_bundle, collect_retired
 from sandbox_image.init import BASE_ENV
@@ -65,12 +66,13 @@ class LocalBackend:
     claim_fixed: tuple[str, ...] = ()
 
     def __init__(
-        self, state_dir: Path, *, concurrent_starts: int | None = None, pull: PullPolicy | None = None
+        self, state_dir: Path, *, concurrent_starts: int | None = None, pull: PullPolicy | None = None,
+        image_limits: UnpackLimits | None = None,
     ) -> None:
         self._state = state_dir
         layout = StateDir(state_dir)
         self._sandboxes = layout.sandboxes
-        self.images = ImageStore(layout.images)
+        self.images = ImageStore(layout.images, image_limits)
         self._disks = disk.DiskTemplates(layout.disk_templates)
         self._runtime = layout.runtime
         # Derived from the state dir, so a restarted router finds its own cgroups and no one else's.
@@ -141,14 +143,14 @@ class LocalBackend:
 
     async def _image(self, name: str) -> Image:
         try:
-            return self.images.get(name)
+            return _usable(self.images.get(name))
         except NotFound:
             if self._pull is None or not references.is_reference(name):
                 raise
         # One pull per reference at a time: concurrent creates of a new image wait for the first one's.
         async with self._pulls.setdefault(name, asyncio.Lock()):
             with contextlib.suppress(NotFound):
-                return self.images.get(name)
+                return _usable(self.images.get(name))
             options = self._pull.options(references.parse(name).registry)
             return await asyncio.to_thread(pull_image, self.images, name, options=options)
 
@@ -178,7 +180,7 @@ class LocalBackend:
             image = self.images.get(spec.image)
         else:
             image = self.images.version(spec.image, digest)
-        return await self._start(spec, image)
+        return await self._start(spec, _usable(image))
 
     async def _start(self, spec: SandboxSpec, image: Image, *, fresh: bool = False) -> Started:
         async with self._starts:
@@ -212,6 +214,9 @@ class LocalBackend:
         }
         config.update(await self._layer(base, fresh))
         report = await self._zygote().spawn(config)
+        if report.get("bad_image"):
+            raise Invalid(f"image {spec.image!r} cannot be a sandbox's root: {report['error']}; the image store "
+                          "refuses such an image now: remove it and import or pull it again")
         if "error" in report:
             raise Unavailable(f"sandbox init: {report['error']}")
         pid = int(report["pid"])
@@ -399,3 +404,11 @@ def _tail(path: Path, limit: int = 2000) -> str:
         return path.read_text(errors="replace")[-limit:]
     except OSError:
         return "(no executor log)"
+
+
+def _usable(image: Image) -> Image:
+    """``image``, unless no sandbox may start on it (Invalid says why and what to do)."""
+    if image.unusable is not None:
+        raise Invalid(f"image {image.name!r} cannot be a sandbox's root: {image.unusable}; the image store refuses "
+                      "such an image now: remove it (grove image rm) and import or pull it again")
+    return image

@@ -42,6 +42,8 @@ from router.local import references
 from router.local.layer_store import LayerStore, chain_ids, disk_usage
 from router.local.layers import fill
 from router.local.rootfs_writer import CHUNK, DIR_FLAGS, MAX_DEPTH
+from router.local.unpack_limits import Budget, UnpackLimits
+from sandbox_image.newroot import MOUNT_POINTS, describe, not_a_directory
 
 DEFAULT = "default"
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -77,6 +79,10 @@ class Image:
     """What the image was made from: a path, a registry reference, or ``host`` for ``default``."""
     layers: tuple[Path, ...] = ()
     """For a layered image, its layers' directories, lowest first (``rootfs`` is then the topmost)."""
+    unusable: str | None = None
+    """Why no sandbox may start on it (a mount point that is not a directory: an image stored before grove
+    checked), or None. The image store refuses such images; one already stored stays listed, and is refused
+    by every create."""
 
     @property
     def lowers(self) -> tuple[Path, ...]:
@@ -107,8 +113,9 @@ class Usage:
 class ImageStore:
     """The images under one state directory; safe to share between threads and processes."""
 
-    def __init__(self, root: Path) -> None:
-        """Use ``root`` (``<state-dir>/images``), creating it if missing."""
+    def __init__(self, root: Path, limits: UnpackLimits | None = None) -> None:
+        """Use ``root`` (``<state-dir>/images``), creating it if missing; an image may unpack to ``limits``."""
+        self.limits = limits or UnpackLimits()
         self._root = root.absolute()
         self._root.mkdir(parents=True, exist_ok=True)
         self.layers = LayerStore(self._root / "layers", self._root / "blobs")
@@ -165,7 +172,7 @@ class ImageStore:
             raise NotFound(f"cannot import {str(source)!r}: no such file or directory")
         tmp = self._new_tmp(name)
         try:
-            fmt, skipped = fill(tmp / "rootfs", source, tmp)
+            fmt, skipped = fill(tmp / "rootfs", source, tmp, Budget(self.limits, f"image {name!r}"))
             image = Image(
                 name, self._dir(name) / "rootfs", _tree_digest(tmp / "rootfs"), False, time.time(),
                 label or str(source.absolute()),
@@ -192,19 +199,20 @@ class ImageStore:
         if not _DIGEST.fullmatch(digest):
             raise Invalid(f"not an image digest: {digest!r}")
         chain = chain_ids([layer.diff_id for layer in layers])
+        budget = Budget(self.limits, f"image {name!r}")
         with self.layers.importing():
             skipped = 0
             keep = layers if len(layers) <= MAX_LAYERS else layers[: MAX_LAYERS - 1]
             for i, layer in enumerate(keep):
                 lowers = [self.layers.path(c) for c in reversed(chain[:i])]
-                skipped += self.layers.add(chain[i], layer.diff_id, layer.blob, lowers)
+                skipped += self.layers.add(chain[i], layer.diff_id, layer.blob, lowers, budget)
             if len(keep) < len(layers):
                 # Deeper than a sandbox's overlay should stack: the top layers merged into one over the
                 # shared lower ones (a common base, at the bottom, stays shared).
                 merged = "sha256:" + hashlib.sha256(f"merged {chain[-1]}".encode()).hexdigest()
                 top = [(layer.diff_id, layer.blob) for layer in layers[len(keep):]]
                 below = [self.layers.path(c) for c in reversed(chain[: len(keep)])]
-                skipped += self.layers.add_merged(merged, top, below)
+                skipped += self.layers.add_merged(merged, top, below, budget)
                 chain = [*chain[: len(keep)], merged]
             tmp = self._new_tmp(name)
             try:
@@ -281,9 +289,10 @@ class ImageStore:
 
     def _image(self, name: str, directory: Path, meta: dict[str, Any]) -> Image:
         layers = tuple(self.layers.path(str(c)) for c in meta.get("layers") or [])
+        rootfs = layers[-1] if layers else directory / "rootfs"
         return Image(
-            name, layers[-1] if layers else directory / "rootfs", meta["digest"], meta["bind_host_usr"],
-            meta["created_at"], meta["source"], layers,
+            name, rootfs, meta["digest"], meta["bind_host_usr"], meta["created_at"], meta["source"], layers,
+            unusable=_mount_point_problem(layers or (rootfs,)),
         )
 
     def _meta(self, name: str) -> dict[str, Any]:
@@ -421,6 +430,25 @@ class ImageStore:
         with open(self._root / ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
+
+
+def _mount_point_problem(lowers: tuple[Path, ...]) -> str | None:
+    """What is wrong with the image's mount points as its overlay shows them (``lowers``: lowest first), or None.
+
+    The topmost layer that has the name decides, as in overlayfs: a whiteout (a 0/0 character device) hides
+    it, a directory is fine, anything else is refused. Sandbox init checks the merged root again at start.
+    """
+    for name in MOUNT_POINTS:
+        for layer in reversed(lowers):
+            try:
+                st = os.lstat(layer / name)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if stat.S_ISDIR(st.st_mode) or (stat.S_ISCHR(st.st_mode) and st.st_rdev == 0):
+                break
+            target = os.readlink(layer / name) if stat.S_ISLNK(st.st_mode) else None
+            return not_a_directory(name, describe(st, target))
+    return None
 
 
 def _check_name(name: str) -> None:

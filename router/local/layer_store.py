@@ -39,6 +39,7 @@ import zstandard
 
 from grove.errors import Invalid
 from router.local.rootfs_writer import CHUNK, RootfsWriter
+from router.local.unpack_limits import Budget
 
 
 def chain_ids(diff_ids: Sequence[str]) -> list[str]:
@@ -74,25 +75,31 @@ class LayerStore:
         except (OSError, ValueError, KeyError):
             return 0
 
-    def add(self, chain_id: str, diff_id: str, blob: Path, lowers: Sequence[Path]) -> int:
+    def add(self, chain_id: str, diff_id: str, blob: Path, lowers: Sequence[Path], budget: Budget) -> int:
         """Unpack ``blob`` (a tar, plain or gzip/zstd-compressed, whose content must hash to ``diff_id``)
-        as the layer ``chain_id`` over ``lowers`` (topmost first); return entries skipped (devices, ...)."""
-        return self._add(chain_id, [(diff_id, blob)], lowers=lowers)
+        as the layer ``chain_id`` over ``lowers`` (topmost first), within ``budget`` (a layer already here is
+        charged its size); return entries skipped (devices, ...)."""
+        return self._add(chain_id, [(diff_id, blob)], lowers=lowers, budget=budget)
 
-    def add_merged(self, key: str, layers: Sequence[tuple[str, Path]], lowers: Sequence[Path]) -> int:
+    def add_merged(
+        self, key: str, layers: Sequence[tuple[str, Path]], lowers: Sequence[Path], budget: Budget
+    ) -> int:
         """Apply ``layers`` (``(diff_id, blob)``, lowest first) one over the other into the one layer ``key``
         over ``lowers`` (topmost first): the top of an image deeper than a sandbox's overlay should stack."""
-        return self._add(key, layers, lowers=lowers)
+        return self._add(key, layers, lowers=lowers, budget=budget)
 
-    def _add(self, key: str, layers: Sequence[tuple[str, Path]], *, lowers: Sequence[Path]) -> int:
+    def _add(self, key: str, layers: Sequence[tuple[str, Path]], *, lowers: Sequence[Path], budget: Budget) -> int:
         if self.has(key):
+            budget.start_layer(f"layer {key}")
+            budget.charge(self.size(key))
             return 0
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self._root))
         try:
             tmp.chmod(0o755)
-            with RootfsWriter(tmp, overlay=True, lowers=lowers) as writer:
+            with RootfsWriter(tmp, budget, overlay=True, lowers=lowers) as writer:
                 for diff_id, blob in layers:
                     writer.start_layer()
+                    budget.start_layer(f"layer {diff_id}")
                     got = _unpack(blob, writer)
                     if got != diff_id:
                         raise Invalid(

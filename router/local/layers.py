@@ -19,7 +19,6 @@ import os
 import platform
 import posixpath
 import re
-import shutil
 import tarfile
 import zlib
 from collections.abc import Iterator
@@ -30,25 +29,26 @@ import zstandard
 
 from grove.errors import Invalid
 from router.local.rootfs_writer import CHUNK, RootfsWriter
+from router.local.unpack_limits import GIB, Budget, UnpackLimits
 
 _COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
 
 
-def fill(rootfs: Path, source: Path, scratch: Path) -> tuple[str, int]:
-    """Unpack ``source`` into the new directory ``rootfs``; return its format and how many entries
-    (device nodes, fifos, sockets) were skipped."""
+def fill(rootfs: Path, source: Path, scratch: Path, budget: Budget) -> tuple[str, int]:
+    """Unpack ``source`` into the new directory ``rootfs`` within ``budget``; return its format and how many
+    entries (device nodes, fifos, sockets) were skipped."""
     rootfs.mkdir(mode=0o755)
     os.chmod(rootfs, 0o755)
     try:
         if source.is_dir():
-            with RootfsWriter(rootfs) as writer:
+            with RootfsWriter(rootfs, budget) as writer:
                 writer.copy_dir(source)
             return "directory", writer.skipped
         if not source.is_file():
             raise Invalid(f"cannot import {str(source)!r}: it is neither a directory nor a regular file")
-        plain = _plain_tar(source, scratch)
+        plain = _plain_tar(source, scratch, budget.limits)
         try:
-            return _fill_from_tar(rootfs, plain)
+            return _fill_from_tar(rootfs, plain, budget)
         finally:
             if plain != source:
                 plain.unlink()
@@ -59,34 +59,47 @@ def fill(rootfs: Path, source: Path, scratch: Path) -> tuple[str, int]:
         raise Invalid(f"cannot import {str(source)!r}: the archive is truncated or corrupt ({exc})") from exc
 
 
-def _fill_from_tar(rootfs: Path, plain: Path) -> tuple[str, int]:
+def _fill_from_tar(rootfs: Path, plain: Path, budget: Budget) -> tuple[str, int]:
     with tarfile.open(plain, "r:") as tf:
         in_order = tf.getmembers()
         members = {_lookup_name(m.name): m for m in in_order}  # a later duplicate wins, as in tar
         docker = _docker_layers(tf, members)
         layers = docker if docker is not None else _oci_layers(tf, members)
-        with RootfsWriter(rootfs) as writer:
+        with RootfsWriter(rootfs, budget) as writer:
             if layers is None:
                 for member in in_order:
                     writer.add(tf, member, layer=False)
                 return "rootfs-tar", writer.skipped
             for layer in layers:
                 writer.start_layer()
+                budget.start_layer(f"layer {layer.name!r}")
                 for ltf, member in _layer_members(tf, layer):
                     writer.add(ltf, member, layer=True)
             return "docker-save" if docker is not None else "oci-layout", writer.skipped
 
 
-def _plain_tar(source: Path, scratch: Path) -> Path:
-    """``source`` itself if it is an uncompressed tar, else its decompressed copy in ``scratch``."""
+def _plain_tar(source: Path, scratch: Path, limits: UnpackLimits) -> Path:
+    """``source`` itself if it is an uncompressed tar, else its decompressed copy in ``scratch`` (zeros left as
+    holes, and refused past what the image may unpack to, with room for the archive's headers)."""
     with open(source, "rb") as f:
         head = f.read(512)
     kind = next((k for magic, k in _COMPRESSED.items() if head.startswith(magic)), None)
     plain = source
     if kind is not None:
         plain = scratch / "source.tar"
+        cap = limits.image_bytes + limits.image_bytes // 4 + (64 << 20)  # with room for the tar's headers
         with open(source, "rb") as raw, _decompress(kind, raw) as src, open(plain, "wb") as dst:
-            shutil.copyfileobj(src, dst, CHUNK)
+            size = 0
+            while chunk := src.read(CHUNK):
+                size += len(chunk)
+                if size > cap:
+                    raise Invalid(f"cannot import {str(source)!r}: it decompresses to more than {cap / GIB:.2f} GiB, "
+                                  "past what an image may unpack to; raise it with --max-image-gb if it is meant "
+                                  "to be that large")
+                if chunk.count(0) != len(chunk):
+                    dst.seek(size - len(chunk))
+                    dst.write(chunk)
+            dst.truncate(size)
         with open(plain, "rb") as f:
             head = f.read(512)
     if len(head) == 512 and head.count(0) == 512:

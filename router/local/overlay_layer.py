@@ -43,9 +43,10 @@ def make_opaque(parent: int, name: str) -> None:
 
 def copy_from_lowers(
     lowers: Sequence[Path], target: tuple[str, ...], parent: int, leaf: str,
-    own: Callable[[int, int, int, int], None],
+    own: Callable[[int, int, int, int], None], charge: Callable[[int], None],
 ) -> bool:
-    """Copy the regular file ``target`` as the lower layers (topmost first) show it to ``leaf`` in ``parent``.
+    """Copy the regular file ``target`` as the lower layers (topmost first) show it to ``leaf`` in ``parent``,
+    its size ``charge``d first (to the image's unpack budget).
 
     For a hardlink whose target an earlier layer wrote: layers are shared between images, so one is
     never linked into another. Returns False when the layers show no such file.
@@ -54,6 +55,11 @@ def copy_from_lowers(
         found, stop = _lookup(lower, target)
         if found is not None:
             src, st = found
+            try:
+                charge(st.st_size)
+            except BaseException:
+                os.close(src)
+                raise
             with os.fdopen(src, "rb") as inp, os.fdopen(os.open(leaf, _NEW_FILE, 0o600, dir_fd=parent), "wb") as out:
                 shutil.copyfileobj(inp, out, CHUNK)
                 out.flush()

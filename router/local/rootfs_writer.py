@@ -15,9 +15,12 @@ import stat
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 from grove.errors import Invalid
 from router.local import overlay_layer
+from router.local.unpack_limits import Budget
+from sandbox_image.newroot import MOUNT_POINTS, describe, not_a_directory
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 """Open a directory, never through a symlink."""
@@ -28,6 +31,9 @@ _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _WH = ".wh."
 _OPAQUE = ".wh..wh..opq"
 
+_ZEROS = bytes(CHUNK)
+
+
 class RootfsWriter:
     """Writes entries under one rootfs, resolving every path inside it and never following symlinks.
 
@@ -35,11 +41,14 @@ class RootfsWriter:
     are kept when running as root: the sandbox is isolated, and images rely on them.
     """
 
-    def __init__(self, rootfs: Path, *, overlay: bool = False, lowers: Sequence[Path] = ()) -> None:
-        """Write under ``rootfs``. With ``overlay``, ``rootfs`` is one layer of an overlay stack: whiteouts
-        are kept in overlayfs's own form (a 0/0 character device; a ``trusted.overlay.opaque`` directory)
-        instead of deleting from what is below, and a hardlink to a file of a lower layer (``lowers``,
-        topmost first) copies that file into this one."""
+    def __init__(
+        self, rootfs: Path, budget: Budget, *, overlay: bool = False, lowers: Sequence[Path] = ()
+    ) -> None:
+        """Write under ``rootfs``, every regular file's size charged to ``budget``. With ``overlay``, ``rootfs``
+        is one layer of an overlay stack: whiteouts are kept in overlayfs's own form (a 0/0 character device;
+        a ``trusted.overlay.opaque`` directory) instead of deleting from what is below, and a hardlink to a
+        file of a lower layer (``lowers``, topmost first) copies that file into this one."""
+        self._budget = budget
         self._root_fd = os.open(rootfs, DIR_FLAGS)
         self._as_root = os.geteuid() == 0
         self._overlay = overlay
@@ -75,6 +84,10 @@ class RootfsWriter:
         if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
             self.skipped += 1
             return
+        if len(parts) == 1 and parts[0] in MOUNT_POINTS and not member.isdir():
+            what = f"a symlink (to {member.linkname[:200]!r})" if member.issym() else (
+                f"a hard link (to {member.linkname[:200]!r})" if member.islnk() else "a regular file")
+            raise Invalid(f"archive member {member.name!r}: {not_a_directory(parts[0], what)}")
         parent = self._open_parent(member.name, parts[:-1], create=True)
         assert parent is not None
         try:
@@ -106,13 +119,16 @@ class RootfsWriter:
                 os.chown(leaf, member.uid, member.gid, dir_fd=parent, follow_symlinks=False)
             os.utime(leaf, (_mtime(member),) * 2, dir_fd=parent, follow_symlinks=False)
         else:
+            self._budget.charge(member.size)
             src = tf.extractfile(member)
             assert src is not None  # a regular member always has a file object
-            with os.fdopen(os.open(leaf, _NEW_FILE, 0o600, dir_fd=parent), "wb") as out:
-                shutil.copyfileobj(src, out, CHUNK)
-                out.flush()
-                self._own(out.fileno(), member.uid, member.gid, member.mode)
-                os.utime(out.fileno(), (_mtime(member),) * 2)
+            out = os.open(leaf, _NEW_FILE, 0o600, dir_fd=parent)
+            try:
+                _write_sparse(src, member, out)
+                self._own(out, member.uid, member.gid, member.mode)
+                os.utime(out, (_mtime(member),) * 2)
+            finally:
+                os.close(out)
 
     def _hardlink(self, member: tarfile.TarInfo, parent: int, leaf: str, old: os.stat_result | None) -> None:
         target = _parts(member.linkname, member.name)
@@ -125,7 +141,7 @@ class RootfsWriter:
                 found = None  # this layer deleted it: there is nothing to link to
             elif found is None and self._overlay and target not in self._whited:
                 _remove(parent, leaf, old)
-                if overlay_layer.copy_from_lowers(self._lowers, target, parent, leaf, self._own):
+                if overlay_layer.copy_from_lowers(self._lowers, target, parent, leaf, self._own, self._budget.charge):
                     return
             if found is None or stat.S_ISDIR(found.st_mode):
                 raise Invalid(
@@ -255,6 +271,9 @@ class RootfsWriter:
             raise Invalid(f"the directory {'/'.join(prefix)!r} is nested more than {MAX_DEPTH} deep")
         for entry in sorted(os.scandir(src), key=lambda e: e.name):
             st, name = entry.stat(follow_symlinks=False), entry.name
+            if not prefix and name in MOUNT_POINTS and not stat.S_ISDIR(st.st_mode):
+                target = os.readlink(name, dir_fd=src) if stat.S_ISLNK(st.st_mode) else None
+                raise Invalid(f"{name!r} in the directory imported: {not_a_directory(name, describe(st, target))}")
             if stat.S_ISDIR(st.st_mode):
                 os.mkdir(name, 0o700, dir_fd=dst)
                 sub_src, sub_dst = os.open(name, DIR_FLAGS, dir_fd=src), os.open(name, DIR_FLAGS, dir_fd=dst)
@@ -275,6 +294,7 @@ class RootfsWriter:
                 if first is not None:  # keep hardlinks shared, as the source has them
                     os.link(first, name, src_dir_fd=self._root_fd, dst_dir_fd=dst, follow_symlinks=False)
                     continue
+                self._budget.charge(st.st_size)
                 with (
                     os.fdopen(os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src), "rb") as i,
                     os.fdopen(os.open(name, _NEW_FILE, 0o600, dir_fd=dst), "wb") as o,
@@ -287,6 +307,23 @@ class RootfsWriter:
                     links[(st.st_dev, st.st_ino)] = "/".join((*prefix, name))
             else:
                 self.skipped += 1
+
+
+def _write_sparse(src: IO[bytes], member: tarfile.TarInfo, out: int) -> None:
+    """Write a regular member's content to ``out`` with every all-zero chunk left a hole: a sparse member's holes
+    (which tarfile reads back as zeros) and runs of zeros in plain data take no space on disk.
+
+    Read in order, never seeking: a streamed archive cannot go back. Its size is capped by the image's budget.
+    """
+    position = 0
+    while position < member.size:
+        chunk = src.read(min(CHUNK, member.size - position))
+        if not chunk:
+            raise Invalid(f"archive member {member.name!r} ends before its {member.size} bytes")
+        if chunk != (_ZEROS if len(chunk) == CHUNK else bytes(len(chunk))):
+            os.pwrite(out, chunk, position)
+        position += len(chunk)
+    os.ftruncate(out, member.size)
 
 
 def _parts(name: str, member: str) -> tuple[str, ...]:
