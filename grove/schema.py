@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from grove.errors import BadRequest, Invalid
+from grove.wire import non_finite_path
 
 T = TypeVar("T")
 
@@ -168,8 +169,10 @@ def _check(tp: Any, value: Any, name: str, meta: Any) -> Any:
         return value
     if tp in (int, float):
         ok = isinstance(value, int) if tp is int else isinstance(value, int | float)
-        if not ok or isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+        if not ok or isinstance(value, bool):
             raise BadRequest(f"{name!r} must be {'an integer' if tp is int else 'a number'}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise Invalid(f"{name!r} must be a finite number, got {value}")
         lo, hi = meta.get("minimum"), meta.get("maximum")
         if (lo is not None and value < lo) or (hi is not None and value > hi):
             raise Invalid(f"{name!r} must be between {lo:g} and {hi:g}, got {value}")
@@ -179,6 +182,8 @@ def _check(tp: Any, value: Any, name: str, meta: Any) -> Any:
             raise BadRequest(f"{name!r} must be bytes (msgpack bin) or a string")
         return value
     if tp is typing.Any:
+        if (where := non_finite_path(value, name)) is not None:  # msgpack carries NaN and Infinity; JSON cannot
+            raise Invalid(f"{where!r} must be a finite number")
         return value
     raise TypeError(f"unsupported model type {tp!r}")  # a bug in a model, not bad input
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import msgpack
 
-from grove.errors import BadRequest
+from grove.errors import BadRequest, Invalid
 
 MSGPACK = "application/msgpack"
 JSON = "application/json"
@@ -31,9 +32,39 @@ def decode(body: bytes, content_type: str | None) -> Any:
         except Exception as exc:  # msgpack raises several unrelated types
             raise BadRequest(f"body is not valid msgpack: {exc}") from exc
     try:
-        return json.loads(body)
+        return json.loads(body, parse_constant=_refuse_constant)
+    except _NonFinite as exc:
+        # JSON has no NaN or Infinity (Python's parser takes them by default): say which field held one.
+        where = non_finite_path(json.loads(body)) or "a number"
+        raise Invalid(f"{where} is {exc.args[0]}: only finite numbers are accepted (JSON has no NaN or Infinity)") \
+            from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadRequest(f"body is not valid JSON: {exc}") from exc
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
+def non_finite_path(value: Any, where: str = "") -> str | None:
+    """Where in a decoded structure the first non-finite number is (``events[0].data.reward``), or None.
+
+    Iterative: a body may nest as deep as the parser allowed."""
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return path or "the body"
+        elif isinstance(item, dict):
+            stack.extend((v, f"{path}.{k}" if path else str(k)) for k, v in reversed(item.items()))
+        elif isinstance(item, list | tuple):
+            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(item))))
+    return None
 
 
 def encode(value: Any, as_msgpack: bool) -> bytes:
@@ -44,11 +75,14 @@ def encode(value: Any, as_msgpack: bool) -> bytes:
 
 
 def to_text(value: Any) -> Any:
-    """Replace every ``bytes`` in a structure by text (invalid UTF-8 replaced), for JSON."""
+    """Replace every ``bytes`` in a structure by text (invalid UTF-8 replaced), and a non-finite number by null
+    (stored before grove refused them), for JSON: what grove sends is always valid JSON."""
     if isinstance(value, bytes | bytearray):
         return bytes(value).decode("utf-8", "replace")
     if isinstance(value, dict):
         return {k: to_text(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [to_text(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     return value

@@ -11,6 +11,7 @@ failed policy: :class:`BrokenCheck`, reported as an infrastructure fault and nev
 
 from __future__ import annotations
 
+import math
 import posixpath
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,7 +61,12 @@ async def grade(sandbox: AsyncSandbox, task: Task) -> Grade:
             if reward is None:
                 raise BrokenCheck(f"the reward command {command!r} printed no number "
                                   f"(exit code {result.exit_code}{', timed out' if result.timed_out else ''})")
-            verdict = Grade(reward >= check.pass_threshold, reward, detail)
+            if not math.isfinite(reward):
+                # The check gave a verdict, a meaningless one: the attempt failed, and says why.
+                verdict = Grade(False, 0.0, {**detail, "reason": f"the reward command printed {reward}, "
+                                                                 "not a finite number: scored as a fail with reward 0"})
+            else:
+                verdict = Grade(reward >= check.pass_threshold, reward, detail)
     verdict.cpu_s = cpu
     outcome = "pass" if verdict.passed else "fail"
     events = [{"kind": "result", "data": {"result": outcome, "reward": verdict.reward}},

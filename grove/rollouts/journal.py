@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import secrets
 import time
@@ -123,6 +124,15 @@ def read_journal(out: Path) -> JournalState:
             state.interrupted += 1
             state.open_tries.pop(key, None)
         elif kind == "done":
-            state.done[key] = entry["result"]
+            state.done[key] = _finite_reward(entry["result"])
             state.open_tries.pop(key, None)
     return state
+
+
+def _finite_reward(result: dict[str, Any]) -> dict[str, Any]:
+    """A result as the report takes it: a non-finite reward (journaled before grove refused them) is a fail."""
+    reward = result.get("reward")
+    if isinstance(reward, float) and not math.isfinite(reward):
+        return {**result, "outcome": "fail", "reward": 0.0,
+                "reason": f"the check gave the reward {reward}, not a finite number: scored as a fail with reward 0"}
+    return result
