@@ -28,7 +28,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     variants = [(h, m) for h in args.harness for m in models]
     config = RunConfig(tasks=Path(args.tasks), out=Path(args.out), variants=variants, policy=policy,
                        concurrency=args.concurrency, max_infra_retries=args.max_infra_retries,
-                       url=router_url(args), api_key=api_key(args), upload=not args.no_upload, quiet=args.quiet)
+                       url=router_url(args), api_key=api_key(args), upload=not args.no_upload, quiet=args.quiet,
+                       tasks_root=Path(args.tasks_root) if args.tasks_root else None)
     summary = run_rollouts(config)
     print((Path(args.out) / "report.md").read_text(), end="")
     print(f"\nresults in {args.out}/ (results.jsonl, groups.jsonl, summary.json, report.md)"
@@ -77,6 +78,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     rsub = ro.add_subparsers(dest="rollouts_cmd", required=True)
     run = rsub.add_parser("run", parents=[common], help="run or resume a rollout run")
     run.add_argument("tasks", help="a JSONL task file, or a directory of *.jsonl and */task.json")
+    run.add_argument("--tasks-root", metavar="DIR",
+                     help="where tasks' `files` paths may point (default: the task set's own directory)")
     run.add_argument("--harness", action="append", required=True,
                      help="scripted, mini-swe-agent, or module:function (repeat to compare)")
     run.add_argument("--model", action="append",

@@ -20,6 +20,7 @@ from grove import wire
 from grove.client.artifacts import Artifact, AsyncArtifacts, sandbox_artifacts
 from grove.client.batch import batch_ask, stream_batch
 from grove.client.results import ExecResult
+from grove.client.upload import UPLOAD_MAX_BYTES, spool_tar
 from grove.errors import (
     BatchFailed,
     Conflict,
@@ -441,14 +442,15 @@ class AsyncSandbox:
         body = await self.client.request("GET", self._path("/files/list"), params={"path": path})
         return list(body["entries"])
 
-    async def upload(self, local_dir: str | Path, remote_dir: str) -> int:
-        """Copy a local directory into the sandbox (as one tar); returns the member count."""
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            tar.add(str(local_dir), arcname=".")
-        body = await self.client.request(
-            "PUT", self._path("/archive"), params={"path": remote_dir}, data=buf.getvalue()
-        )
+    async def upload(self, local_dir: str | Path, remote_dir: str, *, max_bytes: int = UPLOAD_MAX_BYTES) -> int:
+        """Copy a local directory into the sandbox (as one tar, spooled to disk and streamed; symlinks kept as
+        links); returns the member count. ``Invalid`` past ``max_bytes`` of tar."""
+        with await asyncio.to_thread(spool_tar, local_dir, max_bytes) as spool:
+            return await self.upload_tar(spool, remote_dir)
+
+    async def upload_tar(self, tar: Any, remote_dir: str) -> int:
+        """Unpack a tar (bytes, or a binary file, streamed) into ``remote_dir``; returns the member count."""
+        body = await self.client.request("PUT", self._path("/archive"), params={"path": remote_dir}, data=tar)
         return int(body["members"])
 
     async def download(self, remote_dir: str, local_dir: str | Path) -> None:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from grove.client import AsyncGrove, AsyncSandbox, Sandbox
 from grove.client.sync import _Loop
+from grove.client.upload import open_tarball
 from grove.errors import BadGateway, GroveError, InsufficientStorage, Unavailable, UpstreamTimeout
 from grove.rollouts.grading import BrokenCheck, grade
 from grove.rollouts.harnesses import Harness, InfraFault
@@ -134,8 +135,8 @@ async def _setup(sandbox: AsyncSandbox, task: Task) -> None:
         if source.is_dir():
             await sandbox.upload(source, task.workdir)
         else:
-            await sandbox.client.request("PUT", f"/v1/sandboxes/{sandbox.id}/archive",
-                                         params={"path": task.workdir}, data=source.read_bytes())
+            with open_tarball(source) as tarball:
+                await sandbox.upload_tar(tarball, task.workdir)
     for command in task.setup:
         result = await sandbox.exec(command, cwd=task.workdir, timeout_s=task.timeout_s)
         if not result.ok:

@@ -54,6 +54,8 @@ class RunConfig:
     upload: bool = True
     """Copy the run's files to S3 (``runs/<run_id>/``) through the router."""
     quiet: bool = False
+    tasks_root: Path | None = None
+    """Where task ``files`` paths may point (default: the task set's own directory)."""
 
     def spec(self) -> dict[str, Any]:
         """What must match when a run directory is resumed."""
@@ -71,7 +73,7 @@ class Runner:
 
     def __init__(self, config: RunConfig, client: AsyncGrove) -> None:
         self.config, self.client = config, client
-        self.tasks: dict[str, Task] = {t.id: t for t in load_tasks(config.tasks)}
+        self.tasks: dict[str, Task] = {t.id: t for t in load_tasks(config.tasks, files_root=config.tasks_root)}
         self.harnesses: list[Harness] = [resolve(h, m) for h, m in config.variants]
         # Resuming with edited tasks would mix two task sets in one run's groups: the digest must match.
         digest = hashlib.sha256(json.dumps([t.raw for t in self.tasks.values()], sort_keys=True).encode())

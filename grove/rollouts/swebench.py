@@ -27,7 +27,7 @@ _DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/", re.MULTILINE)
 PASSING = ("PASSED", "XFAIL", "ok", "expected failure")
 
 
-def from_swebench(raw: dict[str, Any], where: str, *, base: Path) -> Task:
+def from_swebench(raw: dict[str, Any], where: str, *, base: Path, files_root: Path) -> Task:
     """Map one SWE-bench instance to a task."""
     f = _Fields(raw, where)
     instance = f.text("instance_id", required=True)
@@ -52,7 +52,7 @@ def from_swebench(raw: dict[str, Any], where: str, *, base: Path) -> Task:
     return Task(
         id=task_id, prompt=f.text("problem_statement", required=True), image=image, workdir=workdir,
         check=Check(test="swebench", swebench=swebench, timeout_s=f.number("check_timeout_s", 1800.0)),
-        files=f.files(base), setup=setup, timeout_s=f.number("timeout_s", 1800.0), resources=f.resources(),
+        files=f.files(base, files_root), setup=setup, timeout_s=f.number("timeout_s", 1800.0), resources=f.resources(),
         env=f.string_map("env"), labels={k: v for k, v in labels.items() if v}, raw=dict(raw))
 
 

@@ -77,11 +77,18 @@ class Task:
     """The line as given (what a ``module:function`` harness receives, with ``attempt`` added)."""
 
 
-def load_tasks(path: str | Path) -> list[Task]:
-    """Every task of a JSONL file or a directory; ids must be unique."""
+def load_tasks(path: str | Path, *, files_root: str | Path | None = None) -> list[Task]:
+    """Every task of a JSONL file or a directory; ids must be unique.
+
+    A task's ``files`` path must lie under ``files_root``: by default the task set's own directory (the file's
+    directory, or the directory given). A task set may come from anyone: it must not be able to name the
+    state dir's API keys, or ``/``, and have them uploaded into a sandbox.
+    """
     root = Path(path)
     if not root.exists():
         raise TaskFileError(f"{root}: no such task file or directory")
+    allowed = Path(files_root) if files_root is not None else (root if root.is_dir() else root.parent)
+    allowed = allowed.resolve()
     sources = [root] if root.is_file() else sorted([*root.glob("*.jsonl"), *root.glob("*/task.json")])
     if not sources:
         raise TaskFileError(f"{root}: no *.jsonl or */task.json files in this directory")
@@ -99,7 +106,7 @@ def load_tasks(path: str | Path) -> list[Task]:
                 raw = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise TaskFileError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
-            task = parse_task(raw, where, base=source.parent)
+            task = parse_task(raw, where, base=source.parent, files_root=allowed)
             if task.id in seen:
                 raise TaskFileError(f"{where}: field 'id': {task.id!r} is already used at {seen[task.id]}")
             seen[task.id] = where
@@ -107,14 +114,16 @@ def load_tasks(path: str | Path) -> list[Task]:
     return tasks
 
 
-def parse_task(raw: Any, where: str, *, base: Path) -> Task:
-    """One task line; ``where`` ("FILE, line N") prefixes every error."""
+def parse_task(raw: Any, where: str, *, base: Path, files_root: Path | None = None) -> Task:
+    """One task line; ``where`` ("FILE, line N") prefixes every error; a ``files`` path must lie under
+    ``files_root`` (default: ``base``, the directory of the file that names it)."""
+    files_root = files_root or base.resolve()
     if not isinstance(raw, dict):
         raise TaskFileError(f"{where}: a task must be a JSON object, got {type(raw).__name__}")
     if "instance_id" in raw and "id" not in raw:
         from grove.rollouts.swebench import from_swebench
 
-        return from_swebench(raw, where, base=base)
+        return from_swebench(raw, where, base=base, files_root=files_root)
     unknown = sorted(set(raw) - _KNOWN)
     if unknown:
         raise TaskFileError(f"{where}: field {unknown[0]!r} is unknown; known fields: {', '.join(sorted(_KNOWN))}")
@@ -125,7 +134,7 @@ def parse_task(raw: Any, where: str, *, base: Path) -> Task:
     return Task(
         id=task_id, prompt=f.text("prompt", required=True), check=parse_check(raw.get("check"), where),
         image=f.text("image") or "default", workdir=f.abspath("workdir") or "/workspace",
-        files=f.files(base), setup=tuple(f.strings("setup")), timeout_s=f.number("timeout_s", 600.0),
+        files=f.files(base, files_root), setup=tuple(f.strings("setup")), timeout_s=f.number("timeout_s", 600.0),
         resources=f.resources(), network=f.mapping("network") or None, env=f.string_map("env"),
         labels=f.string_map("labels"), scripted=f.mapping("scripted") or None, raw=dict(raw))
 
@@ -209,7 +218,7 @@ class _Fields:
             out[key] = kind(item)
         return out
 
-    def files(self, base: Path) -> str | dict[str, str] | None:
+    def files(self, base: Path, root: Path) -> str | dict[str, str] | None:
         value = self.raw.get("files")
         if value is None:
             return None
@@ -217,7 +226,10 @@ class _Fields:
             return self.string_map("files")
         if not isinstance(value, str) or not value:
             raise self.fail("files", "must be a path (directory or tarball) or an object of path → text")
-        path = (base / value).resolve()
+        path = (base / value).resolve()  # symlinks followed: where it really is
+        if not path.is_relative_to(root):
+            raise self.fail("files", f"names {path}, outside the task set's directory {root}: a task set may only "
+                                     "name files under it (--tasks-root DIR allows another directory)")
         if not path.exists():
             raise self.fail("files", f"names {path}, which does not exist")
         if path.is_file() and not path.name.endswith((".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")):
