@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from grove.errors import Forbidden, Unauthorized
+from grove.errors import BadRequest, Forbidden, Unauthorized
 from router.ui.sessions import COOKIE, LIFETIME_S, Session, Sessions
 
 SESSIONS = web.AppKey("ui_sessions", Sessions)
@@ -100,7 +100,10 @@ def redirect(location: str) -> web.Response:
 
 
 def safe_next(target: str | None) -> str:
-    """Where to go after login: a path of the viewer only (never another site, never a scheme)."""
+    """Where to go after login: a path of the viewer only (never another site, never a scheme). A control
+    character (CR, LF, ...) is a 400: it cannot go into a Location header, and no browser sent it."""
+    if target and any(ord(c) < 0x20 or ord(c) == 0x7F for c in target):
+        raise BadRequest("'next' holds a control character; it must be a path of the viewer, such as /ui/runs")
     if target and target.startswith("/ui/") and "//" not in target and "\\" not in target:
         return target
     return "/ui/"

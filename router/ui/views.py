@@ -61,8 +61,12 @@ async def login(request: web.Request) -> web.StreamResponse:
         message = ("That API key is not valid (the state dir's api_keys file holds the valid ones)."
                    if key.strip() else "Enter an API key.")
         return render("login.html", status=401, title="Log in", next=target, error=message)
-    response = redirect(target)
-    set_cookie(request, response, session)
+    try:
+        response = redirect(target)
+        set_cookie(request, response, session)
+    except BaseException:
+        request.app[SESSIONS].close(session.id)  # a login that answers nothing leaves no session behind
+        raise
     return response
 
 
