@@ -22,9 +22,9 @@ from typing import Any
 
 from perf.common import MIB, code_version, machine, machine_line, summarize, update_readme, utc_now, write_results
 from router.backends.base import Network, SandboxSpec
-from router.backends.local import LocalBackend
-from router.local import disk
-from router.registry import new_id
+from router.backends.local import disk
+from router.backends.local.backend import LocalBackend
+from router.records.registry import new_id
 
 NAME = "disk"
 SECTION = "## Disk quota: create cost and disk use"

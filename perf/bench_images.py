@@ -9,7 +9,7 @@
    of each (``du``: allocated blocks, hardlinks once).
 2. **Create → ready.** The real local backend (runtime bundle, zygote, cgroups, user namespaces) creates
    sandboxes from three images with the same files: one flattened layer, 5 layers and 50 layers (which
-   the store stacks as 24: see ``MAX_LAYERS`` in :mod:`router.local.images`).
+   the store stacks as 24: see ``MAX_LAYERS`` in :mod:`router.backends.local.images`).
    Interleaved (each round the three in a shuffled order) so all three see the same machine load; each
    is deleted at once.
 
@@ -33,9 +33,9 @@ from typing import Any
 
 from perf.common import MIB, Target, machine, machine_line, publish, summarize, target_table, utc_now
 from router.backends.base import Network, SandboxSpec
-from router.backends.local import LocalBackend
-from router.local.images import ImageStore, LayerSource
-from router.registry import new_id
+from router.backends.local.backend import LocalBackend
+from router.backends.local.images import ImageStore, LayerSource
+from router.records.registry import new_id
 from tests.support.imagetools import layer_tar, make_busybox_rootfs, make_oci_layout_tar, tar_directory
 from tests.support.registry import du
 

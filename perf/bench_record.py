@@ -4,7 +4,7 @@
 
 - the router's exec p50 of ``["true"]`` through a real router (the reference), and the cost of what the
   router adds per exec to record it — parsing the request and the result and appending the step to the
-  sandbox's journal — timed on the same code (:func:`router.datapath._exec_step`, :class:`Journal`);
+  sandbox's journal — timed on the same code (:func:`router.api.datapath._exec_step`, :class:`Journal`);
 - trajectory write throughput: records of a realistic size stored through :class:`TrajectoryArchive`
   into a real embedded S3 server, and into the spool when S3 is down.
 """
@@ -37,7 +37,7 @@ from perf.common import (
     utc_now,
     write_results,
 )
-from router.journal import Journal
+from router.trajectory.journal import Journal
 
 SECTION = "## Recording cost and trajectory throughput"
 TARGET_SHARE = 0.05
@@ -67,7 +67,7 @@ def _exec_round_trips(calls: int) -> list[float]:
 
 
 def _recording_costs(calls: int, scratch: Path) -> list[float]:
-    from router.datapath import _exec_step
+    from router.api.datapath import _exec_step
 
     journal = Journal(scratch)
     journal.start("sb-0000000000000000", {"id": "sb-0000000000000000"})
@@ -167,7 +167,7 @@ def main() -> None:
         SECTION, "",
         f"`python -m perf.bench_record` — {report['when']}. {machine_line(host)}", "",
         *target_table(rows), "",
-        "The recording cost is timed on the router's own code path (`router.datapath._exec_step` and "
+        "The recording cost is timed on the router's own code path (`router.api.datapath._exec_step` and "
         "`Journal.append`) in the same run as the exec round trips. Raw figures: `perf/results/record.json`.",
     ]))
     print(json.dumps(report["trajectory_writes"]), f"recording share {share:.3%}")

@@ -2,7 +2,7 @@
 
 ``python -m perf.knative_calls [--sandboxes 20]`` starts the test suite's stand-in cluster (a real HTTP
 server speaking the Kubernetes REST and watch protocol, with Knative's controller played on top, pods
-running real executors) and drives :class:`router.backends.knative.KnativeBackend` through it with the
+running real executors) and drives :class:`router.backends.knative.backend.KnativeBackend` through it with the
 real ``kubernetes`` client: sandboxes created (egress denied, and some with an allow-list), four
 commands each through their endpoints, left to scale to zero, woken by a command, deleted. The stand-in
 counts every call by sandbox, verb and resource; the shared list and watch are counted once for all.
@@ -28,8 +28,8 @@ import aiohttp
 
 from perf.common import machine, utc_now, write_results
 from router.backends.base import Network, SandboxSpec, Started
-from router.backends.knative import KnativeBackend
-from router.registry import new_id
+from router.backends.knative.backend import KnativeBackend
+from router.records.registry import new_id
 from sandbox_image.bundle import build_bundle
 
 # The stand-in cluster is the test suite's; imported by name so that type-checking perf/ does not pull in

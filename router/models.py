@@ -102,7 +102,7 @@ MAX_BATCH = 1000
 class BatchCreateRequest:
     """Create many sandboxes in one call (``POST /v1/sandboxes/batch``); each item is answered on its own."""
 
-    # Only the published shape: the handler validates each item on its own (router/batch.py), so one bad
+    # Only the published shape: the handler validates each item on its own (router/api/batch.py), so one bad
     # item is that item's error, not the batch's. The limit is in prose, not `maxItems`: a fuzzer's boundary
     # case would otherwise be 1,000 sandboxes.
     sandboxes: list[CreateRequest] = spec(f"the creates, each exactly a `POST /v1/sandboxes` body, answered in this "

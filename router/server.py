@@ -12,8 +12,8 @@ from aiohttp import web
 
 from grove.runfile import remove_run_file, write_run_file
 from router import logs
+from router.api.appkeys import SERVICE
 from router.app import create_app
-from router.appkeys import SERVICE
 from router.connections import ConnectionGuard
 from router.settings import RouterSettings
 
@@ -23,7 +23,7 @@ _SPARE_FDS = 512
 """Descriptors kept out of the connection cap: executors, S3, journals, the backend's own work."""
 _WATCH_SHARE = 4
 """And a quarter of the limit: the local backend's pidfds and open ``cpu.stat`` files (1/8 each at most,
-:data:`router.local.exits.OPEN_SHARE`, :data:`router.local.hogs.OPEN_SHARE`)."""
+:data:`router.backends.local.exits.OPEN_SHARE`, :data:`router.backends.local.hogs.OPEN_SHARE`)."""
 
 
 _SWITCH_INTERVAL_S = 0.0005

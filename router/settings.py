@@ -11,8 +11,8 @@ from typing import Any
 from artifacts.s3config import S3Config
 from grove.errors import Invalid
 from grove.statedir import StateDir
-from router.knative.options import KnativeOptions
-from router.local.unpack_limits import UnpackLimits
+from router.backends.knative.options import KnativeOptions
+from router.backends.local.unpack_limits import UnpackLimits
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class RouterSettings:
     """Most live sandboxes at once (503 with Retry-After beyond)."""
     full_output_bytes_per_s: float = 8 * 1024 * 1024
     """Pace at which the full outputs of truncated commands are stored, all sandboxes together: storing
-    costs host CPU outside the sandboxes' quotas (see ``router/outflow.py``)."""
+    costs host CPU outside the sandboxes' quotas (see ``router/trajectory/outflow.py``)."""
     full_output_burst_bytes: int = 64 * 1024 * 1024
     """Full output stored at once before that pace applies."""
     artifact_retention_days: int | None = None

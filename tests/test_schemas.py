@@ -11,9 +11,9 @@ from executor.settings import ExecutorSettings
 from grove.api import EXEC_FIELDS, ExecBody
 from grove.errors import BadRequest, GroveError
 from grove.schema import check_field, json_schema, parse
-from router.app import ROUTES
+from router.api.openapi import build_spec
+from router.api.routes import ROUTES
 from router.models import CreateRequest
-from router.openapi import build_spec
 
 pytestmark = pytest.mark.fast  # pure logic: `make test-fast`
 

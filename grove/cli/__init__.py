@@ -32,7 +32,7 @@ def _common_options(default: object) -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's argument parser."""
-    from router.knative.cli import add_knative_parser
+    from grove.cli.knative import add_knative_parser
 
     parser = argparse.ArgumentParser(prog="grove", description="Sandboxes for AI-agent training and evaluation.",
                                      parents=[_common_options(None)])
@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 141
     except OSError as exc:  # `grove up` or `grove image import` on a full state disk: say where to free space
-        from router.statedisk import storage_error
+        from router.records.statedisk import storage_error
 
         if (full := storage_error(exc, state_dir(args))) is None:
             raise

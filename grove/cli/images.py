@@ -15,7 +15,7 @@ from grove.statedir import StateDir
 
 def cmd_image(args: argparse.Namespace) -> int:
     """Import, pull, build, list and remove local images."""
-    from router.local.images import ImageStore
+    from router.backends.local.images import ImageStore
 
     layout = StateDir(state_dir(args))
     layout.make_private()
@@ -27,7 +27,7 @@ def cmd_image(args: argparse.Namespace) -> int:
     if args.image_cmd == "pull":
         return _pull(store, args)
     if args.image_cmd == "build-debian":
-        from router.local.debian import build_debian
+        from router.backends.local.debian import build_debian
 
         packages = [p for p in args.packages.split(",") if p]
         image = build_debian(store, args.name, packages, suite=args.suite, mirror=args.mirror)
@@ -52,9 +52,9 @@ def cmd_image(args: argparse.Namespace) -> int:
 
 
 def _pull(store: Any, args: argparse.Namespace) -> int:
-    from router.local import references
-    from router.local.image_pull import pull_image, write_authfile
-    from router.local.registry_pull import PullOptions
+    from router.backends.local import references
+    from router.backends.local.image_pull import pull_image, write_authfile
+    from router.backends.local.registry_pull import PullOptions
 
     authfile = Path(args.authfile) if args.authfile else None
     with tempfile.TemporaryDirectory(prefix="grove-auth-") as tmp:
@@ -90,8 +90,8 @@ def add_unpack_options(parser: argparse.ArgumentParser) -> None:
 
 
 def unpack_limits(args: argparse.Namespace) -> Any:
-    """The :class:`~router.local.rootfs_writer.UnpackLimits` the options give (the defaults where absent)."""
-    from router.local.unpack_limits import GIB, UnpackLimits
+    """The :class:`~router.backends.local.rootfs_writer.UnpackLimits` the options give (the defaults where absent)."""
+    from router.backends.local.unpack_limits import GIB, UnpackLimits
 
     return UnpackLimits(layer_bytes=int(getattr(args, "max_layer_gb", 16.0) * GIB),
                         image_bytes=int(getattr(args, "max_image_gb", 64.0) * GIB))

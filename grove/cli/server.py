@@ -71,7 +71,7 @@ def _knative_options(args: argparse.Namespace) -> Any:
     """The Knative backend's options, when that is the backend."""
     if args.backend != "knative":
         return None
-    from router.knative.cli import options_from_args
+    from grove.cli.knative import options_from_args
 
     return options_from_args(args)
 
@@ -192,7 +192,7 @@ def cmd_key(args: argparse.Namespace) -> int:
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``up``, ``down`` and ``key``."""
-    from router.knative.cli import add_cluster_options
+    from grove.cli.knative import add_cluster_options
 
     up = sub.add_parser("up", parents=[common], help="start the router")
     up.add_argument("--host", default="127.0.0.1")

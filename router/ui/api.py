@@ -15,7 +15,7 @@ from aiohttp import web
 
 from artifacts import trajectory as tj
 from grove.errors import BadRequest, NotFound
-from router.appkeys import service_of
+from router.api.appkeys import service_of
 from router.ui.records import RecordCache, load
 from router.ui.records import raw as raw_record
 from router.ui.search import Query, Summaries, search

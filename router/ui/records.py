@@ -17,8 +17,8 @@ import msgpack
 
 from artifacts import trajectory as tj
 from grove.errors import NotFound
-from router.journal import Journal
-from router.service import SandboxService
+from router.lifecycle.service import SandboxService
+from router.trajectory.journal import Journal
 
 CACHED = 4
 """Stored records kept decoded (a 50 MB record is a few hundred MB decoded: keep few)."""

@@ -15,8 +15,8 @@ from aiohttp import web
 
 from artifacts.store import ObjectStore
 from grove.errors import BadRequest, NotFound
-from router.appkeys import service_of
-from router.runs_api import RUNS_PREFIX
+from router.api.appkeys import service_of
+from router.api.runs import RUNS_PREFIX
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_GROUPS = 5000

@@ -1,6 +1,6 @@
 """Snapshot uploads as S3 multipart uploads: the executor's writer against the router's broker, on real S3.
 
-The broker is the router's own :class:`router.knative.uploads.SnapshotUploads`, called in-process; parts
+The broker is the router's own :class:`router.backends.knative.uploads.SnapshotUploads`, called in-process; parts
 are 5 MiB, S3's smallest (SeaweedFS refuses less, as AWS does).
 """
 
@@ -17,8 +17,8 @@ import pytest
 from artifacts.multipart import upload_multipart
 from artifacts.store import ObjectStore
 from grove.errors import Invalid, TooLarge, Unauthorized, Unavailable
-from router.knative.manifest import snapshot_key
-from router.knative.uploads import part_size_for
+from router.backends.knative.manifest import snapshot_key
+from router.backends.knative.uploads import part_size_for
 from tests.support.snapshot_broker import LocalBroker, broker_for
 
 PART = 5 * 1024 * 1024

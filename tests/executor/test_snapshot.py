@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from artifacts.store import ObjectStore
-from router.knative.manifest import snapshot_key
+from router.backends.knative.manifest import snapshot_key
 from tests.support.executor_fixtures import start_executor
 from tests.support.snapshot_broker import BrokerServer, broker_for
 

@@ -23,10 +23,10 @@ import msgpack
 import pytest
 
 from artifacts.s3server import EmbeddedS3
-from router import recordlog
-from router.journal import Journal
 from router.models import CreateRequest
-from router.registry import Registry, SandboxRecord
+from router.records import log as recordlog
+from router.records.registry import Registry, SandboxRecord
+from router.trajectory.journal import Journal
 from tests.conftest import short_tempdir
 from tests.support.executor_fixtures import Reply
 from tests.support.router_fixtures import (

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from grove.errors import Invalid
-from router.local.debian import build_debian, host_mirror
-from router.local.images import ImageStore
+from router.backends.local.debian import build_debian, host_mirror
+from router.backends.local.images import ImageStore
 
 pytestmark = pytest.mark.fast
 

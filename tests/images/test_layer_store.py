@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from grove.errors import Invalid
-from router.local.images import MAX_LAYERS, ImageStore, LayerSource
-from router.local.layer_store import chain_ids
-from router.local.overlay_layer import OPAQUE_XATTR
+from router.backends.local.images import MAX_LAYERS, ImageStore, LayerSource
+from router.backends.local.layer_store import chain_ids
+from router.backends.local.overlay_layer import OPAQUE_XATTR
 from tests.support.imagetools import layer_tar
 
 pytestmark = pytest.mark.fast

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from grove.errors import BadGateway, Invalid, NotFound
-from router.local.image_pull import pull_image, write_authfile
-from router.local.images import ImageStore
-from router.local.overlay_layer import OPAQUE_XATTR
-from router.local.registry_pull import PullOptions
+from router.backends.local.image_pull import pull_image, write_authfile
+from router.backends.local.images import ImageStore
+from router.backends.local.overlay_layer import OPAQUE_XATTR
+from router.backends.local.registry_pull import PullOptions
 from tests.support.imagetools import ARCH, Layer, layer_tar, make_oci_layout_tar
 from tests.support.registry import PASSWORD, USER, Registry, du, registry_server, write_oci_layout
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grove.client import Grove
-from router.local.images import MAX_LAYERS
+from router.backends.local.images import MAX_LAYERS
 from tests.images.test_pull import whiteout_layers
 from tests.support.imagetools import Layer
 from tests.support.registry import Registry, write_oci_layout

@@ -16,9 +16,9 @@ import pytest
 
 from grove.errors import Conflict, Forbidden, Invalid, Unavailable
 from router.backends.base import Network, SandboxSpec, Started
-from router.backends.knative import KnativeBackend
-from router.knative.ratelimit import TokenBucket
-from router.registry import new_id
+from router.backends.knative.backend import KnativeBackend
+from router.backends.knative.ratelimit import TokenBucket
+from router.records.registry import new_id
 from tests.support.k8s_standin import Fault
 from tests.support.knative_fixtures import NAMESPACE, Cluster
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import aiohttp
 
-from router.backends.knative import KnativeBackend
-from router.knative.manifest import exec_timeout_limit
+from router.backends.knative.backend import KnativeBackend
+from router.backends.knative.manifest import exec_timeout_limit
 from tests.knative.test_backend import run, spec
 from tests.support.knative_fixtures import NAMESPACE, Cluster
 from tests.support.knative_standin import apply_defaults, probe_interval, probe_timeout

@@ -14,8 +14,8 @@ import pytest
 
 from grove.errors import Invalid
 from router.backends.base import Network
-from router.knative import egress, manifest
-from router.knative.options import KnativeOptions
+from router.backends.knative import egress, manifest
+from router.backends.knative.options import KnativeOptions
 from tests.knative.test_manifest import K8S_VERSION, spec
 
 pytestmark = pytest.mark.fast

@@ -62,7 +62,7 @@ def test_every_manifest_is_in_the_kustomization() -> None:
 
 def test_rbac_is_least_privilege() -> None:
     docs = resources()
-    # Outside the sandbox namespace, two reads for the start-up check (router/knative/runtimeclass.py):
+    # Outside the sandbox namespace, two reads for the start-up check (router/backends/knative/runtimeclass.py):
     # RuntimeClasses (cluster-scoped, hence the one ClusterRole) and Knative's config-features, by name.
     assert [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]] == [
         {"apiGroups": ["node.k8s.io"], "resources": ["runtimeclasses"], "verbs": ["get"]}]

@@ -18,12 +18,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from grove.cli.knative import add_cluster_options, options_from_args
 from grove.errors import Invalid
 from router.backends.base import Network, SandboxSpec
-from router.knative import labels as L
-from router.knative import manifest, status
-from router.knative.cli import add_cluster_options, options_from_args
-from router.knative.options import KnativeOptions
+from router.backends.knative import labels as L
+from router.backends.knative import manifest, status
+from router.backends.knative.options import KnativeOptions
 from tests.support.crd_schema import REPO, SCHEMA_COPY, SHARED_CRD, extract, load_schema, validate
 from tests.support.knative_standin import serving_config
 from tests.support.router_fixtures import GROVE_BIN

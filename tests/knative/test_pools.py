@@ -10,7 +10,7 @@ from typing import Any
 
 import aiohttp
 
-from router.knative.manifest import secret_name
+from router.backends.knative.manifest import secret_name
 from tests.support.knative_fixtures import NAMESPACE, Cluster
 from tests.support.router_fixtures import RouterProcess, wait_for
 

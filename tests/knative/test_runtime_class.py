@@ -18,8 +18,8 @@ import pytest
 from artifacts.s3server import EmbeddedS3
 from grove.errors import Invalid, NotFound, Unavailable
 from router.backends.base import Network, SandboxSpec
-from router.backends.knative import KnativeBackend
-from router.registry import new_id
+from router.backends.knative.backend import KnativeBackend
+from router.records.registry import new_id
 from tests.support.knative_fixtures import NAMESPACE, Cluster, knative_router_on
 
 T = TypeVar("T")

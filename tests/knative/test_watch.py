@@ -10,8 +10,8 @@ import asyncio
 import time
 from typing import Any
 
-from router.backends.knative import KnativeBackend
-from router.knative import labels as L
+from router.backends.knative import labels as L
+from router.backends.knative.backend import KnativeBackend
 from tests.knative.test_backend import run, spec
 from tests.support.knative_fixtures import NAMESPACE, Cluster
 

@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 
-from router.batch_stream import PART, gc_held, parts
+from router.api.batch_stream import PART, gc_held, parts
 
 pytestmark = pytest.mark.fast
 

@@ -15,7 +15,7 @@ import pytest
 
 from grove.client import Grove, Sandbox
 from grove.errors import TooLarge
-from router.local.disk import KEPT_TEMPLATES, DiskTemplates, attached_loops
+from router.backends.local.disk import KEPT_TEMPLATES, DiskTemplates, attached_loops
 from sandbox_image.disk import attach
 from tests.support.router_fixtures import (
     RouterProcess,

@@ -1,4 +1,4 @@
-"""The API's egress allow-list entries, parsed the same for every backend (``router/egress.py``)."""
+"""The API's egress allow-list entries, parsed the same for every backend (``router/backends/egress.py``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import ipaddress
 import pytest
 
 from grove.errors import Invalid
-from router.egress import Destination, parse_allow
-from router.local.egress_rules import parse_allow as local_allow
+from router.backends.egress import Destination, parse_allow
+from router.backends.local.egress_rules import parse_allow as local_allow
 
 pytestmark = pytest.mark.fast  # pure logic: `make test-fast`
 

@@ -1,4 +1,4 @@
-"""router.local.hogs on real cpu cgroups: each ``cpu.stat`` kept open and read afresh at every tick, its
+"""router.backends.local.hogs on real cpu cgroups: each ``cpu.stat`` kept open and read afresh at every tick, its
 descriptor closed once its group is gone, a group made again under its name read anew, none left open."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from router.local.hogs import HOG_SHARES, HogWatch
+from router.backends.local.hogs import HOG_SHARES, HogWatch
 from tests.support.router_fixtures import CGROUP_ROOT
 
 

@@ -16,7 +16,7 @@ import pytest
 import zstandard
 
 from grove.errors import Conflict, Invalid, NotFound
-from router.local.images import Image, ImageStore
+from router.backends.local.images import Image, ImageStore
 from tests.support.imagetools import (
     Layer,
     layer_tar,

@@ -10,7 +10,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from router.journal import Journal
+from router.trajectory.journal import Journal
 
 pytestmark = pytest.mark.fast  # real files in a temp dir, no router: `make test-fast`
 IDS = [f"sb-{i:016x}" for i in range(200)]

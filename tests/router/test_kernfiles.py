@@ -1,4 +1,4 @@
-"""router.local.kernfiles: whole files in few system calls, and open's errors unchanged."""
+"""router.backends.local.kernfiles: whole files in few system calls, and open's errors unchanged."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from router.local import kernfiles
+from router.backends.local import kernfiles
 
 
 def test_a_file_longer_than_one_read_comes_whole(tmp_path: Path) -> None:

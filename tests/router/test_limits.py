@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from grove.client import Grove
-from router.local.hogs import HOG_SHARES, NORMAL_SHARES, RELEASE_S
+from router.backends.local.hogs import HOG_SHARES, NORMAL_SHARES, RELEASE_S
 from tests.support.router_fixtures import CGROUP_ROOT, RouterProcess, error_of, instance_of, wait_for
 
 CPU_PROBE = (

@@ -1,4 +1,4 @@
-"""router.local.exits: a tree's liveness from its pidfd, exactly the recorded process, no descriptor kept
+"""router.backends.local.exits: a tree's liveness from its pidfd, exactly the recorded process, no descriptor kept
 for a process that is gone."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from router.local import procs
-from router.local.exits import Exits
+from router.backends.local import procs
+from router.backends.local.exits import Exits
 
 
 @pytest.fixture

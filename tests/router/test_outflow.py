@@ -1,4 +1,4 @@
-"""The byte budget that paces storing truncated commands' full outputs (router/outflow.py).
+"""The byte budget that paces storing truncated commands' full outputs (router/trajectory/outflow.py).
 
 Pure arithmetic on a clock the test moves, plus the release on close; storing a full output through a
 real router is tests/router/test_record.py's ``test_a_truncated_output_is_kept_whole_in_s3``.
@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from grove.errors import Invalid, Unavailable
-from router.outflow import ByteBudget
+from router.trajectory.outflow import ByteBudget
 
 pytestmark = pytest.mark.fast  # pure logic: `make test-fast`
 

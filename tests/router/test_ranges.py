@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from grove.errors import RangeNotSatisfiable
-from router.ranges import ByteRange, requested
+from router.api.ranges import ByteRange, requested
 
 pytestmark = pytest.mark.fast
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from grove.statedir import StateDir
-from router import recordlog
 from router.models import CreateRequest, Metadata, NetworkModel
-from router.recordfiles import RecordFiles
-from router.registry import Registry, SandboxRecord, _encode
+from router.records import log as recordlog
+from router.records.files import RecordFiles
+from router.records.registry import Registry, SandboxRecord, _encode
 
 pytestmark = pytest.mark.fast  # real files in a temp dir, no router: `make test-fast`
 ID = "sb-00000000000000aa"
@@ -172,7 +172,7 @@ def _members(shared: CreateRequest) -> list[SandboxRecord]:
 
 
 def _claim(members: list[SandboxRecord], claimant: CreateRequest) -> None:
-    """What a claim changes of its member in memory (as ``router.claims.Claims._take``)."""
+    """What a claim changes of its member in memory (as ``router.lifecycle.claims.Claims._take``)."""
     rids = ["r-1", 'a "quoted" \\ id', None, "\u00fc"]
     for i, (record, rid) in enumerate(zip(members, rids[:len(members)], strict=True)):
         record.request, record.token, record.pool = claimant.with_request_id(rid), f"tok_en+/={i}", None

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from grove.client import Grove, Sandbox
-from router.local import egress_rules
+from router.backends.local import egress_rules
 from tests.support.router_fixtures import (
     RouterProcess,
     cgroup_procs,

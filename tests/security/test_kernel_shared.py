@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from grove.client import Sandbox
-from router.local.cgroups import CgroupSet, tcp_memory_bytes
-from router.local.uids import REGISTRY, SLOTS
+from router.backends.local.cgroups import CgroupSet, tcp_memory_bytes
+from router.backends.local.uids import REGISTRY, SLOTS
 from sandbox_image.init import PTYS_MAX
 from tests.support.router_fixtures import RouterProcess, instance_of, router_state, wait_for
 

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from grove.client import Grove, Sandbox
-from router.local.uids import FLOOR
+from router.backends.local.uids import FLOOR
 from tests.support.router_fixtures import RouterProcess, cgroup_procs, layer_owner, to_plain_layer, wait_for
 
 RANGE = 65536

@@ -103,7 +103,7 @@ def _object(obj: dict[str, Any], schema: dict[str, Any], path: str) -> list[str]
 
 def _object_meta(meta: Any) -> list[str]:
     """What the API server checks of a Knative Service's ObjectMeta (name, labels, annotations)."""
-    from router.knative.labels import is_valid_key, is_valid_value
+    from router.backends.knative.labels import is_valid_key, is_valid_value
 
     if not isinstance(meta, dict):
         return ["metadata: must be an object"]

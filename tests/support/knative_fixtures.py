@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from artifacts.s3server import EmbeddedS3
-from router.knative.options import DEFAULT_RUNTIME_CLASS, KnativeOptions
+from router.backends.knative.options import DEFAULT_RUNTIME_CLASS, KnativeOptions
 from sandbox_image.bundle import Bundle, build_bundle
 from tests.conftest import free_tcp_port
 from tests.support.crd_schema import REPO

@@ -35,8 +35,8 @@ import pytest
 from artifacts.s3server import EmbeddedS3
 from grove.client import Grove, Sandbox
 from grove.statedir import StateDir
-from router.backends.local import LocalBackend
-from router.local import egress_rules
+from router.backends.local import egress_rules
+from router.backends.local.backend import LocalBackend
 from sandbox_image.bundle import build_bundle
 from tests.conftest import free_tcp_port
 from tests.support.executor_fixtures import MSGPACK, Reply, processes_with

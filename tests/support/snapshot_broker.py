@@ -1,6 +1,6 @@
 """The router's snapshot-upload broker without a router, for tests of the executor and the upload itself.
 
-:class:`BrokerServer` serves :class:`router.knative.uploads.SnapshotUploads` — the router's own code, on
+:class:`BrokerServer` serves :class:`router.backends.knative.uploads.SnapshotUploads` — the router's own code, on
 the real S3 server — at ``/v1/sandboxes/{id}/snapshot-upload`` on a loopback port, as the router does;
 :class:`LocalBroker` calls it in-process (an ``artifacts.multipart.Broker``).
 """
@@ -15,7 +15,7 @@ from aiohttp import web
 
 from artifacts.store import ObjectStore
 from grove.errors import GroveError
-from router.knative.uploads import SnapshotUploads, signing_key
+from router.backends.knative.uploads import SnapshotUploads, signing_key
 
 
 def broker_for(store: ObjectStore, part_size: int) -> SnapshotUploads:

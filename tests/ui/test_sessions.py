@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from grove.errors import BadRequest
-from router.journal import Journal
+from router.trajectory.journal import Journal
 from router.ui import steps
 from router.ui.records import RecordCache
 from router.ui.search import Query

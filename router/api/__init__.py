@@ -1,0 +1,1 @@
+"""HTTP: the routes' handlers and what they share (replies, ranges, events, the OpenAPI document)."""

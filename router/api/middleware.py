@@ -1,0 +1,99 @@
+"""The middleware chain, in one visible list: errors become the one error body, API keys are checked, and
+sandbox ids are checked once, before any handler."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from grove.errors import (
+    BadRequest,
+    GroveError,
+    InternalError,
+    MethodNotAllowed,
+    NotFound,
+    RequestTimeout,
+    TooLarge,
+)
+from router.api.appkeys import SERVICE
+from router.api.openapi import canonical_path
+from router.api.replies import error_of, reply
+from router.api.routes import ROUTES, Handler
+from router.auth import KeyRing
+from router.records.registry import SAFE_ID_RE
+from router.ui import UI_ROUTES
+from router.upstream.proxy import StreamAborted
+
+KEYS = web.AppKey("keys", KeyRing)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The one place an exception becomes the error body."""
+    try:
+        return await handler(request)
+    except StreamAborted:
+        raise  # the answer had started: cutting the connection is the error signal
+    except GroveError as exc:
+        err: GroveError = exc
+    except web.HTTPException as exc:
+        if exc.status == 404:
+            err = NotFound(f"no such endpoint: {request.method} {request.path}")
+        elif exc.status == 405:
+            err = MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
+        elif exc.status == 413:
+            err = TooLarge(f"request body too large: {exc.text}")
+        elif exc.status < 500:
+            err = BadRequest(exc.text or exc.reason)
+        else:
+            err = InternalError(exc.text or exc.reason)
+    except Exception as exc:
+        err = error_of(exc, request.app[SERVICE].settings.state_dir, f"{request.method} {request.path}")
+    response = reply(request, err.to_body(), status=err.status)
+    if isinstance(err, RequestTimeout):
+        response.force_close()  # the rest of a stalled body must not hold the connection (or a place) open
+    if err.retry_after is not None:
+        response.headers["Retry-After"] = str(max(1, round(err.retry_after)))
+    return response
+
+
+_PUBLIC = {(r.method, canonical_path(r.path)) for r in ROUTES if r.public}
+_OWN_AUTH = {(r.method, canonical_path(r.path)) for r in ROUTES if r.own_auth}
+_NO_KEY = _PUBLIC | _OWN_AUTH
+_KEY_HEADERS = {(r.method, canonical_path(r.path)): r.key_header for r in ROUTES if r.key_header}
+# The viewer's routes check its session cookie themselves (router/ui/guard.py); only matched ones skip here.
+_VIEWER = {(method, path) for method, path, _ in UI_ROUTES}
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every call but the public ones needs a valid API key, loopback included (on routes that name a
+    ``key_header``, the key may come in that header instead of ``Authorization: Bearer``). The viewer's
+    routes take a session cookie instead, and check it themselves."""
+    route = request.match_info.route.resource
+    canonical = route.canonical if route is not None else request.path
+    if (request.method, canonical) not in _NO_KEY and \
+            (route is None or (request.method, canonical) not in _VIEWER):
+        header = request.headers.get("Authorization")
+        alternative = _KEY_HEADERS.get((request.method, canonical))
+        if header is None and alternative and alternative in request.headers:
+            header = f"Bearer {request.headers[alternative]}"
+        request.app[KEYS].check(header)
+    return await handler(request)
+
+
+_ID_PARTS = ("id", "sandbox_id")
+
+
+@web.middleware
+async def ids_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The one check of a sandbox id in a route: anything but ``sb-`` and lowercase letters and digits is a
+    404 before a handler sees it, so no id ever reaches a file name or an object key (``..%2F..`` decodes to
+    a path)."""
+    # The viewer's HTML pages only carry the id to their script, whose API call is checked here.
+    for part in _ID_PARTS if not request.path.startswith("/ui/") or request.path.startswith("/ui/api/") else ():
+        if (value := request.match_info.get(part)) is not None and not SAFE_ID_RE.fullmatch(value):
+            raise NotFound(f"{value[:80]!r} is not a sandbox id (they look like sb-0123456789abcdef)")
+    return await handler(request)
+
+
+MIDDLEWARES = [errors_middleware, auth_middleware, ids_middleware]

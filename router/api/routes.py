@@ -1,0 +1,119 @@
+"""The route table: every served endpoint in one visible list, and the OpenAPI document generated from it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from grove.api import ExecBody
+from router.api.artifacts import get_artifact, list_artifacts, list_sandbox_artifacts
+from router.api.batch import create_sandboxes
+from router.api.datapath import exec_handler, transfer
+from router.api.openapi import build_spec
+from router.api.pools import create_pool, delete_pool, get_pool, list_pools, resize_pool
+from router.api.runs import get_run_file, list_run_files, put_run_file
+from router.api.sandboxes import create_sandbox, delete_sandbox, get_sandbox, healthz, heartbeat, list_sandboxes
+from router.api.snapshots import snapshot_upload
+from router.api.swerex import swerex_handler
+from router.api.trajectories import (
+    get_live_trajectory,
+    get_trajectory,
+    list_trajectories,
+    post_artifacts,
+    post_events,
+)
+from router.models import (
+    ArtifactQuery,
+    BatchCreateRequest,
+    CreateRequest,
+    Empty,
+    EventsRequest,
+    FetchQuery,
+    PoolRequest,
+    PoolResize,
+    PushRequest,
+    SandboxArtifactQuery,
+)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Route:
+    """One served endpoint; the OpenAPI document is generated from this table."""
+
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    body: type | None = None
+    public: bool = False
+    raw_body: str | None = None
+    """Content type of a raw (streamed) request body, for the spec."""
+    key_header: str | None = None
+    """A header that may carry the API key instead of ``Authorization`` (SWE-ReX's client sends ``X-API-Key``)."""
+    query: type | None = None
+    """The model of the query parameters, for the spec (the handler parses them with it)."""
+    own_auth: bool = False
+    """The handler checks a bearer credential of its own instead of an API key (an executor's upload token)."""
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(build_spec(ROUTES))
+
+
+ROUTES: list[Route] = [
+    Route("GET", "/healthz", healthz, "Health of the router", public=True),
+    Route("GET", "/v1/openapi.json", openapi, "This API's OpenAPI 3 document", public=True),
+    Route("POST", "/v1/sandboxes", create_sandbox, "Create a sandbox", body=CreateRequest),
+    Route("POST", "/v1/sandboxes/batch", create_sandboxes,
+          "Create up to 1,000 sandboxes in one call; each item answered on its own, in order",
+          body=BatchCreateRequest),
+    Route("GET", "/v1/sandboxes", list_sandboxes, "List live sandboxes (?label=k=v, ?status=)"),
+    Route("GET", "/v1/sandboxes/{id}", get_sandbox, "A sandbox's status"),
+    Route("DELETE", "/v1/sandboxes/{id}", delete_sandbox, "Delete a sandbox and everything in it"),
+    Route("POST", "/v1/pools", create_pool, "Define a warm pool of ready sandboxes", body=PoolRequest),
+    Route("GET", "/v1/pools", list_pools, "List warm pools"),
+    Route("GET", "/v1/pools/{name}", get_pool, "A warm pool: size, ready, starting, claims, misses"),
+    Route("PATCH", "/v1/pools/{name}", resize_pool, "Resize a warm pool", body=PoolResize),
+    Route("DELETE", "/v1/pools/{name}", delete_pool, "Delete a warm pool and its unclaimed sandboxes"),
+    Route("POST", "/v1/sandboxes/{id}/heartbeat", heartbeat, "Keep a sandbox alive", body=Empty),
+    Route("POST", "/v1/sandboxes/{id}/exec", exec_handler, "Run a command (?stream=1 streams)", body=ExecBody),
+    Route("GET", "/v1/sandboxes/{id}/files", transfer("/v1/files", "file"), "Read a file (?path=)"),
+    Route("PUT", "/v1/sandboxes/{id}/files", transfer("/v1/files", "file"), "Write a file atomically (?path=&mode=)",
+          raw_body="application/octet-stream"),
+    Route("DELETE", "/v1/sandboxes/{id}/files", transfer("/v1/files", "file"), "Delete a file (?path=&recursive=1)"),
+    Route("GET", "/v1/sandboxes/{id}/files/list", transfer("/v1/files/list", "file"), "List a directory (?path=)"),
+    Route("GET", "/v1/sandboxes/{id}/archive", transfer("/v1/archive", "archive"), "Tar of a directory (?path=)"),
+    Route("PUT", "/v1/sandboxes/{id}/archive", transfer("/v1/archive", "archive"),
+          "Extract a tar into a directory (?path=)", raw_body="application/x-tar"),
+    Route("POST", "/v1/sandboxes/{id}/artifacts", post_artifacts,
+          "Push files to S3 and index them; keys, sha256 and presigned GET URLs", body=PushRequest),
+    Route("GET", "/v1/sandboxes/{id}/artifacts", list_sandbox_artifacts,
+          "A sandbox's stored artifacts, live or deleted (paginated)", query=SandboxArtifactQuery),
+    Route("GET", "/v1/artifacts", list_artifacts, "Stored artifacts by sandbox, task or run (paginated)",
+          query=ArtifactQuery),
+    Route("GET", "/v1/artifacts/{sandbox_id}/{path:.+}", get_artifact,
+          "One artifact's bytes (Range: 206/416; X-Grove-Sha256), or ?redirect=1: 307 to a fresh presigned URL",
+          query=FetchQuery),
+    Route("POST", "/v1/sandboxes/{id}/events", post_events, "Append harness events to the trajectory",
+          body=EventsRequest),
+    Route("GET", "/v1/sandboxes/{id}/trajectory", get_live_trajectory, "The trajectory so far"),
+    Route("GET", "/v1/trajectories", list_trajectories, "Stored trajectories (?task_id=&model=&harness=)"),
+    Route("GET", "/v1/trajectories/{sandbox_id}", get_trajectory, "One trajectory, alive or stored"),
+    Route("PUT", "/v1/runs/{run_id}/files/{name}", put_run_file,
+          "Store a rollout run's file in S3 under runs/<run_id>/<name>", raw_body="application/octet-stream"),
+    Route("GET", "/v1/runs/{run_id}/files", list_run_files, "A rollout run's stored files"),
+    Route("GET", "/v1/runs/{run_id}/files/{name}", get_run_file, "One stored file of a rollout run"),
+    # The executor's, not the users': it authenticates with its sandbox's upload token, not an API key.
+    Route("POST", "/v1/sandboxes/{id}/snapshot-upload", snapshot_upload,
+          "Executors only (Knative): start, extend, complete or abort a workspace snapshot's multipart upload",
+          raw_body="application/json", own_auth=True),
+    Route("GET", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler, "SWE-ReX remote runtime: is_alive",
+          key_header="X-API-Key"),
+    Route("POST", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler,
+          "SWE-ReX remote runtime: create_session, run_in_session, close_session, execute, read_file, write_file, "
+          "upload, close", raw_body="application/json", key_header="X-API-Key"),
+]

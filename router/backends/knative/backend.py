@@ -1,0 +1,341 @@
+"""The Knative backend: each sandbox a scale-to-zero Knative Service on a cluster.
+
+Per sandbox: a Secret (executor token, command environment, snapshot GET URL and upload token), the Knative
+Service (:mod:`router.backends.knative.manifest`), and with ``egress: allow`` a NetworkPolicy. Readiness comes
+from one shared watch of the namespace's grove Services (:mod:`router.backends.knative.informer`), never from
+polling. Scale-to-zero is Knative's: with no traffic for the window set from ``idle_timeout_s`` its
+autoscaler removes the pod (the executor snapshots its workspace on SIGTERM), and the next request
+through the revision's URL wakes it (the activator holds the request; the executor restores at start).
+So ``stop`` and ``resume`` make no API call while the Service exists; a Service deleted behind the
+router's back is created again on resume, its files coming back from the snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+from typing import Any
+
+import urllib3
+from kubernetes import client
+
+from grove.errors import GroveError, Invalid, NotFound, Unavailable, UpstreamTimeout
+from router.backends.base import Endpoint, SandboxSpec, SnapshotUploads, Started
+from router.backends.knative import egress as knative_egress
+from router.backends.knative import labels as L
+from router.backends.knative import manifest, runtimeclass, status
+from router.backends.knative.informer import Informer, Obj
+from router.backends.knative.kube import Kube, api_error, client_configuration
+from router.backends.knative.options import KnativeOptions
+from router.backends.knative.snapshots import Presigner, Snapshots
+
+log = logging.getLogger("grove.knative")
+_GROUP, _VERSION = "serving.knative.dev", "v1"
+_PRIVATE = "networking.internal.knative.dev/serviceType=Private"
+
+
+class KnativeBackend:
+    """Sandboxes as Knative Services in one namespace."""
+
+    name = "knative"
+    exit_grace_s = 0.0  # is_running reads the watch cache: a pod that is gone is gone
+    endpoints_move = True  # pod mode: a refused pod address is a pod gone with scale-to-zero
+    executor_reaches_storage = True
+    warm_by_traffic = True  # the autoscaler counts requests: a heartbeat must be one
+    # Baked into the revision template (working dir and snapshot dir, the autoscaling window, the presigned
+    # snapshot URLs' lifetime): changing them would make a new revision, the wait a pool is there to avoid.
+    claim_fixed: tuple[str, ...] = ("workdir", "idle_timeout_s", "ttl_s")
+
+    def __init__(self, options: KnativeOptions, *, kube: Kube | None = None) -> None:
+        self.options = options
+        self.kube = kube
+        """The API wrapper; made by :meth:`open` unless given."""
+        self.snapshots: Snapshots | None = None
+        """Snapshot storage, attached by the app once S3 is up; without it state does not survive scale-to-zero."""
+        self._services: Informer | None = None
+        self._slices: Informer | None = None
+        self._digests: dict[str, str] = {}
+        if options.endpoint_mode == "pod":
+            # A call can reach a pod's address after the pod went and before the EndpointSlice watch says so:
+            # a lost call looks again for that long, so the sandbox goes idle and the call is sent again.
+            self.exit_grace_s = 2.0
+
+    @property
+    def snapshot_uploads(self) -> SnapshotUploads | None:
+        """The broker of the executors' snapshot uploads, once storage is attached."""
+        return self.snapshots.uploads if self.snapshots is not None else None
+
+    def attach_storage(self, storage: Presigner) -> None:
+        """Use ``storage`` for workspace snapshots (called by the app before any create)."""
+        self.snapshots = Snapshots(storage, self.options.snapshot_part_bytes)
+
+    # -- lifetime --------------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, then list and watch the namespace's grove Services (and EndpointSlices in pod mode)."""
+        if self.kube is None:
+            self.kube = Kube(self.options, await asyncio.to_thread(client_configuration, self.options))
+        await runtimeclass.check(self.kube, self.options.runtime_class)
+        ns, selector = self.options.namespace, f"{L.MANAGED_BY}=grove,{L.INSTANCE}={self._instance}"
+        lister = functools.partial(self.kube.custom.list_namespaced_custom_object, _GROUP, _VERSION, ns, "services")
+        o = self.options
+        tuning = {"page_size": o.list_page_size, "idle_timeout_s": o.watch_idle_timeout_s,
+                  "call_timeout_s": o.api_timeout_s}
+        self._services = Informer("services.serving.knative.dev", lister, selector, keep=status.service_fields,
+                                  **tuning)  # type: ignore[arg-type]
+        informers = [self._services]
+        if self.options.endpoint_mode == "pod":
+            slices = functools.partial(self.kube.discovery.list_namespaced_endpoint_slice, ns)
+            self._slices = Informer("endpointslices", slices, _PRIVATE, keep=status.slice_fields,
+                                    **tuning)  # type: ignore[arg-type]
+            informers.append(self._slices)
+        for informer in informers:
+            try:
+                await informer.start()
+            except client.ApiException as exc:
+                if exc.status == 404:
+                    raise NotFound(f"the API server has no {informer.kind} in {ns!r}: is Knative Serving installed, "
+                                   "and does the namespace exist?") from exc
+                raise api_error(exc, "list", informer.kind, "*", ns) from exc
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                host = self.kube.api_client.configuration.host
+                raise Unavailable(f"the Kubernetes API server at {host} is unreachable: {exc}", retry_after=5) from exc
+
+    async def close(self) -> None:
+        """Stop watching; the sandboxes keep running for the next router."""
+        if self.snapshots is not None:
+            await self.snapshots.close()
+        for informer in (self._services, self._slices):
+            if informer is not None:
+                await asyncio.to_thread(informer.stop)
+        if self.kube is not None:
+            self.kube.close()
+
+    @property
+    def _instance(self) -> str:
+        return L.sanitize_value(self.options.instance)
+
+    def _api(self) -> tuple[Kube, Informer]:
+        assert self.kube is not None and self._services is not None, "open() first"
+        return self.kube, self._services
+
+    # -- the protocol ----------------------------------------------------------------------------------
+
+    def check(self, spec: SandboxSpec) -> None:
+        """Every option the API has maps onto the Service and its policies; only a malformed or link-local
+        allow-list entry is refused (422 naming it), before anything is made."""
+        knative_egress.check(spec.network.allow)
+
+    async def image_digest(self, image: str) -> str:
+        """The digest when the reference pins one or Knative resolved it before; "" until it is known."""
+        if "@" in image:
+            return image.rsplit("@", 1)[1]
+        return self._digests.get(image, "")
+
+    async def create(self, spec: SandboxSpec) -> Started:
+        """Create the Secret, the Service and the policy; wait for Ready by watch; clean up on failure."""
+        return await self._create_all(spec, keep_snapshot=False)
+
+    async def _create_all(self, spec: SandboxSpec, *, keep_snapshot: bool) -> Started:
+        objects = manifest.build(
+            spec, self.options, image=status.pinned(self.options.image_for(spec.image), self._digests.get(spec.image)),
+            snapshot_access=await self.snapshots.access(spec.id, spec.ttl_s, spec.disk_mb) if self.snapshots else None,
+        )
+        created: list[dict[str, Any]] = []
+        try:
+            for obj in objects.all():
+                await self._create(obj)
+                created.append(obj)
+            return await self._started(spec)
+        except BaseException:
+            await asyncio.shield(self._remove(spec.id, cleanup=[o["kind"] for o in created],
+                                              keep_snapshot=keep_snapshot))
+            raise
+
+    async def resume(self, spec: SandboxSpec, handle: dict[str, Any]) -> Started:
+        """Knative wakes the pod on the next request; a Service that is gone is created again."""
+        _, services = self._api()
+        if spec.id not in services.objects:
+            log.warning("the Service of %s is gone; creating it again (its files come from the snapshot)", spec.id)
+            await self._remove(spec.id, cleanup=["Secret", "NetworkPolicy"], keep_snapshot=True)
+            return await self._create_all(spec, keep_snapshot=True)
+        return await self._started(spec)
+
+    async def stop(self, sandbox_id: str, handle: dict[str, Any]) -> dict[str, Any]:
+        """Nothing to call: Knative's autoscaler removes the idle pod (window from ``idle_timeout_s``)."""
+        return {k: v for k, v in handle.items() if k != "pod"}
+
+    async def delete(self, sandbox_id: str, handle: dict[str, Any]) -> None:
+        """Delete the Service (its pods first), Secret and NetworkPolicy; the snapshot once the pods are
+        gone (the last one is written while the pod terminates). What is already gone is fine."""
+        # An unknown handle (an orphan, an old record) may have a policy: only a known "no" skips it.
+        kinds = ["Service", "Secret"] + ([] if handle.get("policy") is False else ["NetworkPolicy"])
+        await self._remove(sandbox_id, cleanup=kinds)
+
+    async def claim(self, spec: SandboxSpec, handle: dict[str, Any]) -> dict[str, str]:
+        """Two merge patches: the Secret (token and env a restarted pod reads) and the Service's labels."""
+        kube, _ = self._api()
+        ns, secret_name = self.options.namespace, manifest.secret_name(spec.id)
+        secret, service = manifest.claim_patches(spec)
+        await kube.call("patch", "secrets", secret_name, kube.core.patch_namespaced_secret, secret_name, ns, secret,
+                        _content_type="application/merge-patch+json")
+        await kube.call("patch", "services.serving.knative.dev", spec.id, kube.custom.patch_namespaced_custom_object,
+                        _GROUP, _VERSION, ns, "services", spec.id, service,
+                        _content_type="application/merge-patch+json")
+        return dict(json.loads(manifest.executor_env(spec)))
+
+    async def is_running(self, sandbox_id: str, handle: dict[str, Any]) -> bool:
+        """From the watch cache (no API call): the Service exists and is not failed; in pod mode, the
+        pod the handle points at is still a ready endpoint."""
+        _, services = self._api()
+        obj = services.objects.get(sandbox_id)
+        if obj is None or status.state(obj) == "failed":
+            return False
+        pod = handle.get("pod")
+        return not pod or pod in self._pod_endpoints(str(handle.get("revision", "")))
+
+    async def own_fault(self, sandbox_id: str, handle: dict[str, Any], *, rebase: bool = False) -> str | None:
+        """Nothing tells here (a pod's OOMKilled is not told from a node's eviction): None, an infra error."""
+        return None
+
+    async def collect_orphans(self, known_ids: set[str]) -> list[str]:
+        """Delete this instance's Services, Secrets and policies that belong to no known sandbox."""
+        kube, services = self._api()
+        ns, selector = self.options.namespace, f"{L.MANAGED_BY}=grove,{L.INSTANCE}={self._instance}"
+        found = set(services.objects)
+        for resource, lister in (("secrets", kube.core.list_namespaced_secret),
+                                 ("networkpolicies", kube.networking.list_namespaced_network_policy)):
+            listed = await kube.call("list", resource, "*", lister, ns, label_selector=selector)
+            found |= {item.metadata.labels.get(L.SANDBOX) for item in listed.items} - {None}
+        orphans = sorted(found - known_ids)
+        for sandbox_id in orphans:
+            await self.delete(sandbox_id, {})
+        if self.snapshots is not None:
+            await self.snapshots.sweep(known_ids | found)  # orphans' snapshots go once their pods are gone
+        return orphans
+
+    # -- the parts -------------------------------------------------------------------------------------
+
+    async def _create(self, obj: dict[str, Any]) -> None:
+        kube, _ = self._api()
+        ns, name, kind = self.options.namespace, obj["metadata"]["name"], obj["kind"]
+        # Strict: a field the API does not know is an error, not silently dropped from the sandbox.
+        limit, strict = kube.create_limit, {"field_validation": "Strict"}
+        if kind == "Service":
+            try:
+                await kube.call("create", "services.serving.knative.dev", name,
+                                kube.custom.create_namespaced_custom_object, _GROUP, _VERSION, ns, "services", obj,
+                                limit=limit, **strict)
+            except Invalid as exc:
+                # runtimeClassName refused: the flag was turned off after the start-up check, or RBAC hid it.
+                if hint := runtimeclass.webhook_hint(exc.message):
+                    raise Invalid(exc.message + "." + hint) from exc
+                raise
+        elif kind == "Secret":
+            await kube.call("create", "secrets", name, kube.core.create_namespaced_secret, ns, obj, limit=limit,
+                            **strict)
+        else:
+            await kube.call("create", "networkpolicies.networking.k8s.io", name,
+                            kube.networking.create_namespaced_network_policy, ns, obj, limit=limit, **strict)
+
+    async def _started(self, spec: SandboxSpec) -> Started:
+        """Wait for Ready by watch; surface a failed revision's own message; work out the endpoint."""
+        _, services = self._api()
+        seen = False
+
+        def settled(obj: Obj | None) -> Obj | None:
+            nonlocal seen
+            if obj is None:
+                if seen:
+                    raise NotFound(f"the Knative Service of sandbox {spec.id} was deleted while it started")
+                return None
+            seen = True
+            return obj if status.state(obj) != "pending" else None
+
+        try:
+            obj = await services.wait_for(spec.id, settled, self.options.ready_timeout_s)
+        except UpstreamTimeout as exc:
+            last = status.describe(services.objects.get(spec.id))
+            raise Unavailable(
+                f"sandbox {spec.id} was not ready after {self.options.ready_timeout_s:g}s: {last}", retry_after=5
+            ) from exc
+        revision_name = str(obj.get("status", {}).get("latestCreatedRevisionName") or "")
+        if status.state(obj) == "failed":
+            revision = await self._revision(revision_name) if revision_name else None
+            why = (revision and status.revision_failure(revision)) or status.describe(obj)
+            raise Unavailable(f"sandbox {spec.id}: revision {revision_name or '?'} failed: {why}", retry_after=5)
+        ready_revision = str(obj["status"].get("latestReadyRevisionName") or revision_name)
+        # The digest from the template when it is pinned, else from what Knative resolved (one read per image).
+        running = str(obj["spec"]["template"]["spec"]["containers"][0].get("image", ""))
+        digest = await self.image_digest(running) or await self.image_digest(spec.image)
+        if not digest and ready_revision and (revision := await self._revision(ready_revision)):
+            digest = status.image_digest(revision, "sandbox") or ""
+        if digest and "@" not in spec.image:
+            self._digests[spec.image] = digest  # later sandboxes of this image run exactly this one
+        url, pod = self._endpoint(obj, ready_revision)
+        # Whether a NetworkPolicy was made: delete then skips a call that could only answer 404.
+        handle = {"revision": ready_revision, "policy": spec.network.egress != "deny", **({"pod": pod} if pod else {})}
+        return Started(Endpoint(url, spec.token), digest, handle)
+
+    async def _revision(self, name: str) -> Obj | None:
+        kube, _ = self._api()
+        try:
+            found = await kube.call("get", "revisions.serving.knative.dev", name,
+                                    kube.custom.get_namespaced_custom_object, _GROUP, _VERSION,
+                                    self.options.namespace, "revisions", name)
+        except GroveError as exc:  # the Service's own message is still there to report
+            log.warning("reading revision %s failed: %s", name, exc.message)
+            return None
+        return dict(found)
+
+    def _endpoint(self, obj: Obj, revision: str) -> tuple[str, str | None]:
+        """(URL, pod endpoint or None) for the configured endpoint mode."""
+        mode = self.options.endpoint_mode
+        if mode == "address":
+            url = obj.get("status", {}).get("address", {}).get("url") or obj.get("status", {}).get("url")
+            if not url:
+                raise Unavailable(f"the Knative Service {obj['metadata']['name']} reports no address", retry_after=1)
+            return str(url), None
+        if mode == "pod" and (pods := self._pod_endpoints(revision)):
+            return f"http://{pods[0]}", pods[0]
+        return f"http://{revision}.{self.options.namespace}.svc.{self.options.cluster_domain}", None
+
+    def _pod_endpoints(self, revision: str) -> list[str]:
+        """``ip:port`` of the revision's ready pods on the queue-proxy's ``http`` port, from the watch cache."""
+        if self._slices is None or not revision:
+            return []
+        found = []
+        for piece in self._slices.objects.values():
+            if piece.get("metadata", {}).get("labels", {}).get("kubernetes.io/service-name") != f"{revision}-private":
+                continue
+            ports = [p.get("port") for p in piece.get("ports") or [] if p.get("name") == "http"]
+            for endpoint in piece.get("endpoints") or []:
+                if ports and endpoint.get("conditions", {}).get("ready") and endpoint.get("addresses"):
+                    found.append(f"{endpoint['addresses'][0]}:{ports[0]}")
+        return found
+
+    async def _remove(self, sandbox_id: str, *, cleanup: list[str], keep_snapshot: bool = False) -> None:
+        kube, services = self._api()
+        ns, limit = self.options.namespace, kube.delete_limit
+        calls = {
+            # Foreground: the Service stays (marked) until its pods are gone, so its disappearance from the
+            # watch says the last snapshot has been written.
+            "Service": ("services.serving.knative.dev", sandbox_id, functools.partial(
+                kube.custom.delete_namespaced_custom_object, _GROUP, _VERSION, ns, "services", sandbox_id,
+                propagation_policy="Foreground")),
+            "Secret": ("secrets", manifest.secret_name(sandbox_id), functools.partial(
+                kube.core.delete_namespaced_secret, manifest.secret_name(sandbox_id), ns)),
+            "NetworkPolicy": ("networkpolicies.networking.k8s.io", manifest.policy_name(sandbox_id), functools.partial(
+                kube.networking.delete_namespaced_network_policy, manifest.policy_name(sandbox_id), ns)),
+        }
+        for kind in cleanup:
+            resource, name, call = calls[kind]
+            with contextlib.suppress(NotFound):
+                await kube.call("delete", resource, name, call, limit=limit)
+        if not keep_snapshot and self.snapshots is not None and "Service" in cleanup:
+            gone = functools.partial(services.wait_for, sandbox_id, lambda obj: True if obj is None else None,
+                                     self.options.request_timeout_s + 120.0)
+            self.snapshots.forget_when(sandbox_id, gone)

@@ -1,0 +1,97 @@
+"""Workspace snapshots from the router's side: a sandbox's GET URL and upload token, and removing them.
+
+The executor uploads its last snapshot while its pod terminates, which is after the router asked for
+the Service's deletion. So a snapshot is removed only once the Service is gone from the watch — the
+backend deletes with ``propagationPolicy: Foreground``, so the Service outlives its pods — and a router
+restart sweeps snapshots of sandboxes it no longer knows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from artifacts.s3config import S3Config
+from grove.errors import GroveError
+from router.backends.knative.manifest import snapshot_key
+from router.backends.knative.uploads import DEFAULT_PART, MultipartStorage, SnapshotUploads, signing_key
+
+log = logging.getLogger("grove.knative")
+MAX_PRESIGN_S = 7 * 86400.0  # S3's limit for a presigned URL; a sandbox's ttl is capped the same
+PREFIX = "snapshots/"
+
+
+class Presigner(MultipartStorage, Protocol):
+    """What snapshots need of object storage (``artifacts.store.ObjectStore`` has it)."""
+
+    config: S3Config
+
+    def presign_get(self, key: str, expires: float) -> str:
+        """A URL that GETs ``key`` without credentials."""
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` (no error if it is gone)."""
+
+    def list(self, prefix: str = "", *, recursive: bool = True) -> list[Any]:
+        """Objects (with a ``key``) under ``prefix``."""
+
+
+class Snapshots:
+    """Snapshot URLs and removal for the sandboxes of one backend."""
+
+    def __init__(self, storage: Presigner, part_size: int = DEFAULT_PART) -> None:
+        self.storage = storage
+        self.uploads = SnapshotUploads(storage, signing_key(storage.config.secret_key), part_size)
+        """The broker of the executors' multipart uploads."""
+        self._pending: set[asyncio.Task[None]] = set()
+
+    async def access(self, sandbox_id: str, ttl_s: float, disk_mb: int) -> tuple[str, str]:
+        """(GET URL, upload token) of the sandbox's snapshot. The GET URL is valid for the sandbox's lifetime
+        and an hour (at most 7 days, as long as a sandbox may live); the token does not expire, and the part
+        URLs it buys are made when needed."""
+        expires = min(MAX_PRESIGN_S, ttl_s + 3600.0)
+        get = await asyncio.to_thread(self.storage.presign_get, snapshot_key(sandbox_id), expires)
+        return get, self.uploads.token(sandbox_id, disk_mb)
+
+    def forget_when(self, sandbox_id: str, gone: Callable[[], Any]) -> None:
+        """Remove the snapshot in the background once ``await gone()`` returns (the pods are gone)."""
+
+        async def later() -> None:
+            try:
+                await gone()
+            except GroveError as exc:
+                log.warning("not removing the snapshot of %s yet: %s", sandbox_id, exc.message)
+                return
+            await self.remove(sandbox_id)
+
+        task = asyncio.create_task(later())
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def remove(self, sandbox_id: str) -> None:
+        """Remove the snapshot and any upload of one in progress now; a failure is logged (a leftover is
+        swept after the next restart)."""
+        try:
+            await self.uploads.abort_all(sandbox_id)
+            await asyncio.to_thread(self.storage.delete, snapshot_key(sandbox_id))
+        except GroveError as exc:
+            log.warning("removing the snapshot of %s failed: %s", sandbox_id, exc.message)
+
+    async def sweep(self, keep: set[str]) -> list[str]:
+        """Remove snapshots of sandboxes not in ``keep``; return their ids."""
+        found = [str(item.key) for item in await asyncio.to_thread(self.storage.list, PREFIX)]
+        found += [key for key, _ in await asyncio.to_thread(self.storage.incomplete_uploads, PREFIX)]
+        ids = {key[len(PREFIX):].split("/", 1)[0] for key in found}
+        stale = sorted(ids - keep)
+        for sandbox_id in stale:
+            await self.remove(sandbox_id)
+        return stale
+
+    async def close(self) -> None:
+        """Wait briefly for removals in flight; the rest are swept after the next start."""
+        if self._pending:
+            await asyncio.wait(list(self._pending), timeout=5)
+        for task in self._pending:
+            task.cancel()

@@ -1,0 +1,414 @@
+"""The local backend: each sandbox a process tree in its own namespaces on this host (no cluster, no Docker).
+
+Per sandbox: cgroups (memory, pids, cpu), a directory ``<state>/sandboxes/<id>/`` holding its disk
+image ``disk.img`` (an ext4 filesystem of ``disk_mb`` holding the writable layer and the overlay work dir,
+see :mod:`router.backends.local.disk`), mount points and the executor's Unix socket, and one process tree started
+by :mod:`sandbox_image.init` from the runtime bundle, its root an unprivileged host id range
+(:mod:`router.backends.local.uids`, recorded in the directory's ``userns`` file). Scale-to-zero kills the tree and
+keeps the directory; resume starts a new tree over the same layer, in the same id range. Sandboxes made
+before disk quotas keep their layer as plain directories (``upper``, ``work``) and resume so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from grove.errors import BadGateway, Invalid, NotFound, Unavailable
+from grove.statedir import StateDir
+from router.backends.base import Endpoint, SandboxSpec, SnapshotUploads, Started
+from router.backends.local import disk, procs, references
+from router.backends.local.cgroups import CgroupSet, Limits, instance_ids, remove_instance
+from router.backends.local.egress_rules import parse_allow
+from router.backends.local.exits import Exits
+from router.backends.local.hogs import HogWatch
+from router.backends.local.hostlimits import raise_file_max
+from router.backends.local.image_pull import pull_image
+from router.backends.local.images import Image, ImageStore
+from router.backends.local.network import EgressNetwork
+from router.backends.local.registry_pull import PullPolicy
+from router.backends.local.uids import UidRanges, shift_owners
+from router.backends.local.unpack_limits import UnpackLimits
+from router.backends.local.zygote import Zygote
+from sandbox_image.bundle import Bundle, build_bundle, collect_retired
+from sandbox_image.init import BASE_ENV
+
+_READY_TIMEOUT_S = 30.0
+_STOP_TIMEOUT_S = 10.0
+_DETACH_TIMEOUT_S = 10.0
+# Sandbox starts in flight per CPU. A start is CPU work (fork, mounts, the executor's own start-up):
+# more at once only slows every one down — 1,000 at once made starts time out — and leaves more
+# sandboxes waiting half-made. Callers beyond the limit wait their turn (first come, first served)
+# instead of failing. Measured with 500 at once on 2 CPUs: 1, 2, 4 and 8 per CPU give the same
+# throughput within noise; exec latency meanwhile grows with it (p50 25, 58, 146, 314 ms).
+_STARTS_PER_CPU = 2
+# Files in a sandbox's directory: the image digest its layer was made on (for its life) and the stamp of
+# the runtime bundle its running tree has mounted (while it runs).
+_IMAGE_FILE = "image"
+_BUNDLE_FILE = "bundle"
+
+
+class LocalBackend:
+    """Sandboxes as namespaced process trees on this machine."""
+
+    name = "local"
+    # A SIGKILLed PID 1 first waits for every process of its namespace to die (longer under load).
+    exit_grace_s = 2.0
+    endpoints_move = False  # a refused socket is a dead executor: the call fails, the next one restarts it
+    executor_reaches_storage = False
+    warm_by_traffic = False  # the router's own reaper scales to zero, from the record a heartbeat touches
+    claim_fixed: tuple[str, ...] = ()
+
+    def __init__(
+        self, state_dir: Path, *, concurrent_starts: int | None = None, pull: PullPolicy | None = None,
+        image_limits: UnpackLimits | None = None,
+    ) -> None:
+        self._state = state_dir
+        layout = StateDir(state_dir)
+        self._sandboxes = layout.sandboxes
+        self.images = ImageStore(layout.images, image_limits)
+        self._disks = disk.DiskTemplates(layout.disk_templates)
+        self._runtime = layout.runtime
+        # Derived from the state dir, so a restarted router finds its own cgroups and no one else's.
+        self.instance = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]
+        self._bundle: Bundle | None = None
+        self.network = EgressNetwork(self.instance)
+        self._zygote_proc: Zygote | None = None
+        self._exits = Exits()
+        self._starts = asyncio.Semaphore(concurrent_starts or _STARTS_PER_CPU * len(os.sched_getaffinity(0)))
+        self._uids: UidRanges | None = None
+        self._hogs: asyncio.Task[None] | None = None
+        self._pull = pull
+        self._pulls: dict[str, asyncio.Lock] = {}
+
+    @property
+    def snapshot_uploads(self) -> SnapshotUploads | None:
+        """None: local sandboxes keep their files on this host, and upload no snapshots."""
+        return None
+
+    def attach_storage(self, storage: Any) -> None:
+        """Local sandboxes keep their files on this host: nothing to keep in object storage."""
+
+    async def open(self) -> None:
+        """Build (or reuse) the runtime bundle and the default image."""
+        for path in (self._state,):
+            if any(c in str(path.resolve()) for c in ",:"):
+                raise Invalid(f"the state dir {path} may not contain ',' or ':' (overlayfs cannot take such paths)")
+        self._sandboxes.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(disk.check_host)
+        await asyncio.to_thread(raise_file_max)
+        self._uids = await asyncio.to_thread(UidRanges, self._sandboxes)
+        self._bundle = await asyncio.to_thread(build_bundle, self._runtime)
+        await asyncio.to_thread(self.images.ensure_default)
+        await asyncio.to_thread(self._collect_retired)
+        # Sandboxes that use up their CPU quota yield to the others (noisy neighbours; router/backends/local/hogs.py).
+        self._hogs = asyncio.create_task(HogWatch(self.instance).run())
+
+    def _zygote(self) -> Zygote:
+        assert self._bundle is not None, "open() first"
+        if self._zygote_proc is None:
+            argv = [*self._bundle.python_argv(str(self._bundle.path)), "-m", "sandbox_image.zygote"]
+            self._zygote_proc = Zygote(argv)
+        return self._zygote_proc
+
+    async def close(self) -> None:
+        """Stop the zygote; sandboxes keep running for the next router to re-adopt."""
+        if self._hogs is not None:
+            self._hogs.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._hogs
+        if self._zygote_proc is not None:
+            await self._zygote_proc.close()
+        self._exits.close()
+        remove_instance(self.instance)
+
+    def _dir(self, sandbox_id: str) -> Path:
+        return self._sandboxes / sandbox_id
+
+    def check(self, spec: SandboxSpec) -> None:
+        """Refuse a malformed egress allow-list (``Invalid`` naming the entry)."""
+        if spec.network.egress == "allow":
+            parse_allow(spec.network.allow)
+
+    async def image_digest(self, image: str) -> str:
+        """The digest of a local image (NotFound names the images there are); with a pull policy, a
+        registry reference the store lacks is pulled first."""
+        return (await self._image(image)).digest
+
+    async def _image(self, name: str) -> Image:
+        try:
+            return _usable(self.images.get(name))
+        except NotFound:
+            if self._pull is None or not references.is_reference(name):
+                raise
+        # One pull per reference at a time: concurrent creates of a new image wait for the first one's.
+        async with self._pulls.setdefault(name, asyncio.Lock()):
+            with contextlib.suppress(NotFound):
+                return _usable(self.images.get(name))
+            options = self._pull.options(references.parse(name).registry)
+            return await asyncio.to_thread(pull_image, self.images, name, options=options)
+
+    async def create(self, spec: SandboxSpec) -> Started:
+        """Make the directories and cgroups, then start the tree."""
+        image = await self._image(spec.image)
+        base = self._dir(spec.id)
+        try:
+            for sub in ("merged", "lower"):
+                (base / sub).mkdir(parents=True, exist_ok=True)
+            await asyncio.to_thread(self._disks.make_image, spec.disk_mb, base / disk.IMAGE_NAME)
+            # The layer belongs to this version of the image: resume uses it even if the name moves on.
+            (base / _IMAGE_FILE).write_text(image.digest + "\n", encoding="ascii")
+            return await self._start(spec, image, fresh=True)
+        except BaseException:
+            await self.delete(spec.id, {})
+            raise
+
+    async def resume(self, spec: SandboxSpec, handle: dict[str, Any]) -> Started:
+        """Start the tree again over the layer it left."""
+        base = self._dir(spec.id)
+        if not base.is_dir():
+            raise NotFound(f"sandbox {spec.id} has no files left on this host; it cannot be resumed")
+        try:
+            digest = (base / _IMAGE_FILE).read_text(encoding="ascii").strip()
+        except FileNotFoundError:  # made by a grove that did not record it
+            image = self.images.get(spec.image)
+        else:
+            image = self.images.version(spec.image, digest)
+        return await self._start(spec, _usable(image))
+
+    async def _start(self, spec: SandboxSpec, image: Image, *, fresh: bool = False) -> Started:
+        async with self._starts:
+            return await self._start_now(spec, image, fresh)
+
+    async def _start_now(self, spec: SandboxSpec, image: Image, fresh: bool) -> Started:
+        assert self._bundle is not None and self._uids is not None, "open() first"
+        base = self._dir(spec.id)
+        uid_base = await asyncio.to_thread(self._own_layer, base, spec.id)
+        cgroups = CgroupSet(self.instance, spec.id)
+        cgroups.create(Limits(memory_mb=spec.memory_mb, pids_max=spec.pids_max, cpu=spec.cpu))
+        socket_path = base / "executor.sock"
+        (base / _BUNDLE_FILE).write_text(self._bundle.stamp + "\n", encoding="ascii")
+        config = {
+            "id": spec.id,
+            "hostname": spec.id[:63],
+            "rootfs": str(image.rootfs),
+            "layers": [str(p) for p in image.lowers],
+            "bind_host_usr": image.bind_host_usr,
+            "uid_base": uid_base,
+            "lower": str(base / "lower"),
+            "merged": str(base / "merged"),
+            "bundle": str(self._bundle.path),
+            "socket": str(socket_path),
+            "cgroup_procs": cgroups.procs_files(),
+            "oom_control": cgroups.oom_control(),
+            "log": str(base / "executor.log"),
+            "token": spec.token,
+            "env": spec.env,
+            "workdir": spec.workdir,
+        }
+        config.update(await self._layer(base, fresh))
+        report = await self._zygote().spawn(config)
+        if report.get("bad_image"):
+            raise Invalid(f"image {spec.image!r} cannot be a sandbox's root: {report['error']}; the image store "
+                          "refuses such an image now: remove it and import or pull it again")
+        if "error" in report:
+            raise Unavailable(f"sandbox init: {report['error']}")
+        pid = int(report["pid"])
+        started = procs.start_time(pid)
+        if started is None:
+            raise BadGateway(f"sandbox {spec.id} exited right after it started; see {base / 'executor.log'}")
+        handle = {"pid": pid, "start_time": started, "oom_kills": cgroups.oom_kills()}
+        if spec.network.egress == "allow":  # before ready: a sandbox never answers without its network
+            await self._attach_network(spec, base, handle)
+        await self._wait_ready(socket_path, spec.id, base)
+        return Started(Endpoint(f"unix:{socket_path}", spec.token), image.digest, handle)
+
+    async def _layer(self, base: Path, fresh: bool) -> dict[str, str]:
+        """Where the sandbox's writable layer is: inside its disk image, or (made before disk quotas) plain dirs.
+        ``fresh``: the image was made by this create (a new file no loop device can hold yet)."""
+        image = base / disk.IMAGE_NAME
+        if not image.exists():
+            return {"upper": str(base / "upper"), "work": str(base / "work")}
+        # The previous run's mount must be gone before the image is mounted again: two ext4 mounts of
+        # one image would corrupt it. It goes with that run's last process, so this rarely waits.
+        if not fresh and not await _detached(image):
+            raise Unavailable(f"the disk of sandbox {base.name} is still attached to {disk.attached_loops(image)} "
+                              "from its previous run; try again")
+        mount = base / "disk"
+        mount.mkdir(exist_ok=True)
+        return {"disk": str(image), "disk_mount": str(mount), "upper": str(mount / "upper"),
+                "work": str(mount / "work")}
+
+    def _own_layer(self, base: Path, sandbox_id: str) -> int:
+        """The sandbox's host id range, with its layer owned by the range's root (a layer made before
+        sandboxes had user namespaces is shifted into the range once). A layer inside a disk image is
+        out of reach here: PID 1 owns it to the range when it mounts the image."""
+        assert self._uids is not None
+        legacy = not (base / "userns").exists()
+        uid_base = self._uids.base(sandbox_id)
+        (base / "lower").mkdir(exist_ok=True)
+        if (base / disk.IMAGE_NAME).exists():
+            return uid_base
+        if legacy:
+            shift_owners(base / "upper", uid_base)
+        for sub in ("upper", "work"):
+            os.chown(base / sub, uid_base, uid_base)
+        return uid_base
+
+    async def _attach_network(self, spec: SandboxSpec, base: Path, handle: dict[str, Any]) -> None:
+        try:
+            await asyncio.to_thread(
+                self.network.attach, base, handle["pid"], handle["start_time"], parse_allow(spec.network.allow)
+            )
+        except BaseException:
+            await self._kill(spec.id, handle)
+            await asyncio.to_thread(self.network.detach, base)
+            raise
+
+    async def _wait_ready(self, socket_path: Path, sandbox_id: str, base: Path) -> None:
+        # The socket listens before gunicorn runs, so one request waits in the backlog until the
+        # worker serves it: no polling loop.
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(str(socket_path)), _READY_TIMEOUT_S)
+            writer.write(b"GET /healthz HTTP/1.0\r\nHost: executor\r\n\r\n")
+            status = await asyncio.wait_for(reader.readline(), _READY_TIMEOUT_S)
+            writer.close()
+        except (OSError, TimeoutError) as exc:
+            raise Unavailable(
+                f"executor of sandbox {sandbox_id} is not answering: {exc}; see {base}/executor.log"
+            ) from exc
+        if b" 200 " not in status:
+            log_tail = _tail(base / "executor.log")
+            raise Unavailable(f"executor of sandbox {sandbox_id} failed to start: {log_tail}")
+
+    async def stop(self, sandbox_id: str, handle: dict[str, Any]) -> dict[str, Any]:
+        """Kill the tree; keep the directory and cgroups."""
+        await self._kill(sandbox_id, handle)
+        await asyncio.to_thread(self.network.detach, self._dir(sandbox_id))
+        for name in ("executor.sock", _BUNDLE_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                (self._dir(sandbox_id) / name).unlink()
+        await _detached(self._dir(sandbox_id) / disk.IMAGE_NAME)
+        await asyncio.to_thread(self._collect_retired)
+        return {}
+
+    async def _kill(self, sandbox_id: str, handle: dict[str, Any]) -> None:
+        pid, started = handle.get("pid"), handle.get("start_time")
+        if isinstance(pid, int) and isinstance(started, int):
+            self._exits.kill(sandbox_id, pid, started)
+            await self._exits.wait(sandbox_id, pid, started, _STOP_TIMEOUT_S)
+        self._exits.forget(sandbox_id)
+        # Killing PID 1 kills its namespace; anything left in the cgroups is collected here.
+        cgroups = CgroupSet(self.instance, sandbox_id)
+        for pid_left in cgroups.pids():
+            procs.kill(pid_left, procs.start_time(pid_left) or -1)
+
+    async def delete(self, sandbox_id: str, handle: dict[str, Any]) -> None:
+        """Kill the tree, remove cgroups and files."""
+        await self._kill(sandbox_id, handle)
+        # Two thread hops where there were four: on a busy router each costs hand-offs of the GIL.
+        await asyncio.to_thread(self._unplug, sandbox_id)
+        await _detached(self._dir(sandbox_id) / disk.IMAGE_NAME)
+        try:
+            await asyncio.to_thread(self._remove_files, sandbox_id)
+        finally:  # the directory is gone (rmtree ignores errors) even if collecting retired things failed
+            if self._uids is not None:
+                self._uids.release(sandbox_id)
+
+    def _unplug(self, sandbox_id: str) -> None:
+        """Remove the sandbox's network link and its cgroups (killing what is left in them)."""
+        self.network.detach(self._dir(sandbox_id))
+        CgroupSet(self.instance, sandbox_id).destroy()
+
+    def _remove_files(self, sandbox_id: str) -> None:
+        """Remove the sandbox's directory, then what no sandbox uses any more."""
+        shutil.rmtree(self._dir(sandbox_id), True)
+        self._collect_retired()
+
+    def _collect_retired(self) -> None:
+        """Delete replaced runtime bundles no running sandbox has mounted and replaced or removed images
+        no sandbox was made from. Nothing to do (one directory listing each) unless something was replaced."""
+        runtime = self._runtime
+        bundles = any(runtime.parent.glob(f".{runtime.name}.retired-*"))
+        if not bundles and not self.images.has_retired():
+            return
+        stamps: set[str] = set()
+        digests: set[str] = set()
+        for directory in self._sandboxes.iterdir():
+            for name, into in ((_BUNDLE_FILE, stamps), (_IMAGE_FILE, digests)):
+                with contextlib.suppress(OSError):
+                    into.add((directory / name).read_text(encoding="ascii").strip())
+        if bundles:
+            collect_retired(runtime, stamps)
+        self.images.collect_retired(digests)
+
+    async def own_fault(self, sandbox_id: str, handle: dict[str, Any], *, rebase: bool = False) -> str | None:
+        """An OOM kill in the sandbox's memory cgroup since it started (or the last ``rebase``): its commands
+        used the memory, and the kernel's choice of victim (the executor, PID 1) is no fault of the host."""
+        kills = CgroupSet(self.instance, sandbox_id).oom_kills()
+        before = handle.get("oom_kills")
+        if rebase:
+            handle["oom_kills"] = kills
+            return None
+        if isinstance(before, int) and kills > before:
+            return f"the sandbox's processes used all of its memory: the out-of-memory killer struck {kills - before}x"
+        return None
+
+    async def claim(self, spec: SandboxSpec, handle: dict[str, Any]) -> dict[str, str]:
+        """Nothing to change here: a restart starts the tree from the router's record, which holds the claim."""
+        return {**BASE_ENV, **spec.env}
+
+    async def is_running(self, sandbox_id: str, handle: dict[str, Any]) -> bool:
+        """Whether PID 1 of the sandbox still runs."""
+        pid, started = handle.get("pid"), handle.get("start_time")
+        return isinstance(pid, int) and isinstance(started, int) and self._exits.running(sandbox_id, pid, started)
+
+    async def collect_orphans(self, known_ids: set[str]) -> list[str]:
+        """Delete cgroups and directories of sandboxes this router has no record of."""
+        found = instance_ids(self.instance)
+        if self._sandboxes.is_dir():
+            found |= {p.name for p in self._sandboxes.iterdir() if p.is_dir()}
+        orphans = sorted(found - known_ids)
+        for sandbox_id in orphans:
+            await self.delete(sandbox_id, {})
+        # Egress links of sandboxes that stopped while no router watched, and rules no sandbox claims.
+        if self._sandboxes.is_dir():
+            dirs = [p for p in self._sandboxes.iterdir() if p.is_dir()]
+            await asyncio.to_thread(self.network.reconcile, dirs, procs.alive)
+        return orphans
+
+
+async def _detached(image: Path) -> bool:
+    """Wait (a bounded time) until no loop device holds ``image``; whether none does."""
+    deadline = time.monotonic() + _DETACH_TIMEOUT_S
+    # One scan of every loop device finds the holders; the poll then reads only theirs, and a last full
+    # scan confirms none is left (one attached meanwhile is found there, as the old per-poll scans would).
+    # The poll reads a file or two of sysfs (memory, never a disk): on the event loop, not a thread hop each.
+    while holders := await asyncio.to_thread(disk.attached_loops, image):
+        while holders:
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.01)
+            holders = disk.attached_loops(image, holders)
+    return True
+
+
+def _tail(path: Path, limit: int = 2000) -> str:
+    try:
+        return path.read_text(errors="replace")[-limit:]
+    except OSError:
+        return "(no executor log)"
+
+
+def _usable(image: Image) -> Image:
+    """``image``, unless no sandbox may start on it (Invalid says why and what to do)."""
+    if image.unusable is not None:
+        raise Invalid(f"image {image.name!r} cannot be a sandbox's root: {image.unusable}; the image store refuses "
+                      "such an image now: remove it (grove image rm) and import or pull it again")
+    return image

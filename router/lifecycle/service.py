@@ -1,0 +1,312 @@
+"""Sandbox lifecycle: create, wake and delete, driving the collaborators that own the rest.
+
+Starting a sandbox (and re-adoption after a restart) is :mod:`router.lifecycle.starting`'s, a claim of a pool
+member :mod:`router.lifecycle.claims`', scaling to zero and back (and lost executors) :mod:`router.lifecycle.scaling`'s,
+the timeouts' pass :mod:`router.lifecycle.reaper`'s, storing a finished trajectory :mod:`router.trajectory.store`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+import weakref
+from collections.abc import Coroutine, Iterator
+from typing import Any
+
+from artifacts.archive import TrajectoryArchive
+from artifacts.artifact_index import ArtifactIndex
+from artifacts.store import ObjectStore
+from grove.errors import Conflict, Invalid, Unavailable
+from router.backends.base import Backend, Endpoint, Started
+from router.lifecycle.claims import Claims, GroupClaim
+from router.lifecycle.reaper import Reaper
+from router.lifecycle.scaling import Scaling
+from router.lifecycle.starting import Starts
+from router.models import CreateRequest
+from router.pools.filler import Pool
+from router.pools.warm import Pools
+from router.records.registry import Registry, SandboxRecord
+from router.records.statedisk import is_no_space
+from router.settings import RouterSettings
+from router.storage import Storage
+from router.trajectory.outflow import ByteBudget
+from router.trajectory.recorder import Recorder
+from router.trajectory.store import TrajectoryStore
+from router.upstream.proxy import Upstreams
+
+log = logging.getLogger("grove.router")
+_QUIET_S = 0.2  # a sandbox's agent between two quick commands is still working
+
+
+@dataclasses.dataclass
+class Claiming:
+    """Claims for many creates begun (:meth:`SandboxService.begin_claims`), not yet ended."""
+
+    group: GroupClaim
+    fresh: list[bool]
+    """Per create: whether its request id was new (the others are the caller's to create)."""
+    ids: list[str]
+    """The new request ids, held until the claims end (a create with one of them waits for it)."""
+    written: asyncio.Future[None]
+
+
+class SandboxService:
+    """Owns the records and drives the backend; the HTTP layer only translates."""
+
+    def __init__(
+        self,
+        settings: RouterSettings,
+        backend: Backend,
+        registry: Registry,
+        upstreams: Upstreams,
+        recorder: Recorder,
+        storage: Storage,
+    ) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.registry = registry
+        self.upstreams = upstreams
+        self.recorder = recorder
+        self.journal = recorder.journal
+        self.objects: ObjectStore = storage.objects
+        self.trajectories: TrajectoryArchive = storage.trajectories
+        self.artifacts: ArtifactIndex = storage.artifacts
+        """The artifact index in the same bucket."""
+        # A backend that keeps state in object storage (Knative's snapshots) presigns with it.
+        backend.attach_storage(storage.objects)
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        """Lifecycle locks, each kept while someone holds or waits for it (an unheld lock is a new one)."""
+        self._requests: dict[str, asyncio.Future[None]] = {}
+        """Creates writing their records, by request_id (a retry meanwhile waits, then finds the sandbox)."""
+        self._background: set[asyncio.Task[Any]] = set()
+        self.warming: set[str] = set()
+        """Sandboxes with a keep-warm request in flight (:mod:`router.lifecycle.keepwarm`)."""
+        self.calls_in_flight = 0
+        """Data-path calls (exec, files, ...) being answered, across sandboxes (pool filling waits for none)."""
+        self.last_call_ended = 0.0
+        """``time.monotonic()`` when the last one ended."""
+        self.pools = Pools(self, settings.state_dir)
+        """The warm pools: members started ahead of time, handed out by creates (router/pools/warm.py)."""
+        self.full_outputs = ByteBudget(settings.full_output_bytes_per_s, settings.full_output_burst_bytes)
+        """Paces the background stores of truncated commands' full outputs (host CPU a sandbox cannot pay)."""
+        self.starts = Starts(self)
+        """Sandboxes starting, and re-adoption after a restart (router/lifecycle/starting.py)."""
+        self.claims = Claims(self)
+        """Claims of pool members and their hand-overs (router/lifecycle/claims.py)."""
+        self.stored = TrajectoryStore(self.journal, self.trajectories, settings.state_dir)
+        """Where finished journals go (router/trajectory/store.py)."""
+        self.scaling = Scaling(self)
+        """Scaling to zero and back, and executors lost (router/lifecycle/scaling.py)."""
+        self.reaper = Reaper(self, self.stored, self.scaling)
+        """The timeouts, applied now and then (router/lifecycle/reaper.py)."""
+
+    # -- start and stop ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the backend, re-adopt what still runs, collect what has no owner, start the reaper."""
+        await self.backend.open()
+        self.pools.load()
+        for record in self.registry.load():
+            await self.starts.adopt(record)
+        removed = await self.backend.collect_orphans(self.registry.known_ids())
+        if removed:
+            log.warning("removed %d orphaned sandbox(es): %s", len(removed), ", ".join(removed))
+        await self.stored.store_orphans(self.registry.known_ids())
+        self.reaper.start()
+        self.pools.start()
+
+    async def close(self) -> None:
+        """Stop the reaper and wait for creations in flight; sandboxes keep running."""
+        await self.pools.close()
+        await self.reaper.close()
+        self.full_outputs.close()  # stores still waiting their turn are not worth a slow shutdown
+        for task in [*self.starts.tasks(), *self.claims.tasks(), *self._background]:
+            with contextlib.suppress(BaseException):
+                await task
+        await self.registry.close()
+        self.journal.flush_held(last=True)
+        await self.upstreams.close()
+        await self.backend.close()
+
+    def lock(self, sandbox_id: str) -> asyncio.Lock:
+        """The sandbox's lifecycle lock (held by a delete, a wake and a scale to zero)."""
+        return self._locks.setdefault(sandbox_id, asyncio.Lock())
+
+    # -- lifecycle calls -----------------------------------------------------------------------------
+
+    async def create(self, req: CreateRequest, given: frozenset[str] = frozenset()) -> SandboxRecord:
+        """Create a sandbox (idempotent by ``request_id``); wait for it unless ``wait`` is false. A create
+        naming a pool (``given``: the fields its body set) or matching one's spec claims a ready member."""
+        # A create with this request_id still writing its record: this one is its retry, or a duplicate.
+        while req.request_id and (first := self._requests.get(req.request_id)) is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(first)
+        if req.request_id and (existing := self.registry.by_request_id.get(req.request_id)):
+            record = self.registry.get(existing)
+            if self.pools.as_made(req) != dataclasses.replace(record.request, wait=req.wait):
+                raise Conflict(f"request_id {req.request_id!r} was already used to create {record.id} with another "
+                               "body; a retry must send the same body, a new sandbox needs a new request_id")
+        else:
+            written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            if req.request_id:
+                self._requests[req.request_id] = written
+            try:
+                record = await self._create_new(req, given)
+            finally:
+                if req.request_id:
+                    del self._requests[req.request_id]
+                written.set_result(None)
+        task = self.starts.pending(record.id)
+        if req.wait and task is not None:
+            await asyncio.shield(task)
+        if req.wait and record.status == "failed":
+            if isinstance(record.start_error, Invalid):  # the request's own fault: trying again cannot help
+                raise Invalid(f"sandbox {record.id} failed to start: {record.error}")
+            raise Unavailable(f"sandbox {record.id} failed to start: {record.error}", retry_after=1)
+        return record
+
+    async def _create_new(self, req: CreateRequest, given: frozenset[str]) -> SandboxRecord:
+        """A claimed pool member, or a new sandbox starting."""
+        if (pool := self.pools.pool_for(req, given)) is not None:
+            if (claimed := await self.claims.claim(pool, self.pools.as_create(pool, req))) is not None:
+                return claimed
+            req = self.pools.as_create(pool, req)
+        return await self.starts.create(req)
+
+    def is_new_request(self, request_id: str | None) -> bool:
+        """Whether no create with this ``request_id`` made a sandbox or is making one (None: not idempotent)."""
+        return request_id is None or (request_id not in self._requests
+                                      and request_id not in self.registry.by_request_id)
+
+    def all_new_requests(self, request_ids: set[str]) -> bool:
+        """:meth:`is_new_request` of every one of these ids, as set operations (a batch's thousand)."""
+        return request_ids.isdisjoint(self._requests) and request_ids.isdisjoint(self.registry.by_request_id)
+
+    def begin_claims(self, pool: Pool, req: CreateRequest, request_ids: list[str | None], digest: str) -> Claiming:
+        """Claims from ``pool`` for many creates that differ only in their ``request_id``, each new
+        (:meth:`is_new_request`; the caller sends the others through :meth:`create`, which finds their
+        sandbox), as :meth:`create` would make each (:meth:`router.lifecycle.claims.Claims.begin_group`); a create
+        with one of these ids arriving meanwhile waits for them. This first half has no await (``req``
+        already :meth:`Pools.as_create`'s, ``digest``
+        what :meth:`Claims.digest_for` gave): the members taken, their records queued for the log. Every
+        one begun must be ended (:meth:`end_claims`)."""
+        # Checked again here, not only by the caller: a create with one of the ids may have come in since.
+        named = {request_id for request_id in request_ids if request_id is not None}
+        if self.all_new_requests(named):  # the usual case, checked as a whole
+            fresh = [True] * len(request_ids)
+        else:
+            fresh = [self.is_new_request(request_id) for request_id in request_ids]
+        new = [request_id for request_id, ok in zip(request_ids, fresh, strict=True) if ok]
+        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ids = [request_id for request_id in new if request_id]
+        group = self.claims.begin_group(pool, req, new, digest)
+        for request_id in ids:
+            self._requests[request_id] = written
+        return Claiming(group, fresh, ids, written)
+
+    async def end_claims(self, claiming: Claiming) -> list[SandboxRecord | None]:
+        """:meth:`begin_claims`'s second half: each create's sandbox once durable, or None (see there)."""
+        try:
+            claimed = iter(await self.claims.finish_group(claiming.group))
+        finally:
+            for request_id in claiming.ids:
+                del self._requests[request_id]
+            claiming.written.set_result(None)
+        # An id no longer new gets None: the caller creates it on its own, which finds its first sandbox.
+        return [next(claimed) if ok else None for ok in claiming.fresh]
+
+    async def delete(self, sandbox_id: str, *, reason: str = "deleted by request") -> SandboxRecord:
+        """Kill everything of the sandbox and forget it (its id then answers ``deleted``)."""
+        record = self.registry.get(sandbox_id, pooled=True)
+        async with self.lock(sandbox_id):
+            if self.registry.lookup(sandbox_id, pooled=True) is not record or record.status == "deleted":
+                return record
+            record.status, record.end_reason = "deleting", reason
+            try:
+                await self.registry.store(record)
+            except OSError as exc:
+                if not is_no_space(exc):
+                    raise
+                # Deleting is what frees a full disk, so it must not need space: drop the record instead.
+                # A crash from here on leaves an orphan (and a journal) that the next start collects.
+                log.warning("deleting %s on a full state disk: its record is dropped first", sandbox_id)
+                self.registry.unlink(sandbox_id)
+            for task in (self.starts.pending(sandbox_id), self.claims.pending(sandbox_id)):
+                if task is not None:
+                    with contextlib.suppress(BaseException):
+                        await task
+            await self.upstreams.drop(record.endpoint_url)
+            await self.backend.delete(sandbox_id, record.handle)
+            record.status, record.ended_at, record.endpoint_url = "deleted", time.time(), None
+            if record.pool is None:  # an unclaimed member has no trajectory
+                self.recorder.ended(sandbox_id, record.ended_at, reason)
+            await self.stored.store(sandbox_id)
+            self.registry.forget(record)
+        self._locks.pop(sandbox_id, None)
+        return record
+
+    def background(self, work: Coroutine[Any, Any, Any], what: str) -> None:
+        """Run work after the answer was sent; failures are logged, never lost silently."""
+
+        async def run() -> None:
+            try:
+                await work
+            except Exception:
+                log.exception("background work failed: %s", what)
+
+        task = asyncio.create_task(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    @contextlib.contextmanager
+    def calling(self, record: SandboxRecord) -> Iterator[None]:
+        """A data-path call in flight: the sandbox is busy (never idle, never reaped) until it ends."""
+        self.touch(record)
+        record.inflight += 1
+        self.calls_in_flight += 1
+        try:
+            yield
+        finally:
+            record.inflight -= 1
+            self.calls_in_flight -= 1
+            self.last_call_ended = time.monotonic()
+            self.touch(record)
+
+    def touch(self, record: SandboxRecord) -> None:
+        """Any API call or heartbeat: not idle, client alive."""
+        record.last_activity = time.time()
+
+    async def endpoint(self, record: SandboxRecord) -> Endpoint:
+        """The executor to call, starting the sandbox first if it was scaled to zero
+        (:mod:`router.lifecycle.scaling`)."""
+        return await self.scaling.endpoint(record)
+
+    def in_flight(self, sandbox_id: str) -> asyncio.Future[None] | None:
+        """The sandbox's start or claim hand-over in flight, if any."""
+        return self.starts.pending(sandbox_id) or self.claims.pending(sandbox_id)
+
+    async def lost(self, record: SandboxRecord) -> None:
+        """A call found the executor gone: if its process is dead, the next call restarts it."""
+        await self.scaling.lost(record)
+
+    async def note_own_fault(self, record: SandboxRecord, *, rebase: bool = False) -> str | None:
+        """Ask the backend whether the sandbox caused its executor's loss; remember it for the call."""
+        return await self.scaling.note_own_fault(record, rebase=rebase)
+
+    async def reap_once(self) -> None:
+        """One pass of the reaper (:meth:`router.lifecycle.reaper.Reaper.reap_once`)."""
+        await self.reaper.reap_once()
+
+    async def start_member(self, record: SandboxRecord) -> Started | None:
+        """Start a pool member; None if it was deleted while it started (:mod:`router.lifecycle.starting`)."""
+        return await self.starts.start_member(record)
+
+    def busy(self) -> bool:
+        """Whether users' sandboxes are working: a create starting, a call in flight or just answered (pool
+        filling defers to them)."""
+        if self.calls_in_flight or self.claims.handing() or time.monotonic() - self.last_call_ended < _QUIET_S:
+            return True
+        return self.starts.users_starting()

@@ -1,0 +1,220 @@
+"""Sandboxes starting: a fresh create and its bring-up, a pool member's start, re-adoption after a restart.
+
+Each start is tracked until its record is written: a call (``Scaling.endpoint``) and a delete wait
+for it first, and a sandbox shows ``ready`` only once that is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import secrets
+import time
+from typing import Any, Protocol
+
+from grove.errors import GroveError, Invalid, Unavailable
+from router.backends.base import Backend, Started
+from router.models import CreateRequest
+from router.pools.warm import Pools
+from router.records.registry import Registry, SandboxRecord, new_id
+from router.records.statedisk import storage_error
+from router.settings import RouterSettings
+from router.trajectory.recorder import Recorder
+from router.upstream.proxy import Upstreams
+
+log = logging.getLogger("grove.router")
+
+
+class StartHost(Protocol):
+    """What starting needs of the sandbox service (which owns the records and the backend)."""
+
+    settings: RouterSettings
+    backend: Backend
+    registry: Registry
+    upstreams: Upstreams
+    recorder: Recorder
+    pools: Pools
+
+    async def delete(self, sandbox_id: str, *, reason: str = ...) -> SandboxRecord:
+        """Delete a sandbox."""
+
+
+class InFlight:
+    """Work in flight by sandbox id, each task dropped when it ends: a call and a delete of the sandbox
+    wait for it first, and closing the router waits for all."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, asyncio.Future[None]] = {}
+        """A task, or a future its group's task settles (a batch of claims: one task for all, not a thousand)."""
+
+    def pending(self, sandbox_id: str) -> asyncio.Future[None] | None:
+        """The sandbox's task in flight, if any."""
+        return self._tasks.get(sandbox_id)
+
+    def tasks(self) -> list[asyncio.Future[None]]:
+        """Every task in flight."""
+        return list(self._tasks.values())
+
+
+class Starts(InFlight):
+    """The starts in flight, by sandbox id."""
+
+    def __init__(self, service: StartHost) -> None:
+        super().__init__()
+        self._service = service
+        self._writing = 0
+        """Fresh creates writing their records (not yet counted in the registry)."""
+
+    async def create(self, req: CreateRequest) -> SandboxRecord:
+        """A new sandbox: its record written (the only step the create waits for), its start begun."""
+        service = self._service
+        # Creates still writing their records count too: the limit holds however many arrive at once.
+        if service.registry.count() + self._writing >= service.settings.max_sandboxes:
+            raise Unavailable(f"this router already runs {service.settings.max_sandboxes} sandboxes", retry_after=5)
+        if not req.workdir.startswith("/"):
+            raise Invalid("'workdir' must be an absolute path")
+        record = SandboxRecord(id=new_id(), request=req, token=secrets.token_urlsafe(32), created_at=time.time())
+        service.backend.check(record.spec())
+        self._writing += 1
+        try:
+            record.image_digest = await service.backend.image_digest(req.image)
+            # Written before anything tracks it: a full state disk fails the call here and leaves nothing.
+            await service.registry.store(record)
+        finally:
+            self._writing -= 1
+        try:
+            service.recorder.start(record)
+        except BaseException:
+            service.registry.unlink(record.id)
+            service.recorder.journal.remove(record.id)
+            raise
+        service.registry.add(record)
+        self.bring_up(record)
+        return record
+
+    def users_starting(self) -> bool:
+        """Whether a user's sandbox is starting (a pool member's start does not count)."""
+        return any(self._service.registry.lookup(i) is not None for i in self._tasks)
+
+    def bring_up(self, record: SandboxRecord) -> None:
+        """Start a created sandbox in the background."""
+        self._tasks[record.id] = asyncio.create_task(self._bring_up(record))
+
+    async def adopt(self, record: SandboxRecord) -> None:
+        """Take on a sandbox an earlier router left: keep what still runs, finish what was cut off."""
+        service = self._service
+        if record.pool is not None:
+            # A member kept only while it still runs as made: a half-made or stopped one is cheaper to
+            # replace than to vouch for (the filler starts another), and a pool deleted meanwhile wants none.
+            running = record.status == "ready" and await service.backend.is_running(record.id, record.handle)
+            if not running or record.pool not in service.pools.names():
+                await service.delete(record.id, reason="pool member not running after a router restart")
+            return
+        if record.status in ("pending", "ready") and service.recorder.journal.unused(record.id):
+            # A batch's claim answered before its journal's header was written (Journal.defer_start): the
+            # record on disk holds all of it.
+            service.recorder.start(record)
+        if record.status == "pending":
+            # The router died while creating it: what the backend made may be half done (no overlay
+            # dir yet, or a tree it never heard back from). Start over; the client never saw it ready.
+            await service.backend.delete(record.id, {})
+            self.bring_up(record)
+            return
+        if record.status == "ready":
+            if record.handle and await service.backend.is_running(record.id, record.handle):
+                record.status = "ready"
+            else:
+                # It stopped while no router watched: its files are there, the next call starts it.
+                record.status = "idle"
+                record.endpoint_url = None
+            try:
+                service.registry.save(record)
+            except OSError as exc:
+                # Only derived state changed, and the next start derives it again: a full disk must not
+                # keep the router from serving what it has.
+                if (full := storage_error(exc, service.settings.state_dir)) is None:
+                    raise
+                log.warning("re-adopting %s without rewriting its record: %s", record.id, full.message)
+        if record.status == "deleting":
+            await service.delete(record.id, reason=record.end_reason or "delete interrupted by a router restart")
+
+    async def start_member(self, record: SandboxRecord) -> Started | None:
+        """Start a pool member (tracked like a create, so a delete meanwhile waits for it); None if it was
+        deleted while it started."""
+        task = asyncio.create_task(self._service.backend.create(record.spec()))
+        waiter: asyncio.Task[None] = asyncio.create_task(_settle(task))
+        self._tasks[record.id] = waiter
+        try:
+            started = await asyncio.shield(task)
+        finally:
+            self._tasks.pop(record.id, None)
+        if record.status == "deleting":
+            await self._service.backend.delete(record.id, started.handle)
+            return None
+        return started
+
+    async def _bring_up(self, record: SandboxRecord) -> None:
+        # Tracked until its record is written: every call waits for that (see endpoint), and it shows
+        # "ready" only once that is on disk, so no caller sees ready a sandbox a full disk then fails.
+        try:
+            if await self._start(record):
+                try:
+                    await self._service.registry.store(dataclasses.replace(record, status="ready")
+                                                       if record.status == "pending" else record)
+                except OSError as exc:
+                    if (full := storage_error(exc, self._service.settings.state_dir)) is None:
+                        raise
+                    await self._unrecorded_start(record, full.message)
+                else:
+                    if record.status == "pending":  # not deleted meanwhile
+                        record.status = "ready"
+        finally:
+            self._tasks.pop(record.id, None)
+
+    async def _start(self, record: SandboxRecord) -> bool:
+        """Start the sandbox (it stays ``pending`` until its record says ready, or becomes ``failed``);
+        whether its record is to be written (not when it was deleted meanwhile)."""
+        service = self._service
+        try:
+            started = await service.backend.create(record.spec())
+        except GroveError as exc:
+            record.status, record.error, record.start_error = "failed", exc.message, exc
+            service.recorder.infra_error(record, f"the sandbox failed to start: {exc.message}")
+        except Exception as exc:  # a full disk, or a backend bug: keep the router up, say what happened
+            full = storage_error(exc, service.settings.state_dir)
+            if full is None:
+                log.exception("creating %s failed", record.id)
+            record.status, record.error = "failed", full.message if full else f"{type(exc).__name__}: {exc}"
+            service.recorder.infra_error(record, f"the sandbox failed to start: {record.error}")
+        else:
+            if record.status == "deleting":  # deleted while it was starting
+                await service.backend.delete(record.id, started.handle)
+                return False
+            record.handle, record.endpoint_url = started.handle, started.endpoint.url
+            if started.image_digest != record.image_digest:
+                service.recorder.note(record, {"sandbox_update": {"image_digest": started.image_digest}})
+            record.image_digest = started.image_digest
+            record.ready_at = time.time()
+            record.last_activity = time.time()
+        return True
+
+    async def _unrecorded_start(self, record: SandboxRecord, error: str) -> None:
+        """The state disk filled while the sandbox started: its record still says ``pending``, which a
+        restarted router would start again. Take it down and drop the file; it stays listed as failed
+        (and a restart collects whatever is left of it as an orphan)."""
+        started, endpoint_url, handle = record.endpoint_url is not None, record.endpoint_url, record.handle
+        # Failed before the first await: no caller may see it ready, not even while it is taken down.
+        record.status, record.error, record.handle, record.endpoint_url = "failed", error, {}, None
+        self._service.registry.unlink(record.id)
+        self._service.recorder.infra_error(record, f"the sandbox failed to start: {error}")
+        if started:
+            await self._service.upstreams.drop(endpoint_url)
+            await self._service.backend.delete(record.id, handle)
+
+
+async def _settle(task: asyncio.Task[Any]) -> None:
+    """Wait for a task, whatever it ends with (its owner reads the outcome)."""
+    with contextlib.suppress(BaseException):
+        await task

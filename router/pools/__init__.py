@@ -1,0 +1,1 @@
+"""Warm pools: their definitions and the filler that keeps them full."""

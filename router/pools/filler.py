@@ -1,0 +1,201 @@
+"""Keeping warm pools filled: one start at a time, deferred while users' sandboxes work (a create starting,
+a call in flight; at most a couple of seconds per start), so refilling does not compete with a burst; a
+pool whose starts fail (its image removed, a full disk) is tried again every few seconds, its error shown
+meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from grove.errors import GroveError, NotFound
+from router.backends.base import Backend, Started
+from router.models import CreateRequest, PoolRequest
+from router.records.registry import Registry, SandboxRecord, new_id
+from router.settings import RouterSettings
+from router.trajectory.journal import Journal
+
+log = logging.getLogger("grove.router")
+_RETRY_AFTER_FAILURE_S = 5.0
+_BUSY_POLL_S = 0.05
+# While users' sandboxes work (creates starting, calls in flight), a start waits; at most this long, so a
+# router that is never idle still refills, at one start per this many seconds (~3 % of one CPU here).
+_MOST_DEFERRED_S = 2.0
+
+
+@dataclasses.dataclass
+class Pool:
+    """One pool: its definition and what the filler last ran into."""
+
+    definition: PoolRequest
+    error: str | None = None
+    """Why the last start failed (cleared by the next that succeeds)."""
+    failed_at: float = 0.0
+    claims: int = 0
+    misses: int = 0
+    """Creates that named the pool while it had no ready member (they got a fresh sandbox)."""
+
+
+class PoolHost(Protocol):
+    """What the pools need of the sandbox service (which owns the records and the backend)."""
+
+    settings: RouterSettings
+    backend: Backend
+    registry: Registry
+    journal: Journal
+
+    async def delete(self, sandbox_id: str, *, reason: str = ...) -> SandboxRecord:
+        """Delete a sandbox (a pool member too)."""
+
+    def lock(self, sandbox_id: str) -> asyncio.Lock:
+        """The sandbox's lifecycle lock (a delete waits for it)."""
+
+    async def start_member(self, record: SandboxRecord) -> Started | None:
+        """Start a pool member; None if it was deleted while it started."""
+
+    def busy(self) -> bool:
+        """Whether users' sandboxes are working."""
+
+
+class Filler:
+    """The background task that starts pool members."""
+
+    def __init__(self, pools: Callable[[], list[Pool]], service: PoolHost) -> None:
+        self._all = pools
+        self._service = service
+        self._wake_event = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start keeping the pools filled."""
+        self._task = asyncio.create_task(self._fill_forever())
+
+    async def close(self) -> None:
+        """Stop filling (a start in flight finishes; its member is kept for the next router)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def wake(self) -> None:
+        """Look at the pools now (one was defined, resized or claimed from)."""
+        self._wake_event.set()
+
+    @staticmethod
+    def _member(definition: PoolRequest) -> SandboxRecord:
+        return SandboxRecord(id=new_id(), request=made_with(definition), token=secrets.token_urlsafe(32),
+                             created_at=time.time(), pool=definition.name)
+
+    def _wanting(self) -> Pool | None:
+        """A pool short of members, if the router has room for another sandbox."""
+        service = self._service
+        if service.registry.count() >= service.settings.max_sandboxes:
+            return None
+        now = time.monotonic()
+        for pool in self._all():
+            if pool.error is not None and now - pool.failed_at < _RETRY_AFTER_FAILURE_S:
+                continue  # tried again later: the image may be back, the disk freed
+            if service.registry.pool_count(pool.definition.name) < pool.definition.size:
+                return pool
+        return None
+
+    async def _fill_forever(self) -> None:
+        deferred_since = time.monotonic()
+        while True:
+            pool = self._wanting()
+            if pool is None:
+                self._wake_event.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake_event.wait(), _RETRY_AFTER_FAILURE_S)
+                await self._check_images()
+                continue
+            if self._service.busy() and time.monotonic() - deferred_since < _MOST_DEFERRED_S:
+                await asyncio.sleep(_BUSY_POLL_S)  # working sandboxes go first
+                continue
+            deferred_since = time.monotonic()
+            try:
+                await self._fill_one(pool)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._failed(pool, exc.message if isinstance(exc, GroveError) else f"{type(exc).__name__}: {exc}")
+            else:
+                pool.error = None
+
+    def _failed(self, pool: Pool, error: str) -> None:
+        if error != pool.error:
+            log.warning("filling pool %s failed: %s", pool.definition.name, error)
+        pool.error, pool.failed_at = error, time.monotonic()
+
+    async def _check_images(self) -> None:
+        """Delete members whose image was removed or replaced since they started: a claim gets the image
+        as it is now (the filler makes new members of a replaced image; a removed one stops the pool)."""
+        for pool in list(self._all()):
+            try:
+                digest: str | None = await self._service.backend.image_digest(pool.definition.image)
+            except NotFound as exc:
+                self._failed(pool, f"its image is gone: {exc.message}")
+                digest = None
+            for record in self._service.registry.pooled(pool.definition.name):
+                if record.status == "ready" and not same_image(record.image_digest, digest):
+                    await self._service.delete(record.id, reason="its pool's image was removed or replaced")
+
+    async def _fill_one(self, pool: Pool) -> None:
+        service = self._service
+        record = self._member(pool.definition)
+        try:
+            record.image_digest = await service.backend.image_digest(record.request.image)
+        except NotFound as exc:
+            raise NotFound(f"its image is gone: {exc.message}") from exc
+        if not self._still_wanted(pool):
+            return  # deleted, replaced or shrunk while its image was looked up
+        # Listed and locked with no await in between: a delete or resize from here on sees this member and
+        # waits (service.delete takes the lock) until it is started and recorded, then deletes it whole. No
+        # member outlives its pool, none starts after its deletion.
+        async with service.lock(record.id):
+            service.registry.add(record)
+            try:
+                await service.registry.store(record)
+                # Its journal made now, off the event loop, so that its claim only writes into it
+                # (Journal.prepare).
+                await asyncio.to_thread(service.journal.prepare, record.id)
+                started = await service.start_member(record)
+            except BaseException:
+                service.registry.unlink(record.id)
+                service.registry.drop(record)
+                service.journal.remove(record.id)
+                raise
+            if started is None:  # start_member's contract; no delete gets in while this lock is held
+                return
+            record.status, record.handle, record.endpoint_url = "ready", started.handle, started.endpoint.url
+            record.image_digest, record.ready_at = started.image_digest, time.time()
+            await service.registry.store(record)
+
+    def _still_wanted(self, pool: Pool) -> bool:
+        """Whether the pool is still defined as it was (not deleted, nor deleted and made anew) and short."""
+        service = self._service
+        return (any(p is pool for p in self._all())
+                and service.registry.pool_count(pool.definition.name) < pool.definition.size)
+
+
+@functools.lru_cache(maxsize=256)
+def made_with(definition: PoolRequest) -> CreateRequest:
+    """The create a pool's members are made with (every create compares itself with it: built once)."""
+    res = definition.resources
+    return CreateRequest(image=definition.image, cpu=res.cpu, memory_mb=res.memory_mb, pids_max=res.pids_max,
+                         disk_mb=res.disk_mb, network=definition.network, workdir=definition.workdir)
+
+
+def same_image(made_from: str | None, current: str | None) -> bool:
+    """Whether a member made from digest ``made_from`` is of the image as it is now (``current``: None if
+    removed; "" where the backend does not know a digest yet, which vouches for nothing either way)."""
+    if current is None:
+        return False
+    return not (made_from and current) or made_from == current

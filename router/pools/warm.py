@@ -1,0 +1,200 @@
+"""Warm pools: sandboxes started ahead of time and handed out by creates that name the pool.
+
+A pool's definition is a file under ``<state>/pools`` (it survives restarts); its members are ordinary
+sandbox records with ``pool`` set, hidden from the API until claimed. One filler task starts members one
+at a time, and only while no user's create waits, so refilling never competes with working sandboxes.
+What a claim applies and guarantees is :meth:`router.lifecycle.claims.Claims.claim`'s business; this module keeps the
+pools: definitions, their members, the filling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from grove.errors import Conflict, GroveError, Invalid, NotFound
+from grove.schema import parse
+from grove.statedir import StateDir
+from router.models import CreateRequest, PoolRequest
+from router.pools.filler import Filler, Pool, PoolHost, made_with
+from router.records.registry import SandboxRecord, new_id
+
+log = logging.getLogger("grove.router")
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+# Fields of a create that a pool fixes; a create naming the pool may leave them out or repeat them.
+POOL_FIELDS = ("image", "cpu", "memory_mb", "pids_max", "disk_mb", "network")
+
+
+class Pools:
+    """The router's warm pools (definitions persisted, members kept filled in the background)."""
+
+    def __init__(self, service: PoolHost, state_dir: Path) -> None:
+        self._service = service
+        self._dir = StateDir(state_dir).pools
+        self._pools: dict[str, Pool] = {}
+        self._filler = Filler(self.all, service)
+
+    # -- definitions ---------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read the definitions an earlier router left (unreadable ones are set aside, never deleted)."""
+        if not self._dir.is_dir():
+            return
+        for path in sorted(self._dir.glob("*.json")):
+            try:
+                definition = parse(PoolRequest, json.loads(path.read_text()))
+            except (ValueError, GroveError) as exc:
+                path.rename(path.with_suffix(f".corrupt-{int(time.time())}"))
+                log.warning("set aside unreadable pool definition %s: %s", path.name, exc)
+                continue
+            self._pools[definition.name] = Pool(definition)
+
+    def start(self) -> None:
+        """Start keeping the pools filled (:mod:`router.pools.filler`)."""
+        self._filler.start()
+
+    async def close(self) -> None:
+        """Stop filling."""
+        await self._filler.close()
+
+    async def create(self, definition: PoolRequest) -> dict[str, Any]:
+        """Define a pool and start filling it."""
+        if not NAME_RE.match(definition.name):
+            raise Invalid(f"pool name {definition.name!r}: use lower-case letters, digits and '-' (at most 63)")
+        if definition.name in self._pools:
+            raise Conflict(f"pool {definition.name} exists; resize it or delete it first")
+        if not definition.workdir.startswith("/"):
+            raise Invalid("'workdir' must be an absolute path")
+        self._check_size(definition.size)
+        await self._service.backend.image_digest(definition.image)  # NotFound names the images there are
+        member = SandboxRecord(id=new_id(), request=made_with(definition), token="", created_at=0.0)
+        self._service.backend.check(member.spec())  # a malformed allow-list: 422 naming the entry
+        self._save(definition)
+        self._pools[definition.name] = Pool(definition)
+        self._filler.wake()
+        return self.show(definition.name)
+
+    async def resize(self, name: str, size: int) -> dict[str, Any]:
+        """Change how many members a pool keeps; members beyond it are deleted (starting ones first)."""
+        pool = self.get(name)
+        self._check_size(size)
+        pool.definition = dataclasses.replace(pool.definition, size=size)
+        self._save(pool.definition)
+        members = sorted(self._service.registry.pooled(name), key=lambda r: (r.status == "ready", r.created_at))
+        for record in members[: max(0, len(members) - size)]:
+            await self._service.delete(record.id, reason=f"pool {name} resized to {size}")
+        self._filler.wake()
+        return self.show(name)
+
+    async def delete(self, name: str) -> dict[str, Any]:
+        """Forget a pool and delete its unclaimed members (claimed sandboxes are their users')."""
+        shown = self.show(name)
+        del self._pools[name]
+        with contextlib.suppress(FileNotFoundError):
+            (self._dir / f"{name}.json").unlink()
+        for record in self._service.registry.pooled(name):
+            await self._service.delete(record.id, reason=f"pool {name} deleted")
+        return {**shown, "size": 0, "ready": 0, "starting": 0}
+
+    def _check_size(self, size: int) -> None:
+        limit = self._service.settings.max_sandboxes
+        if size > limit:
+            raise Invalid(f"a pool of {size} exceeds this router's limit of {limit} sandboxes "
+                          "(pool members count toward it)")
+
+    def get(self, name: str) -> Pool:
+        """A pool by name (``NotFound`` naming the pools there are)."""
+        pool = self._pools.get(name)
+        if pool is None:
+            raise NotFound(f"no pool {name!r}; pools: {', '.join(sorted(self._pools)) or 'none'}")
+        return pool
+
+    def show(self, name: str) -> dict[str, Any]:
+        """A pool as the API shows it."""
+        pool = self.get(name)
+        members = self._service.registry.pooled(name)
+        ready = sum(1 for r in members if r.status == "ready")
+        return {**dataclasses.asdict(pool.definition), "ready": ready, "starting": len(members) - ready,
+                "claims": pool.claims, "misses": pool.misses, "error": pool.error}
+
+    def all(self) -> list[Pool]:
+        """Every pool."""
+        return list(self._pools.values())
+
+    def names(self) -> list[str]:
+        """Every pool's name, sorted."""
+        return sorted(self._pools)
+
+    def _save(self, definition: PoolRequest) -> None:
+        self._dir.mkdir(parents=True, exist_ok=True)
+        tmp = self._dir / f".tmp-{definition.name}"
+        tmp.write_text(json.dumps(dataclasses.asdict(definition)))
+        tmp.replace(self._dir / f"{definition.name}.json")
+
+    # -- claims --------------------------------------------------------------------------------------
+
+    def pool_for(self, req: CreateRequest, given: frozenset[str]) -> Pool | None:
+        """The pool a create draws on: the one it names (its fields must agree with the pool's), else one
+        whose spec it matches exactly."""
+        if req.pool is not None:
+            pool = self.get(req.pool)
+            wanted = self.made_with(pool)
+            for name in POOL_FIELDS:
+                if name in given and getattr(req, name) != getattr(wanted, name):
+                    raise Conflict(f"pool {req.pool} makes sandboxes with {name}={_show(getattr(wanted, name))}, "
+                                   f"not {_show(getattr(req, name))}; leave '{name}' out or create without the pool")
+            return pool
+        for pool in self._pools.values():
+            wanted = self.made_with(pool)
+            if all(getattr(req, name) == getattr(wanted, name) for name in POOL_FIELDS):
+                return pool
+        return None
+
+    def made_with(self, pool: Pool) -> CreateRequest:
+        """The create a pool's members were made with."""
+        return made_with(pool.definition)
+
+    def as_create(self, pool: Pool, req: CreateRequest) -> CreateRequest:
+        """The create with the pool's image, resources and network (what a member was made with)."""
+        wanted = self.made_with(pool)
+        return dataclasses.replace(req, **{name: getattr(wanted, name) for name in POOL_FIELDS})
+
+    def as_made(self, req: CreateRequest) -> CreateRequest:
+        """What a create naming a pool becomes (to compare a retry with the first call's request)."""
+        if req.pool is None or req.pool not in self._pools:
+            return req
+        return self.as_create(self._pools[req.pool], req)
+
+    def take(self, pool: Pool, *, count_miss: bool = True) -> SandboxRecord | None:
+        """Take a ready member out of the pool (no await: two claims never get the same one); none there
+        counts as the pool's miss unless the caller counts it later."""
+        taken = self.take_many(pool, 1)
+        if not taken and count_miss:
+            pool.misses += 1
+        return taken[0] if taken else None
+
+    def take_many(self, pool: Pool, count: int) -> list[SandboxRecord]:
+        """Take up to ``count`` ready members out of the pool, oldest first (no await), in one pass over it."""
+        taken = []
+        for record in self._service.registry.members(pool.definition.name):
+            if record.status == "ready":
+                record.status = "pending"  # taken: no other claim, no reaper, no resize touches it now
+                taken.append(record)
+                if len(taken) == count:
+                    break
+        if taken:
+            pool.claims += len(taken)
+            self._filler.wake()
+        return taken
+
+
+def _show(value: Any) -> str:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return json.dumps(dataclasses.asdict(value))
+    return repr(value)

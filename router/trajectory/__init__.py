@@ -1,0 +1,1 @@
+"""The trajectory: its recorder, journals, what goes to S3 (full outputs, pushed files, finished records)."""

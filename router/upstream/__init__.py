@@ -1,0 +1,1 @@
+"""The executor's client: every call the router makes to a sandbox's executor."""
