@@ -122,8 +122,10 @@ def _stdin(value: Any) -> bytes:
 def _timeout(value: Any, settings: ExecutorSettings) -> float:
     if value is None:  # a lower ceiling (a Knative revision's timeout) lowers the default with it
         return min(settings.default_timeout_s, settings.max_timeout_s)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise BadRequest("'timeout_s' must be a number of seconds")
+    if not math.isfinite(value):
+        raise Invalid(f"'timeout_s' must be a finite number of seconds, got {value}")
     if value <= 0 or value > settings.max_timeout_s:
         raise Invalid(f"'timeout_s' must be > 0 and <= {settings.max_timeout_s:g} (this sandbox's longest call), "
                       f"got {value}; for longer work, start it in the background and poll")

@@ -55,8 +55,10 @@ def _seconds(body: Mapping[str, Any], name: str, default: float | None) -> float
     value = body.get(name, default)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise BadRequest(f"'{name}' must be a number of seconds")
+    if not math.isfinite(value):
+        raise Invalid(f"'{name}' must be a finite number of seconds, got {value}")
     if value <= 0:
         raise Invalid(f"'{name}' must be > 0, got {value}")
     return float(value)
