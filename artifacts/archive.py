@@ -28,7 +28,7 @@ from typing import Any
 from artifacts import trajectory as tj
 from artifacts.spool import Spool
 from artifacts.store import ObjectStore
-from grove.errors import GroveError, Invalid, NotFound, Unavailable
+from grove.core.errors import GroveError, Invalid, NotFound, Unavailable
 
 log = logging.getLogger(__name__)
 _STRIPES = 64

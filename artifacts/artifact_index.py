@@ -12,9 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from artifacts import catalog
-from artifacts.catalog import Entry, Query
+from artifacts.catalog import Query
 from artifacts.store import ObjectStore
-from grove.errors import Invalid, NotFound
+from grove.core.artifact import Artifact
+from grove.core.errors import Invalid, NotFound
 
 log = logging.getLogger(__name__)
 MAX_PAGE = 1000
@@ -27,7 +28,7 @@ _READERS = 8  # entry bodies fetched in parallel
 class Page:
     """One page of a listing."""
 
-    entries: list[Entry]
+    entries: list[Artifact]
     """The artifacts on this page, in index key order."""
     next_token: str | None
     """Pass it back to get the next page; None: this was the last."""
@@ -40,16 +41,16 @@ class ArtifactIndex:
         self.objects = store
         """The bucket."""
 
-    def record(self, entry: Entry) -> None:
+    def record(self, entry: Artifact) -> None:
         """Write the entry under every index it belongs to (overwriting an earlier push of the same path)."""
         body = entry.to_json()
         for key in catalog.entry_keys(entry):  # by-sandbox last: a lookup never finds bytes not yet stored
             self.objects.put_bytes(key, body, content_type="application/json")
 
-    def entry(self, sandbox_id: str, path: str) -> Entry:
+    def entry(self, sandbox_id: str, path: str) -> Artifact:
         """The entry of one artifact; NotFound naming it if it was never stored (or has expired)."""
         try:
-            return Entry.from_json(self.objects.get_bytes(catalog.by_sandbox_key(sandbox_id, path)))
+            return Artifact.from_json(self.objects.get_bytes(catalog.by_sandbox_key(sandbox_id, path)))
         except NotFound:
             raise NotFound(f"sandbox {sandbox_id} has no stored artifact {path} (list them with "
                            f"GET /v1/sandboxes/{sandbox_id}/artifacts)") from None
@@ -70,7 +71,7 @@ class ArtifactIndex:
         keys = list(itertools.islice(self.objects.list_after(prefix, after), budget + 1))
         more = len(keys) > budget
         keys = keys[:budget]
-        entries: list[Entry] = []
+        entries: list[Artifact] = []
         last: str | None = None
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
             # Bodies are read a page's worth at a time: a full page stops the reading.
@@ -95,9 +96,9 @@ class ArtifactIndex:
             return query.task_id is None
         return True
 
-    def _read(self, key: str) -> Entry | None:
+    def _read(self, key: str) -> Artifact | None:
         try:
-            return Entry.from_json(self.objects.get_bytes(key))
+            return Artifact.from_json(self.objects.get_bytes(key))
         except NotFound:  # expired between the listing and the read
             return None
         except Invalid as exc:  # not written by grove: skipped, so one bad object cannot hide the others

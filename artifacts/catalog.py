@@ -18,22 +18,18 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import posixpath
-import re
 import urllib.parse
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from artifacts.trajectory import segment
-from grove.errors import BadRequest, Invalid
+from grove.core.artifact import Artifact
+from grove.core.errors import BadRequest, Invalid
 
 ARTIFACT_PREFIX = "artifacts/"
 INDEX_PREFIX = "index/artifacts/"
 RUN_LABEL = "run_id"
 """The metadata label that names a sandbox's rollout run."""
-KINDS = ("file", "stdout", "stderr")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def normalize_path(path: str) -> str:
@@ -48,63 +44,7 @@ def artifact_key(sandbox_id: str, path: str) -> str:
     return f"{ARTIFACT_PREFIX}{sandbox_id}/" + urllib.parse.quote(path.lstrip("/"), safe="/._-")
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One stored artifact, as its index entry records it."""
-
-    sandbox_id: str
-    """The sandbox it came from."""
-    path: str
-    """Its absolute path in the sandbox (for a full output: the file the executor spilled it to)."""
-    key: str
-    """Its key in the bucket."""
-    size: int
-    """Its size in bytes when it was stored."""
-    sha256: str
-    """The sha256 of its bytes when it was stored (hex)."""
-    created_at: float
-    """When it was stored (seconds since the epoch)."""
-    kind: str = "file"
-    """``file`` (pushed with ``POST …/artifacts``), or ``stdout``/``stderr`` (a truncated command's full output)."""
-    task_id: str | None = None
-    """The sandbox's ``metadata.task_id``."""
-    run_id: str | None = None
-    """The sandbox's ``metadata.labels.run_id``."""
-    etag: str | None = None
-    """The S3 entity tag of the object when it was stored."""
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise Invalid(f"artifact kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if not _SHA256.fullmatch(self.sha256):
-            raise Invalid(f"artifact sha256 must be 64 lowercase hex digits, got {self.sha256!r}")
-
-    def to_json(self) -> bytes:
-        """The entry's JSON body."""
-        return json.dumps(asdict(self), sort_keys=True).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> Entry:
-        """An entry from its JSON body (Invalid if it is not one)."""
-        try:
-            fields = json.loads(data)
-            if not isinstance(fields, dict):
-                raise TypeError("not an object")
-            return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
-        except (ValueError, TypeError) as exc:
-            raise Invalid(f"not an artifact index entry: {exc}") from exc
-
-    def public(self) -> dict[str, Any]:
-        """The entry as the API lists it, with the route that fetches it."""
-        return {**asdict(self), "fetch": fetch_route(self.sandbox_id, self.path)}
-
-
-def fetch_route(sandbox_id: str, path: str) -> str:
-    """The router path that streams an artifact: ``/v1/artifacts/<sandbox_id>/<path>``."""
-    return f"/v1/artifacts/{sandbox_id}/" + urllib.parse.quote(path.lstrip("/"), safe="/._-~")
-
-
-def entry_keys(entry: Entry) -> list[str]:
+def entry_keys(entry: Artifact) -> list[str]:
     """Every index key of the entry, ``by-sandbox`` last."""
     tail = f"{segment(entry.sandbox_id)}/{segment(entry.path)}"
     keys = [f"{INDEX_PREFIX}by-{name}/{segment(value)}/{tail}"
@@ -137,7 +77,7 @@ class Query:
             return f"{INDEX_PREFIX}by-task/{segment(self.task_id)}/{sandbox}"
         return f"{INDEX_PREFIX}by-sandbox/{sandbox}"
 
-    def matches(self, entry: Entry) -> bool:
+    def matches(self, entry: Artifact) -> bool:
         """Whether the entry has every field given (the prefix covers only some of them)."""
         return all(want is None or have == want for want, have in (
             (self.sandbox_id, entry.sandbox_id), (self.task_id, entry.task_id), (self.run_id, entry.run_id)))

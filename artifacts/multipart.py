@@ -8,7 +8,7 @@ part URLs as it goes, and to complete or abort it. The object is replaced only b
 snapshot cut off anywhere before it leaves the previous one whole; the writer aborts what it started,
 and the broker aborts whatever a writer killed mid-way left (at the next start, and at deletion).
 
-Like :mod:`artifacts.presigned`, only the standard library and ``grove.errors``: it runs in the bundle.
+Like :mod:`artifacts.presigned`, only the standard library and ``grove.core.errors``: it runs in the bundle.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from artifacts.presigned import connect, error_for, upload_via_presigned, where
-from grove.errors import GroveError, InternalError, Unavailable, error_from_body
+from grove.core.errors import GroveError, InternalError, Unavailable, error_from_body
 
 T = TypeVar("T")
 log = logging.getLogger("grove.snapshot")

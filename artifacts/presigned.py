@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from urllib.parse import urlsplit
 
 from artifacts.streams import CHUNK, Readable, as_reader, iter_chunks
-from grove.errors import BadRequest, Forbidden, GroveError, InternalError, NotFound, Unavailable
+from grove.core.errors import BadRequest, Forbidden, GroveError, InternalError, NotFound, Unavailable
 
 
 def upload_via_presigned(

@@ -20,7 +20,7 @@ from minio.lifecycleconfig import Expiration, LifecycleConfig, Rule
 from artifacts import catalog
 from artifacts import trajectory as tj
 from artifacts.store import ObjectStore
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 
 RULE_PREFIX = "grove-"
 MAX_DAYS = 36500

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from grove.errors import Unavailable
+from grove.core.errors import Unavailable
 
 STATE_FILE = "grove-s3.json"
 IDENTITIES_FILE = "grove-s3-identities.json"

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 
 from artifacts import s3proc
-from grove.errors import Conflict, Unavailable
+from grove.core.errors import Conflict, Unavailable
 
 # weed's options that open a listening socket; each gets a free loopback port of its own.
 PORT_OPTIONS = (

@@ -3,7 +3,7 @@
 The executor packs its workspace to a presigned PUT URL when it is about to stop and unpacks it from a
 presigned GET URL when it starts (the Knative backend's scale-to-zero). Neither side holds the whole
 archive in memory. This module and :mod:`artifacts.presigned` use only the standard library,
-``zstandard`` and ``grove.errors``, so they run inside a sandbox's runtime bundle (no ``minio``).
+``zstandard`` and ``grove.core.errors``, so they run inside a sandbox's runtime bundle (no ``minio``).
 
 Packed: directories, regular files, symlinks (as links) with their permission bits and mtimes; owners
 are not recorded (a restore runs as whoever restores), hard links become separate files, and sockets,
@@ -23,7 +23,7 @@ import zstandard
 from artifacts.presigned import download_via_presigned, upload_via_presigned
 from artifacts.streams import CHUNK
 from artifacts.unpack import unpack_into
-from grove.errors import NotFound
+from grove.core.errors import NotFound
 
 __all__ = ["download_via_presigned", "pack_directory", "unpack_into", "upload_via_presigned"]
 

@@ -1,7 +1,7 @@
 """Objects in one S3 bucket through the ``minio`` client: put, get, list, delete and presigned URLs.
 
 Synchronous by design (the router calls it through ``asyncio.to_thread``) and thread-safe (the minio
-client is, and the bucket check is guarded). Every failure leaves as a :class:`grove.errors.GroveError`:
+client is, and the bucket check is guarded). Every failure leaves as a :class:`grove.core.errors.GroveError`:
 an unreachable server is ``Unavailable`` naming the endpoint, a missing key ``NotFound``, refused
 credentials ``Forbidden``.
 """
@@ -26,7 +26,7 @@ from minio.lifecycleconfig import LifecycleConfig
 
 from artifacts.s3config import S3Config
 from artifacts.streams import ObjectReader, Readable, as_reader
-from grove.errors import Forbidden, GroveError, InternalError, Invalid, NotFound, Unavailable
+from grove.core.errors import Forbidden, GroveError, InternalError, Invalid, NotFound, Unavailable
 
 _NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "NoSuchUpload", "NotFound", "ResourceNotFound"}
 _REFUSED = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"}

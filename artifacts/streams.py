@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
-from grove.errors import GroveError
+from grove.core.errors import GroveError
 
 CHUNK = 1024 * 1024
 

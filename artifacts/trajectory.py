@@ -36,7 +36,7 @@ from urllib.parse import quote, unquote
 
 import msgpack
 
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 
 VERSION = 1
 TRAJECTORY_PREFIX = "trajectories/"

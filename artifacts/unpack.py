@@ -1,6 +1,6 @@
 """Extract a tar + zstd stream into a directory, refusing every member that could land outside it.
 
-Refused, with :class:`grove.errors.BadRequest` naming the member: absolute names, ``..`` components,
+Refused, with :class:`grove.core.errors.BadRequest` naming the member: absolute names, ``..`` components,
 symlinks whose target resolves outside the directory (unless allowed), hard links to anything but a
 regular file inside it, device files, FIFOs and other special files, and any member whose parent
 directory resolves outside (a symlink already on disk, or one the archive made earlier). Extraction
@@ -20,7 +20,7 @@ from typing import IO, cast
 import zstandard
 
 from artifacts.streams import CHUNK, Readable, as_reader
-from grove.errors import BadRequest
+from grove.core.errors import BadRequest
 
 # Permission bits a restored file may carry: setuid and setgid are dropped, a restore must never
 # hand out privileges; the sticky bit is harmless and kept.

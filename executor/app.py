@@ -27,8 +27,8 @@ from executor.runner import Chunk
 from executor.served import Served, Slot
 from executor.settings import ExecutorSettings
 from executor.swerex import swerex_blueprint
-from grove import wire
-from grove.errors import (
+from grove.core import wire
+from grove.core.errors import (
     BadRequest,
     Conflict,
     Forbidden,

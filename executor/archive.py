@@ -13,7 +13,7 @@ from executor.files import NO_SPACE
 from executor.paths import PathResolver
 from executor.safeopen import MEMBER, open_dirs, openat2
 from executor.treewalk import check_depth, walk
-from grove.errors import BadRequest, NotFound, TooLarge
+from grove.core.errors import BadRequest, NotFound, TooLarge
 
 _CHUNK = 256 * 1024
 _BLOCK = tarfile.BLOCKSIZE

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from executor.settings import ExecutorSettings
-from grove.errors import BadRequest, GroveError, TooLarge, Unauthorized
+from grove.core.errors import BadRequest, GroveError, TooLarge, Unauthorized
 
 _CLAIM_PATH = "/v1/claim"
 _MAX_CLAIM_BYTES = 1024 * 1024

@@ -6,7 +6,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from grove.errors import Conflict
+from grove.core.errors import Conflict
 
 
 class _Entry:

@@ -12,7 +12,7 @@ from typing import IO, Any
 
 from executor.paths import PathResolver
 from executor.treewalk import remove_tree
-from grove.errors import BadRequest, Conflict, Invalid, NotFound, TooLarge
+from grove.core.errors import BadRequest, Conflict, Invalid, NotFound, TooLarge
 
 _CHUNK = 256 * 1024
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)

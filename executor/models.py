@@ -10,10 +10,10 @@ from typing import Any
 
 from executor.settings import ExecutorSettings
 from executor.users import parse_spec
-from grove.api import EXEC_FIELDS
-from grove.errors import BadRequest, Invalid
+from grove.core.api import EXEC_FIELDS
+from grove.core.errors import BadRequest, Invalid
 
-# The fields are the published model's (grove.api.ExecBody, in /v1/openapi.json); the checks below are
+# The fields are the published model's (grove.core.api.ExecBody, in /v1/openapi.json); the checks below are
 # the executor's own, with limits from its settings.
 _FIELDS = EXEC_FIELDS
 

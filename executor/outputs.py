@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from grove.errors import NotFound
+from grove.core.errors import NotFound
 
 _CHUNK = 1024 * 1024
 MAX_KEPT = 64

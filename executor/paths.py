@@ -14,7 +14,7 @@ import errno
 import os
 
 from executor.safeopen import RESOLVE_BENEATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, open_dirs, openat2
-from grove.errors import BadRequest, Conflict, Forbidden, NotFound
+from grove.core.errors import BadRequest, Conflict, Forbidden, NotFound
 
 _NOT_A_DIR = (errno.EEXIST, errno.ENOTDIR, errno.ELOOP)  # where a directory should be made or entered
 

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from executor.files import open_regular
 from executor.paths import PathResolver
-from grove.errors import BadRequest, NotFound
+from grove.core.errors import BadRequest, NotFound
 
 _CHUNK = 1024 * 1024
 

@@ -19,7 +19,7 @@ from executor.paths import PathResolver
 from executor.proctree import kill_tree
 from executor.settings import ExecutorSettings
 from executor.users import RunAs, account_file, parse_spec, resolve
-from grove.errors import Invalid, NotFound, Unavailable
+from grove.core.errors import Invalid, NotFound, Unavailable
 
 _READ = 65536
 # After the command exits, how long to keep reading output that a background child may still hold.

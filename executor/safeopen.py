@@ -15,7 +15,7 @@ import ctypes
 import errno
 import os
 
-from grove.errors import Unavailable
+from grove.core.errors import Unavailable
 
 RESOLVE_NO_MAGICLINKS = 0x02
 """Refuse ``/proc/<pid>/fd/N``, ``/proc/<pid>/root`` and their kind (jumps the walk could not check)."""

@@ -17,7 +17,7 @@ from executor.paths import PathResolver
 from executor.runner import Runner
 from executor.settings import ExecutorSettings
 from executor.swerex_sessions import Sessions
-from grove.errors import Unavailable
+from grove.core.errors import Unavailable
 
 
 class Served:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 
 MiB = 1024 * 1024
 

@@ -28,7 +28,7 @@ from artifacts.presigned import download_via_presigned
 from artifacts.snapshot import pack_directory, unpack_into
 from executor.paths import PathResolver
 from executor.settings import ExecutorSettings
-from grove.errors import NotFound, Unavailable
+from grove.core.errors import NotFound, Unavailable
 
 log = logging.getLogger("grove.executor")
 _RESTORE_ATTEMPTS = (0.0, 1.0, 2.0, 4.0)

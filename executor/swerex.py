@@ -39,8 +39,8 @@ from executor.swerex_models import (
     parse_close_session,
 )
 from executor.swerex_sessions import clamp
-from grove import wire
-from grove.errors import BadRequest, Conflict, Invalid, NotFound, TooLarge
+from grove.core import wire
+from grove.core.errors import BadRequest, Conflict, Invalid, NotFound, TooLarge
 
 
 def _execute(cmd: Command, runner: Runner, settings: ExecutorSettings) -> dict[str, Any]:

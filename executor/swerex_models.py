@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from grove.errors import BadRequest, Invalid
+from grove.core.errors import BadRequest, Invalid
 
 _EXC = "swerex.exceptions."
 

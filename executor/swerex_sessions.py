@@ -20,7 +20,7 @@ from executor.paths import PathResolver
 from executor.settings import ExecutorSettings
 from executor.shell import ShellExited, ShellSession, ShellTimeout, find_shell
 from executor.swerex_models import BashAction, BashInterruptAction, CreateSession, SwerexError
-from grove.errors import Unavailable
+from grove.core.errors import Unavailable
 
 MAX_SESSIONS = 32
 # SWE-ReX reports its own PS1 as the ``expect_string`` when the prompt ended a command; so do we.

@@ -14,7 +14,7 @@ import os
 import secrets
 from collections.abc import Iterator
 
-from grove.errors import TooLarge
+from grove.core.errors import TooLarge
 
 MAX_DEPTH = 256
 """Deepest tree an archive is made of (a real workspace is far shallower; deeper is an attack)."""

@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass
 
 from executor.paths import PathResolver
-from grove.errors import Forbidden, Invalid, NotFound
+from grove.core.errors import Forbidden, Invalid, NotFound
 
 MAX_ID = 65535
 """Ids a sandbox has: its user namespace maps 65,536 of them (``nobody`` is 65534)."""

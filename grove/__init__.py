@@ -6,7 +6,7 @@
             print(sb.exec("python3 -c 'print(1+1)'").stdout)
 
 The SDK names (``Grove``, ``AsyncGrove``, ``Sandbox``, ``AsyncSandbox``, ``ExecResult``) and the error
-classes are loaded on first use: the executor, which shares ``grove.errors`` and ``grove.wire``, never
+classes are loaded on first use: the executor, which shares ``grove.core.errors`` and ``grove.core.wire``, never
 pays for the HTTP client it does not use. Importing grove pulls in no server module.
 """
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from grove.client import DEFAULT_URL, AsyncGrove, AsyncSandbox, ExecResult, Grove, Sandbox
-    from grove.errors import (
+    from grove.core.errors import (
         BadGateway,
         BadRequest,
         BatchFailed,
@@ -41,7 +41,7 @@ _ERRORS = (
     "InternalError", "Invalid", "MethodNotAllowed", "NotFound", "TooLarge", "Unauthorized", "Unavailable",
     "UpstreamTimeout",
 )
-_LAZY = {**dict.fromkeys(_SDK, "grove.client"), **dict.fromkeys(_ERRORS, "grove.errors")}
+_LAZY = {**dict.fromkeys(_SDK, "grove.client"), **dict.fromkeys(_ERRORS, "grove.core.errors")}
 
 __all__ = [
     "DEFAULT_URL",

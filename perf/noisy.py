@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grove.client import Grove
-from grove.errors import GroveError
+from grove.core.errors import GroveError
 
 MEMORY_FILL = (
     "while :; do python3 -c '\n"

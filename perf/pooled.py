@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from grove.client import AsyncGrove
-from grove.errors import GroveError
+from grove.core.errors import GroveError
 from perf import burst_phases, cpuacct
 from perf.burst import BurstResult, SandboxRun, burst, drive, kind
 from perf.common import Router

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from grove.errors import BadRequest
+from grove.core.errors import BadRequest
 from router.api.appkeys import SERVICE
 from router.api.middleware import KEYS, MIDDLEWARES
 from router.api.routes import ROUTES

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from grove.errors import Conflict, NotFound, Unauthorized
+from grove.core.errors import Conflict, NotFound, Unauthorized
 from grove.statedir import StateDir
 
 RELOAD_INTERVAL_S = 1.0

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from grove.errors import error_body
+from grove.core.errors import error_body
 
 log = logging.getLogger("grove.router.connections")
 

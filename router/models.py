@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from grove.schema import spec
+from grove.core.schema import spec
 
 DAY = 86400.0
 

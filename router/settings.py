@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from artifacts.s3config import S3Config
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 from grove.statedir import StateDir
 from router.backends.knative.options import KnativeOptions
 from router.backends.local.unpack_limits import UnpackLimits

@@ -20,7 +20,7 @@ from artifacts.retention import Retention
 from artifacts.s3config import S3Config
 from artifacts.s3server import EmbeddedS3
 from artifacts.store import ObjectStore
-from grove.errors import Conflict, GroveError, Unavailable
+from grove.core.errors import Conflict, GroveError, Unavailable
 from router.settings import RouterSettings
 
 log = logging.getLogger("grove.router")

@@ -52,9 +52,10 @@ DISTRIBUTIONS = (
 #: grove's own packages, copied from the repository (``artifacts`` for the executor's snapshots; its
 #: ``minio`` modules are never imported inside a sandbox).
 GROVE_PACKAGES = ("grove", "executor", "artifacts", "sandbox_image")
-#: Of the ``grove`` package only its shared core goes in: the executor needs the error tree and the wire
-#: codec, never the SDK, CLI or workload layer (which would only grow the bundle and change its stamp).
-PACKAGE_SUBSETS = {"grove": frozenset({"__init__.py", "api.py", "errors.py", "py.typed", "schema.py", "wire.py"})}
+#: Of the ``grove`` package only its shared kernel (``grove/core``, taken whole) goes in: the executor needs the
+#: error tree, the wire codec and the exec contract, never the SDK, CLI or workload layer (which would only grow
+#: the bundle and change its stamp).
+PACKAGE_SUBSETS = {"grove": frozenset({"__init__.py", "py.typed", "core"})}
 #: Where the bundle is visible inside a sandbox.
 DEFAULT_MOUNT_POINT = "/.grove"
 #: The file in the bundle root that records what was built.
@@ -250,10 +251,13 @@ def _package_files(repo_root: Path) -> list[Path]:
         top = repo_root / package
         if not (top / "__init__.py").is_file():
             raise BundleError(f"package {package} not found in {repo_root}")
-        if (subset := PACKAGE_SUBSETS.get(package)) is not None:
+        subset = PACKAGE_SUBSETS.get(package)
+        if subset is not None:
             files.extend(Path(package) / f for f in sorted(subset) if (top / f).is_file())
-            continue
         for dirpath, dirnames, filenames in os.walk(top):
+            if subset is not None and Path(dirpath) == top:
+                dirnames[:] = sorted(d for d in dirnames if d in subset)  # a directory of the subset: whole
+                continue
             dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
             files.extend(
                 (Path(dirpath) / f).relative_to(repo_root)

@@ -67,7 +67,7 @@ def test_the_server_owns_no_front_end_code() -> None:
 def test_importing_the_user_side_loads_no_server_module() -> None:
     code = (
         "import sys\n"
-        "import grove, grove.client, grove.cli, grove.errors, grove.wire\n"
+        "import grove, grove.client, grove.cli, grove.core.errors, grove.core.wire\n"
         "from grove import Grove, AsyncGrove, Sandbox, NotFound\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('router', 'executor', 'flask', 'gunicorn'))\n"
         "print(','.join(loaded))\n"

@@ -8,9 +8,9 @@ import pytest
 
 from executor.models import ExecRequest
 from executor.settings import ExecutorSettings
-from grove.api import EXEC_FIELDS, ExecBody
-from grove.errors import BadRequest, GroveError
-from grove.schema import check_field, json_schema, parse
+from grove.core.api import EXEC_FIELDS, ExecBody
+from grove.core.errors import BadRequest, GroveError
+from grove.core.schema import check_field, json_schema, parse
 from router.api.openapi import build_spec
 from router.api.routes import ROUTES
 from router.models import CreateRequest
@@ -49,7 +49,7 @@ def test_every_body_route_publishes_a_schema() -> None:
 
 
 def test_every_query_route_publishes_its_parameters() -> None:
-    from grove.schema import parse_query
+    from grove.core.schema import parse_query
     from router.models import ArtifactQuery
 
     spec = build_spec(ROUTES)

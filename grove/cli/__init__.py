@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from grove.cli import artifacts, images, pools, rollouts, sandboxes, server, trajectories
 from grove.cli.common import DEFAULT_STATE, state_dir
-from grove.errors import GroveError
+from grove.core.errors import GroveError
 
 COMMANDS = (server, sandboxes, images, pools, trajectories, artifacts, rollouts)
 

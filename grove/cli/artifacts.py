@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from grove.cli.common import client
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 
 _MIB = 1024 * 1024
 

@@ -54,7 +54,7 @@ def texty(value: Any) -> Any:
 
 def key_values(items: list[str], flag: str) -> dict[str, str]:
     """``K=V`` items of a repeatable flag as a dict; a missing ``=`` is an error naming the flag."""
-    from grove.errors import Invalid
+    from grove.core.errors import Invalid
 
     out: dict[str, str] = {}
     for item in items:

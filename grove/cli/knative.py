@@ -100,7 +100,7 @@ def add_knative_parser(sub: Any) -> None:
 
 def cmd_manifest(args: argparse.Namespace) -> int:
     """Print the Secret, Service and (with egress allow) NetworkPolicy of one sandbox."""
-    from grove.schema import parse
+    from grove.core.schema import parse
     from router.models import CreateRequest
     from router.records.registry import SandboxRecord, new_id
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from grove.cli.common import client, key_values
-from grove.errors import GroveError
+from grove.core.errors import GroveError
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 from grove.cli import images
 from grove.cli.common import client, state_dir
-from grove.errors import Invalid, Unavailable
+from grove.core.errors import Invalid, Unavailable
 from grove.runfile import RunningRouter, running_router
 from grove.statedir import StateDir
 

@@ -16,12 +16,13 @@ from typing import Any, TypeVar
 import aiohttp
 import msgpack
 
-from grove import wire
-from grove.client.artifacts import Artifact, AsyncArtifacts, sandbox_artifacts
+from grove.client.artifacts import AsyncArtifacts, sandbox_artifacts
 from grove.client.batch import batch_ask, stream_batch
 from grove.client.results import ExecResult
 from grove.client.upload import UPLOAD_MAX_BYTES, spool_tar
-from grove.errors import (
+from grove.core import wire
+from grove.core.artifact import Artifact
+from grove.core.errors import (
     BatchFailed,
     Conflict,
     GroveError,
@@ -169,7 +170,7 @@ class AsyncGrove:
         as soon as it is made, rather than when the last one is, use :meth:`create_as_ready`.
 
         If any item fails (a bad body, the router's limit, a start that failed), raises
-        :class:`grove.errors.BatchFailed` once all are answered: its ``created`` holds the sandboxes that
+        :class:`grove.core.errors.BatchFailed` once all are answered: its ``created`` holds the sandboxes that
         were made (by index; yours to use or close) and ``errors`` each failed item's error by index."""
         made: dict[int, AsyncSandbox] = {}
         errors: dict[int, GroveError] = {}

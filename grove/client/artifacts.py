@@ -6,59 +6,21 @@
         report = await grove.artifacts.pull("out/", run_id="run-7")        # <out>/<sandbox_id>/<path>
 
 Every fetch goes through the router (it holds the S3 credentials) and is checked against the sha256
-recorded when the artifact was stored: a mismatch raises :class:`grove.errors.ChecksumMismatch`.
+recorded when the artifact was stored: a mismatch raises :class:`grove.core.errors.ChecksumMismatch`.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from artifacts.catalog import fetch_route
 from grove.client.download import Progress, fetch_bytes, fetch_file
+from grove.core.artifact import Artifact, fetch_route
 
 if TYPE_CHECKING:
     from grove.client.aio import AsyncGrove
     from grove.client.pull import PullReport
-
-
-@dataclass(frozen=True)
-class Artifact:
-    """One stored artifact, as the index records it."""
-
-    sandbox_id: str
-    """The sandbox it came from."""
-    path: str
-    """Its absolute path in the sandbox (for a truncated command's full output: the file it spilled to)."""
-    key: str
-    """Its key in the bucket."""
-    size: int
-    """Its size in bytes."""
-    sha256: str
-    """The sha256 recorded when it was stored."""
-    created_at: float
-    """When it was stored (seconds since the epoch)."""
-    kind: str = "file"
-    """``file``, or ``stdout``/``stderr`` for a truncated command's full output."""
-    task_id: str | None = None
-    """The sandbox's ``metadata.task_id``."""
-    run_id: str | None = None
-    """The sandbox's ``metadata.labels.run_id`` (the rollout run)."""
-    etag: str | None = None
-    """S3's entity tag of the object when it was stored."""
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> Artifact:
-        """From an entry of a listing (fields this SDK does not know are ignored)."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-    @property
-    def route(self) -> str:
-        """The router path that streams it."""
-        return fetch_route(self.sandbox_id, self.path)
 
 
 class AsyncArtifacts:
@@ -94,7 +56,7 @@ class AsyncArtifacts:
     ) -> Any:
         """The artifact's bytes (``dest`` None), or written to the file ``dest`` (returned as a Path):
         resumed from ``<dest>.part`` if an earlier fetch stopped, verified, then renamed into place. A
-        mismatch raises :class:`grove.errors.ChecksumMismatch`; the bad file is kept at ``<dest>.rejected``."""
+        mismatch raises :class:`grove.core.errors.ChecksumMismatch`; the bad file is kept at ``<dest>.rejected``."""
         route = fetch_route(sandbox_id, path)
         if dest is None:
             return await fetch_bytes(self._client, route)

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from grove import wire
-from grove.errors import GroveError, Invalid, Unavailable, error_from_body
+from grove.core import wire
+from grove.core.errors import GroveError, Invalid, Unavailable, error_from_body
 
 if TYPE_CHECKING:
     from grove.client.aio import AsyncGrove

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from grove.errors import ChecksumMismatch, GroveError
+from grove.core.errors import ChecksumMismatch, GroveError
 
 if TYPE_CHECKING:
     from grove.client.aio import AsyncGrove

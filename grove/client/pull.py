@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grove.client.artifacts import Artifact
 from grove.client.download import Progress, fetch_file, verified
-from grove.errors import ChecksumMismatch, GroveError, Invalid
+from grove.core.artifact import Artifact
+from grove.core.errors import ChecksumMismatch, GroveError, Invalid
 
 if TYPE_CHECKING:
     from grove.client.aio import AsyncGrove

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from grove.client.aio import AsyncGrove, AsyncSandbox
-from grove.client.artifacts import Artifact, AsyncArtifacts
+from grove.client.artifacts import AsyncArtifacts
 from grove.client.download import Progress
 from grove.client.pull import PullReport
 from grove.client.results import ExecResult
-from grove.errors import BatchFailed, GroveError
+from grove.core.artifact import Artifact
+from grove.core.errors import BatchFailed, GroveError
 
 T = TypeVar("T")
 
@@ -74,7 +75,7 @@ class Grove:
     def create_many(self, count_or_bodies: int | Sequence[Mapping[str, Any]], image: str = "default",
                     **options: Any) -> builtins.list[Sandbox]:
         """Create many sandboxes in one call per 1,000; see :meth:`AsyncGrove.create_many`. A
-        :class:`grove.errors.BatchFailed` carries these synchronous handles in ``created``."""
+        :class:`grove.core.errors.BatchFailed` carries these synchronous handles in ``created``."""
         try:
             made = self._loop.run(self._async.create_many(count_or_bodies, image, **options))
         except BatchFailed as exc:

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any
 
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 
 UPLOAD_MAX_BYTES = 8 << 30
 """The largest upload by default (8 GiB): a task's files or a project, not a host's disk."""

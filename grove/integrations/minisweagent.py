@@ -43,7 +43,7 @@ from minisweagent.exceptions import Submitted
 from minisweagent.utils.serialize import recursive_merge
 
 from grove.client import DEFAULT_URL, ExecResult, Grove, Sandbox
-from grove.errors import GroveError, Invalid
+from grove.core.errors import GroveError, Invalid
 
 SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from grove.client import AsyncGrove
-from grove.errors import GroveError
+from grove.core.errors import GroveError
 from grove.rollouts.report import FILES, write_reports
 from grove.rollouts.runner import RunConfig, Runner
 

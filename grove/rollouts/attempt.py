@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from grove.client import AsyncGrove, AsyncSandbox, Sandbox
 from grove.client.sync import _Loop
 from grove.client.upload import open_tarball
-from grove.errors import BadGateway, GroveError, InsufficientStorage, Unavailable, UpstreamTimeout
+from grove.core.errors import BadGateway, GroveError, InsufficientStorage, Unavailable, UpstreamTimeout
 from grove.rollouts.grading import BrokenCheck, grade
 from grove.rollouts.harnesses import Harness, InfraFault
 from grove.rollouts.tasks import Task

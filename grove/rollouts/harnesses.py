@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from grove.client import Sandbox
-from grove.errors import GroveError, Invalid
+from grove.core.errors import GroveError, Invalid
 
 HarnessFn = Callable[[dict[str, Any], Sandbox], None]
 DETERMINISTIC = "deterministic"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grove.errors import Conflict
+from grove.core.errors import Conflict
 
 RUN_FILE = "run.json"
 JOURNAL_FILE = "journal.jsonl"

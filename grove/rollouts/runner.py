@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from grove.client import AsyncGrove
-from grove.errors import GroveError, Unavailable
+from grove.core.errors import GroveError, Unavailable
 from grove.rollouts.attempt import TryIds, reason_of, run_try
 from grove.rollouts.harnesses import Harness, InfraFault, resolve
 from grove.rollouts.journal import AttemptKey, Journal, open_run, read_journal

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _RESOURCES = {"cpu": float, "memory_mb": int, "pids_max": int, "disk_mb": int}

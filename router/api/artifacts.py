@@ -16,11 +16,12 @@ from aiohttp import web
 from artifacts import catalog
 from artifacts import trajectory as tj
 from artifacts.artifact_index import ArtifactIndex, Page
-from artifacts.catalog import Entry, Query
+from artifacts.catalog import Query
 from artifacts.store import ObjectStore
 from artifacts.streams import CHUNK
-from grove.errors import Conflict, GroveError, NotFound, RangeNotSatisfiable
-from grove.schema import parse_query
+from grove.core.artifact import Artifact
+from grove.core.errors import Conflict, GroveError, NotFound, RangeNotSatisfiable
+from grove.core.schema import parse_query
 from router.api import ranges
 from router.api.appkeys import service_of
 from router.api.replies import reply
@@ -63,7 +64,7 @@ async def get_artifact(request: web.Request) -> web.StreamResponse:
 
 
 async def _stream(
-    request: web.Request, store: ObjectStore, entry: Entry, headers: dict[str, str]
+    request: web.Request, store: ObjectStore, entry: Artifact, headers: dict[str, str]
 ) -> web.StreamResponse:
     try:
         info = await asyncio.to_thread(store.stat, entry.key)

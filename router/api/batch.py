@@ -29,8 +29,8 @@ from typing import Any
 
 from aiohttp import web
 
-from grove import wire
-from grove.errors import BadRequest
+from grove.core import wire
+from grove.core.errors import BadRequest
 from router.api.appkeys import service_of
 from router.api.batch_items import items_of
 from router.api.batch_stream import produce, stream_sandboxes

@@ -7,8 +7,8 @@ import dataclasses
 import re
 from typing import Any
 
-from grove.errors import BadRequest, GroveError
-from grove.schema import check_field, parse
+from grove.core.errors import BadRequest, GroveError
+from grove.core.schema import check_field, parse
 from router.api.replies import error_of
 from router.lifecycle.service import SandboxService
 from router.models import MAX_BATCH, CreateRequest

@@ -29,7 +29,7 @@ from typing import Any
 import msgpack
 from aiohttp import web
 
-from grove import wire
+from grove.core import wire
 from router.api.batch_items import Alike, Items, alike, create_one, item_error
 from router.lifecycle.claims import HAND_OVER_AFTER
 from router.lifecycle.service import Claiming, SandboxService

@@ -14,8 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
-from grove import wire
-from grove.errors import (
+from grove.core import wire
+from grove.core.errors import (
     BadGateway,
     GroveError,
     InternalError,

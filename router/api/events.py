@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from artifacts.trajectory import MAX_EVENT_DEPTH, nests_deeper
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 
 ROLES = ("system", "user", "assistant", "tool")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from grove.errors import (
+from grove.core.errors import (
     BadRequest,
     GroveError,
     InternalError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
-from grove.schema import json_schema
+from grove.core.schema import json_schema
 
 _ERROR = {
     "description": "error",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from grove import wire
-from grove.schema import parse
+from grove.core import wire
+from grove.core.schema import parse
 from router.api.appkeys import service_of
 from router.api.replies import reply
 from router.models import PoolRequest, PoolResize

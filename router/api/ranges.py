@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from grove.errors import RangeNotSatisfiable
+from grove.core.errors import RangeNotSatisfiable
 
 _ONE = re.compile(r"bytes=(\d*)-(\d*)")
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from aiohttp import web
 
-from grove import wire
-from grove.errors import GroveError, InternalError
+from grove.core import wire
+from grove.core.errors import GroveError, InternalError
 from router.records.statedisk import storage_error
 
 log = logging.getLogger("grove.router")

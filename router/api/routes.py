@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from grove.api import ExecBody
+from grove.core.api import ExecBody
 from router.api.artifacts import get_artifact, list_artifacts, list_sandbox_artifacts
 from router.api.batch import create_sandboxes
 from router.api.datapath import exec_handler, transfer

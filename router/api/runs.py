@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from grove.errors import BadRequest, Unavailable
+from grove.core.errors import BadRequest, Unavailable
 from router.api.appkeys import service_of
 from router.api.replies import reply
 

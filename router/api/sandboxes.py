@@ -6,9 +6,9 @@ from typing import Any
 
 from aiohttp import web
 
-from grove import wire
-from grove.errors import BadRequest, InternalError
-from grove.schema import parse
+from grove.core import wire
+from grove.core.errors import BadRequest, InternalError
+from grove.core.schema import parse
 from router.api.appkeys import SERVICE, service_of
 from router.api.datapath import read_capped
 from router.api.replies import reply

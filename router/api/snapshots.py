@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from grove import wire
-from grove.errors import Unauthorized
+from grove.core import wire
+from grove.core.errors import Unauthorized
 from router.api.appkeys import service_of
 from router.api.datapath import read_capped
 from router.api.replies import reply

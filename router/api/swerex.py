@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from grove.errors import NotFound
+from grove.core.errors import NotFound
 from router.api.appkeys import service_of
 from router.api.datapath import call_executor, read_capped
 

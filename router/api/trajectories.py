@@ -9,9 +9,9 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from artifacts.trajectory import MAX_EVENT_DEPTH
-from grove import wire
-from grove.errors import BadRequest, Invalid
-from grove.schema import parse
+from grove.core import wire
+from grove.core.errors import BadRequest, Invalid
+from grove.core.schema import parse
 from router.api.appkeys import service_of
 from router.api.datapath import read_capped
 from router.api.events import check_event

@@ -75,7 +75,7 @@ class SnapshotUploads(Protocol):
 
 
 class Backend(Protocol):
-    """Makes, stops, wakes and deletes sandboxes. Every method may raise a :class:`grove.errors.GroveError`."""
+    """Makes, stops, wakes and deletes sandboxes. Every method may raise a :class:`grove.core.errors.GroveError`."""
 
     name: str
     exit_grace_s: float

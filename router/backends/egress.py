@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 

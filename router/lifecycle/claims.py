@@ -16,7 +16,7 @@ from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from grove.errors import GroveError, InternalError, Invalid
+from grove.core.errors import GroveError, InternalError, Invalid
 from router.backends.base import Endpoint
 from router.lifecycle.starting import InFlight, StartHost
 from router.models import CreateRequest

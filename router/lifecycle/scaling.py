@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Protocol
 
-from grove.errors import Conflict, InternalError
+from grove.core.errors import Conflict, InternalError
 from router.backends.base import Backend, Endpoint
 from router.records.registry import Registry, SandboxRecord
 from router.records.statedisk import is_no_space

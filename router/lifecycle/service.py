@@ -19,7 +19,7 @@ from typing import Any
 from artifacts.archive import TrajectoryArchive
 from artifacts.artifact_index import ArtifactIndex
 from artifacts.store import ObjectStore
-from grove.errors import Conflict, Invalid, Unavailable
+from grove.core.errors import Conflict, Invalid, Unavailable
 from router.backends.base import Backend, Endpoint, Started
 from router.lifecycle.claims import Claims, GroupClaim
 from router.lifecycle.reaper import Reaper

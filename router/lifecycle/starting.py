@@ -14,7 +14,7 @@ import secrets
 import time
 from typing import Any, Protocol
 
-from grove.errors import GroveError, Invalid, Unavailable
+from grove.core.errors import GroveError, Invalid, Unavailable
 from router.backends.base import Backend, Started
 from router.models import CreateRequest
 from router.pools.warm import Pools

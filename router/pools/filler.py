@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from grove.errors import GroveError, NotFound
+from grove.core.errors import GroveError, NotFound
 from router.backends.base import Backend, Started
 from router.models import CreateRequest, PoolRequest
 from router.records.registry import Registry, SandboxRecord, new_id

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grove.errors import Conflict, GroveError, Invalid, NotFound
-from grove.schema import parse
+from grove.core.errors import Conflict, GroveError, Invalid, NotFound
+from grove.core.schema import parse
 from grove.statedir import StateDir
 from router.models import CreateRequest, PoolRequest
 from router.pools.filler import Filler, Pool, PoolHost, made_with

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grove.errors import Conflict, GroveError, NotFound
+from grove.core.errors import Conflict, GroveError, NotFound
 from grove.statedir import StateDir
 from router.backends.base import Endpoint, SandboxSpec
 from router.models import CreateRequest, Metadata, NetworkModel

@@ -2,7 +2,7 @@
 
 The router keeps its records, journals, spool, API keys, images and sandbox layers under its state dir.
 When that filesystem fills (ENOSPC) or a quota runs out (EDQUOT), every write there fails the same way;
-this module turns that ``OSError`` into :class:`~grove.errors.InsufficientStorage` (507), so callers see
+this module turns that ``OSError`` into :class:`~grove.core.errors.InsufficientStorage` (507), so callers see
 "free space under <state dir>" instead of a 500 with a traceback. The error middleware and the lifecycle
 code call :func:`storage_error`; nothing else needs to know the errnos.
 """
@@ -13,7 +13,7 @@ import errno
 import os
 from pathlib import Path
 
-from grove.errors import InsufficientStorage
+from grove.core.errors import InsufficientStorage
 
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 

@@ -22,8 +22,9 @@ from typing import Any
 import aiohttp
 
 from artifacts import catalog
-from grove import wire
-from grove.errors import Unavailable
+from grove.core import wire
+from grove.core.artifact import Artifact
+from grove.core.errors import Unavailable
 from router.lifecycle.service import SandboxService
 from router.records.registry import SandboxRecord
 
@@ -103,7 +104,7 @@ async def _store(service: SandboxService, record: SandboxRecord, output: FullOut
     # Indexed like a pushed file (kind stdout/stderr): listed and fetched by the same routes.
     stored = await asyncio.to_thread(store.stat, key)
     meta = record.request.metadata
-    entry = catalog.Entry(
+    entry = Artifact(
         sandbox_id=record.id, path=path, key=key, size=stored.size, sha256=output.sha256, created_at=time.time(),
         kind=output.kind, task_id=meta.task_id, run_id=meta.labels.get(catalog.RUN_LABEL), etag=stored.etag,
     )

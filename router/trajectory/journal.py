@@ -26,7 +26,7 @@ from typing import Any
 import msgpack
 
 from artifacts.trajectory import readable_steps
-from grove.errors import NotFound
+from grove.core.errors import NotFound
 from grove.statedir import StateDir
 from router.records.registry import SAFE_ID_RE
 from router.records.statedisk import is_no_space

@@ -19,7 +19,7 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from grove.errors import Invalid, Unavailable
+from grove.core.errors import Invalid, Unavailable
 
 
 class ByteBudget:

@@ -11,8 +11,9 @@ from typing import Any
 import aiohttp
 
 from artifacts import catalog
-from grove import wire
-from grove.errors import BadGateway, GroveError, TooLarge, Unavailable, error_from_body
+from grove.core import wire
+from grove.core.artifact import Artifact, fetch_route
+from grove.core.errors import BadGateway, GroveError, TooLarge, Unavailable, error_from_body
 from router.lifecycle.service import SandboxService
 from router.records.registry import SandboxRecord
 
@@ -62,7 +63,7 @@ async def push_artifacts(
             item = {"path": item.get("path", path), **relayed, "via": "router"}
         # The size is S3's own; the sha256 is what the uploader hashed on the way (a later GET checks it).
         stored = await asyncio.to_thread(store.stat, keys[path])
-        entry = catalog.Entry(
+        entry = Artifact(
             sandbox_id=record.id, path=full[path], key=keys[path], size=stored.size, sha256=str(item["sha256"]),
             created_at=time.time(), kind=(kinds or {}).get(path, "file"), task_id=meta.task_id,
             run_id=meta.labels.get(catalog.RUN_LABEL), etag=stored.etag,
@@ -70,7 +71,7 @@ async def push_artifacts(
         await asyncio.to_thread(index.record, entry)
         get_url = await asyncio.to_thread(store.presign_get, keys[path], expires)
         results.append({**item, "path": item.get("path", path), "key": keys[path], "size": stored.size,
-                        "url": get_url, "fetch": catalog.fetch_route(record.id, full[path])})
+                        "url": get_url, "fetch": fetch_route(record.id, full[path])})
     return results
 
 

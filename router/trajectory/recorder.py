@@ -22,8 +22,8 @@ from typing import Any
 import msgpack
 
 from artifacts.catalog import artifact_key
-from grove import wire
-from grove.errors import BadGateway, InternalError, Invalid, Unavailable, UpstreamTimeout
+from grove.core import wire
+from grove.core.errors import BadGateway, InternalError, Invalid, Unavailable, UpstreamTimeout
 from router.records.registry import SandboxRecord
 from router.trajectory.journal import Journal
 from router.upstream.proxy import StreamAborted

@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from artifacts import trajectory as tj
-from grove.errors import BadRequest, NotFound
+from grove.core.errors import BadRequest, NotFound
 from router.api.appkeys import service_of
 from router.ui.records import RecordCache, load
 from router.ui.records import raw as raw_record

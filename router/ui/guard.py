@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from grove.errors import BadRequest, Forbidden, Unauthorized
+from grove.core.errors import BadRequest, Forbidden, Unauthorized
 from router.ui.sessions import COOKIE, LIFETIME_S, Session, Sessions
 
 SESSIONS = web.AppKey("ui_sessions", Sessions)

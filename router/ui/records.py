@@ -16,7 +16,7 @@ from typing import Any
 import msgpack
 
 from artifacts import trajectory as tj
-from grove.errors import NotFound
+from grove.core.errors import NotFound
 from router.lifecycle.service import SandboxService
 from router.trajectory.journal import Journal
 

@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from artifacts.store import ObjectStore
-from grove.errors import BadRequest, NotFound
+from grove.core.errors import BadRequest, NotFound
 from router.api.appkeys import service_of
 from router.api.runs import RUNS_PREFIX
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from artifacts import trajectory as tj
 from artifacts.store import ObjectStore
-from grove.errors import BadRequest, NotFound
+from grove.core.errors import BadRequest, NotFound
 
 MAX_SCAN = 2000
 """Summaries read at most per request when outcome or run filter them (the cursor continues)."""

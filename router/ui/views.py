@@ -15,7 +15,7 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
-from grove.errors import Forbidden
+from grove.core.errors import Forbidden
 from router.ui.guard import SESSIONS, check_csrf, clear_cookie, page, redirect, safe_next, session_of, set_cookie
 
 HERE = Path(__file__).parent

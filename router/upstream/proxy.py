@@ -8,8 +8,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from grove import wire
-from grove.errors import BadGateway, UpstreamTimeout
+from grove.core import wire
+from grove.core.errors import BadGateway, UpstreamTimeout
 from router.backends.base import Endpoint
 
 # Headers that describe the body and must travel with it; everything else (auth above all) stays here.

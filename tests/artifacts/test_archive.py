@@ -14,7 +14,7 @@ from artifacts.archive import TrajectoryArchive
 from artifacts.s3config import S3Config
 from artifacts.s3server import EmbeddedS3
 from artifacts.store import ObjectStore
-from grove.errors import NotFound, Unavailable
+from grove.core.errors import NotFound, Unavailable
 from tests.conftest import free_tcp_port
 from tests.support.s3_fixtures import config_for
 from tests.support.trajectory_samples import CREATED, make_record

@@ -8,16 +8,17 @@ from minio.lifecycleconfig import Expiration, LifecycleConfig, Rule
 
 from artifacts import catalog, retention
 from artifacts.artifact_index import ArtifactIndex
-from artifacts.catalog import Entry, Query
+from artifacts.catalog import Query
 from artifacts.retention import Retention
 from artifacts.store import ObjectStore
-from grove.errors import Invalid, NotFound
+from grove.core.artifact import Artifact
+from grove.core.errors import Invalid, NotFound
 
 
-def entry(sandbox: str, path: str, **over: object) -> Entry:
+def entry(sandbox: str, path: str, **over: object) -> Artifact:
     fields = {"sandbox_id": sandbox, "path": path, "key": catalog.artifact_key(sandbox, path), "size": 1,
               "sha256": "0" * 64, "created_at": 1.0}
-    return Entry(**{**fields, **over})  # type: ignore[arg-type]
+    return Artifact(**{**fields, **over})  # type: ignore[arg-type]
 
 
 def test_pages_by_every_index(object_store: ObjectStore) -> None:

@@ -5,17 +5,18 @@ from __future__ import annotations
 import pytest
 
 from artifacts import catalog
-from artifacts.catalog import Entry, Query
-from grove.errors import BadRequest, Invalid
+from artifacts.catalog import Query
+from grove.core.artifact import Artifact, fetch_route
+from grove.core.errors import BadRequest, Invalid
 
 pytestmark = pytest.mark.fast
 SHA = "ab" * 32
 
 
-def entry(**over: object) -> Entry:
+def entry(**over: object) -> Artifact:
     fields = {"sandbox_id": "sb-0123456789abcdef", "path": "/workspace/out/a b.txt", "size": 3, "sha256": SHA,
               "created_at": 1.5, "key": "artifacts/sb-0123456789abcdef/workspace/out/a%20b.txt"}
-    return Entry(**{**fields, **over})  # type: ignore[arg-type]
+    return Artifact(**{**fields, **over})  # type: ignore[arg-type]
 
 
 def test_paths_are_absolute_and_normalized() -> None:
@@ -25,7 +26,7 @@ def test_paths_are_absolute_and_normalized() -> None:
         with pytest.raises(Invalid):
             catalog.normalize_path(bad)
     assert catalog.artifact_key("sb-1", "/w/a b?.txt") == "artifacts/sb-1/w/a%20b%3F.txt"
-    assert catalog.fetch_route("sb-1", "/w/a b.txt") == "/v1/artifacts/sb-1/w/a%20b.txt"
+    assert fetch_route("sb-1", "/w/a b.txt") == "/v1/artifacts/sb-1/w/a%20b.txt"
 
 
 def test_an_entry_is_indexed_by_run_task_and_sandbox_with_by_sandbox_last() -> None:
@@ -39,11 +40,11 @@ def test_an_entry_is_indexed_by_run_task_and_sandbox_with_by_sandbox_last() -> N
 
 def test_entries_round_trip_and_bad_ones_are_refused() -> None:
     e = entry(kind="stdout", run_id="r", etag="x")
-    assert Entry.from_json(e.to_json()) == e
+    assert Artifact.from_json(e.to_json()) == e
     assert e.public()["fetch"] == "/v1/artifacts/sb-0123456789abcdef/workspace/out/a%20b.txt"
     for bad in (b"not json", b"[]", b'{"sandbox_id": "x"}'):
         with pytest.raises(Invalid):
-            Entry.from_json(bad)
+            Artifact.from_json(bad)
     with pytest.raises(Invalid, match="kind"):
         entry(kind="movie")
     with pytest.raises(Invalid, match="sha256"):

@@ -16,7 +16,7 @@ import pytest
 
 from artifacts.multipart import upload_multipart
 from artifacts.store import ObjectStore
-from grove.errors import Invalid, TooLarge, Unauthorized, Unavailable
+from grove.core.errors import Invalid, TooLarge, Unauthorized, Unavailable
 from router.backends.knative.manifest import snapshot_key
 from router.backends.knative.uploads import part_size_for
 from tests.support.snapshot_broker import LocalBroker, broker_for

@@ -15,7 +15,7 @@ import pytest
 from artifacts import s3proc
 from artifacts.s3server import EmbeddedS3
 from artifacts.store import ObjectStore
-from grove.errors import Conflict
+from grove.core.errors import Conflict
 from tests.support.s3_fixtures import config_for
 
 

@@ -13,7 +13,7 @@ import zstandard
 
 from artifacts.snapshot import download_via_presigned, pack_directory, unpack_into, upload_via_presigned
 from artifacts.store import ObjectStore
-from grove.errors import BadRequest, Forbidden, NotFound
+from grove.core.errors import BadRequest, Forbidden, NotFound
 
 pytestmark = pytest.mark.fast  # pure logic: `make test-fast`
 

@@ -14,7 +14,7 @@ import pytest
 
 from artifacts.s3config import S3Config
 from artifacts.store import ObjectStore
-from grove.errors import Forbidden, Invalid, NotFound, Unavailable
+from grove.core.errors import Forbidden, Invalid, NotFound, Unavailable
 from tests.conftest import free_tcp_port
 
 

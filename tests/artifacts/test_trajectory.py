@@ -8,7 +8,7 @@ import msgpack
 import pytest
 
 from artifacts import trajectory as tj
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 from tests.support.trajectory_samples import make_record
 
 pytestmark = pytest.mark.fast  # pure logic: `make test-fast`

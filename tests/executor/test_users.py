@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from executor.users import RunAs, resolve
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 
 PASSWD = """root:x:0:0:root:/root:/bin/sh
 # a comment

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 from router.backends.local.debian import build_debian, host_mirror
 from router.backends.local.images import ImageStore
 

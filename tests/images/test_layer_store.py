@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 from router.backends.local.images import MAX_LAYERS, ImageStore, LayerSource
 from router.backends.local.layer_store import chain_ids
 from router.backends.local.overlay_layer import OPAQUE_XATTR

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from grove.errors import BadGateway, Invalid, NotFound
+from grove.core.errors import BadGateway, Invalid, NotFound
 from router.backends.local.image_pull import pull_image, write_authfile
 from router.backends.local.images import ImageStore
 from router.backends.local.overlay_layer import OPAQUE_XATTR

@@ -14,7 +14,7 @@ import pytest
 
 from artifacts.export import to_chat
 from grove.client import Grove, Sandbox
-from grove.errors import BadGateway, GroveError, Invalid
+from grove.core.errors import BadGateway, GroveError, Invalid
 from tests.support.router_fixtures import RouterProcess, cgroup_procs, wait_for
 
 

@@ -26,7 +26,7 @@ from swerex.runtime.abstract import BashAction, CreateBashSessionRequest
 from grove import Grove
 from grove.client import AsyncGrove
 from grove.client.aio import AsyncSandbox
-from grove.errors import GroveError
+from grove.core.errors import GroveError
 from grove.integrations.minisweagent import GroveEnvironment
 from tests.support.router_fixtures import RouterProcess
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 
-from grove.errors import Conflict, Forbidden, Invalid, Unavailable
+from grove.core.errors import Conflict, Forbidden, Invalid, Unavailable
 from router.backends.base import Network, SandboxSpec, Started
 from router.backends.knative.backend import KnativeBackend
 from router.backends.knative.ratelimit import TokenBucket

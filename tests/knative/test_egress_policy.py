@@ -12,7 +12,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 from router.backends.base import Network
 from router.backends.knative import egress, manifest
 from router.backends.knative.options import KnativeOptions

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from grove.cli.knative import add_cluster_options, options_from_args
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 from router.backends.base import Network, SandboxSpec
 from router.backends.knative import labels as L
 from router.backends.knative import manifest, status

@@ -18,7 +18,7 @@ import pytest
 
 from artifacts.s3server import EmbeddedS3
 from artifacts.store import ObjectStore
-from grove.errors import UpstreamTimeout
+from grove.core.errors import UpstreamTimeout
 from router.backends.knative.manifest import policy_name, secret_name, snapshot_key
 from sandbox_image.bundle import Bundle
 from tests.support.knative_fixtures import NAMESPACE, PART_MIB, Cluster, knative_router_on, stand_in_cluster

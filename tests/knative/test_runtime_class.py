@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import pytest
 
 from artifacts.s3server import EmbeddedS3
-from grove.errors import Invalid, NotFound, Unavailable
+from grove.core.errors import Invalid, NotFound, Unavailable
 from router.backends.base import Network, SandboxSpec
 from router.backends.knative.backend import KnativeBackend
 from router.records.registry import new_id

@@ -165,7 +165,7 @@ def test_statuses_read_from_pytest_and_unittest_output() -> None:
 
 
 def test_one_runner_per_run_directory(tmp_path: Path) -> None:
-    from grove.errors import Conflict
+    from grove.core.errors import Conflict
     from grove.rollouts.journal import Journal
 
     first = Journal(tmp_path)

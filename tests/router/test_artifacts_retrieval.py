@@ -21,7 +21,7 @@ from artifacts import retention
 from artifacts.s3config import S3Config
 from artifacts.store import ObjectStore
 from grove.client import Grove, Progress
-from grove.errors import ChecksumMismatch, NotFound
+from grove.core.errors import ChecksumMismatch, NotFound
 from tests.support.router_fixtures import RouterProcess, error_of, router_state, wait_for
 
 MIB = 1024 * 1024

@@ -10,7 +10,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from grove.errors import Unauthorized
+from grove.core.errors import Unauthorized
 from router.app import create_app
 from router.settings import RouterSettings
 from router.ui import UI_ROUTES

@@ -13,8 +13,8 @@ import pytest
 
 from grove.client import AsyncGrove, Grove
 from grove.client.batch import batch_ask, batch_bodies
-from grove.errors import BadRequest, BatchFailed, Invalid, NotFound
-from grove.schema import parse
+from grove.core.errors import BadRequest, BatchFailed, Invalid, NotFound
+from grove.core.schema import parse
 from router.api.batch_items import Template, items_of
 from router.models import CreateRequest, Metadata
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for

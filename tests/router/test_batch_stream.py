@@ -15,7 +15,7 @@ import pytest
 
 from grove.client import AsyncGrove, Grove
 from grove.client.aio import AsyncSandbox, FirstBeats
-from grove.errors import GroveError
+from grove.core.errors import GroveError
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
 
 BATCH = "/v1/sandboxes/batch"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from grove.client import Grove, Sandbox
-from grove.errors import TooLarge
+from grove.core.errors import TooLarge
 from router.backends.local.disk import KEPT_TEMPLATES, DiskTemplates, attached_loops
 from sandbox_image.disk import attach
 from tests.support.router_fixtures import (

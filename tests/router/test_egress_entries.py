@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 from router.backends.egress import Destination, parse_allow
 from router.backends.local.egress_rules import parse_allow as local_allow
 

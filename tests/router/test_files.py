@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from grove.client import Sandbox
-from grove.errors import BadRequest, Conflict, NotFound, TooLarge
+from grove.core.errors import BadRequest, Conflict, NotFound, TooLarge
 from tests.support.router_fixtures import RouterProcess, error_of, proc_status
 
 MiB = 1024 * 1024

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from grove.errors import Conflict, Invalid, NotFound
+from grove.core.errors import Conflict, Invalid, NotFound
 from router.backends.local.images import Image, ImageStore
 from tests.support.imagetools import (
     Layer,

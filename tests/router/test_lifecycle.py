@@ -8,7 +8,7 @@ import time
 import pytest
 
 from grove.client import Grove
-from grove.errors import Conflict, NotFound
+from grove.core.errors import Conflict, NotFound
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
 
 

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from grove.errors import Invalid, Unavailable
+from grove.core.errors import Invalid, Unavailable
 from router.trajectory.outflow import ByteBudget
 
 pytestmark = pytest.mark.fast  # pure logic: `make test-fast`

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from grove.client import Grove
-from grove.errors import Conflict, NotFound
+from grove.core.errors import Conflict, NotFound
 from tests.support.imagetools import make_busybox_rootfs
 from tests.support.router_fixtures import RouterProcess, wait_for
 

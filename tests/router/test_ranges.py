@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grove.errors import RangeNotSatisfiable
+from grove.core.errors import RangeNotSatisfiable
 from router.api.ranges import ByteRange, requested
 
 pytestmark = pytest.mark.fast

@@ -18,7 +18,7 @@ import pytest
 from artifacts.s3config import S3Config
 from artifacts.store import ObjectStore
 from grove.client import Grove
-from grove.errors import NotFound
+from grove.core.errors import NotFound
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
 
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from grove.client import Grove
-from grove.errors import Unavailable
+from grove.core.errors import Unavailable
 from sandbox_image.bundle import MANIFEST
 from tests.support.router_fixtures import RouterProcess, cgroup_procs, process_alive, sandbox_cgroups, wait_for
 

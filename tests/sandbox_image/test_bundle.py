@@ -39,7 +39,7 @@ def _run(
 def _imports() -> str:
     names = list(THIRD_PARTY)
     if (REPO / "grove" / "errors.py").is_file():
-        names.append("grove.errors")
+        names.append("grove.core.errors")
     return ", ".join(names)
 
 

@@ -22,7 +22,7 @@ from http.client import IncompleteRead
 from pathlib import Path
 
 from grove.client import Grove, Sandbox
-from grove.errors import NotFound
+from grove.core.errors import NotFound
 from tests.support.router_fixtures import CGROUP_ROOT, RouterProcess, instance_of
 
 HOLD = (

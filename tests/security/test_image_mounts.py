@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from grove.client import Grove
-from grove.errors import Invalid, NotFound
+from grove.core.errors import Invalid, NotFound
 from tests.images.conftest import base_layer, registry  # noqa: F401  (module fixtures of the image tests)
 from tests.support.imagetools import make_busybox_rootfs, make_docker_save_tar, tar_directory
 from tests.support.registry import Registry, write_oci_layout

@@ -17,7 +17,7 @@ import pytest
 
 from grove.client import Grove
 from grove.client.upload import spool_tar
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 from grove.rollouts.tasks import TaskFileError, load_tasks
 from tests.support.router_fixtures import RouterProcess
 

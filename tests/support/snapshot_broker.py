@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from artifacts.store import ObjectStore
-from grove.errors import GroveError
+from grove.core.errors import GroveError
 from router.backends.knative.uploads import SnapshotUploads, signing_key
 
 

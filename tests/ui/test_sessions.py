@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from grove.errors import BadRequest
+from grove.core.errors import BadRequest
 from router.trajectory.journal import Journal
 from router.ui import steps
 from router.ui.records import RecordCache

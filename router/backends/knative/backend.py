@@ -22,7 +22,7 @@ from typing import Any
 import urllib3
 from kubernetes import client
 
-from grove.errors import GroveError, Invalid, NotFound, Unavailable, UpstreamTimeout
+from grove.core.errors import GroveError, Invalid, NotFound, Unavailable, UpstreamTimeout
 from router.backends.base import Endpoint, SandboxSpec, SnapshotUploads, Started
 from router.backends.knative import egress as knative_egress
 from router.backends.knative import labels as L

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 from router.backends.egress import IPNetwork, parse_allow
 
 PRIVATE = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import urllib3
 from kubernetes import client, watch
 
-from grove.errors import UpstreamTimeout
+from grove.core.errors import UpstreamTimeout
 
 log = logging.getLogger("grove.knative")
 T = TypeVar("T")

@@ -3,7 +3,7 @@
 The official client is synchronous; its calls run on a small thread pool of their own (the default
 executor is sized for CPUs, not for waiting on an API server). Every call goes through :meth:`Kube.call`,
 which retries what is worth retrying (429, 5xx, a dropped connection) with exponential backoff and
-jitter — honouring ``Retry-After`` — and turns whatever is left into a :class:`grove.errors.GroveError`
+jitter — honouring ``Retry-After`` — and turns whatever is left into a :class:`grove.core.errors.GroveError`
 that says what happened: 409 → ``Conflict``, 403 → ``Forbidden`` with the RBAC fix, 422 → ``Invalid``
 with the admission webhook's message.
 """
@@ -24,7 +24,7 @@ from typing import Any
 import urllib3
 from kubernetes import client, config
 
-from grove.errors import Conflict, Forbidden, GroveError, InternalError, Invalid, NotFound, Unavailable
+from grove.core.errors import Conflict, Forbidden, GroveError, InternalError, Invalid, NotFound, Unavailable
 from router.backends.knative.options import KnativeOptions
 from router.backends.knative.ratelimit import TokenBucket
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 from router.backends.base import Network, SandboxSpec
 from router.backends.knative import egress
 from router.backends.knative import labels as L

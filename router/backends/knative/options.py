@@ -6,7 +6,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 
 DEFAULT_RUNTIME_IMAGE = "ghcr.io/grove-sandbox/grove-runtime:0.1.0"
 ENDPOINT_MODES = ("revision", "address", "pod")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 
-from grove.errors import Forbidden, Invalid, NotFound
+from grove.core.errors import Forbidden, Invalid, NotFound
 from router.backends.knative.kube import Kube
 
 log = logging.getLogger("grove.knative")

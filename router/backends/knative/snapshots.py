@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from artifacts.s3config import S3Config
-from grove.errors import GroveError
+from grove.core.errors import GroveError
 from router.backends.knative.manifest import snapshot_key
 from router.backends.knative.uploads import DEFAULT_PART, MultipartStorage, SnapshotUploads, signing_key
 

@@ -21,7 +21,7 @@ import hmac
 import math
 from typing import Any, Protocol
 
-from grove.errors import Invalid, TooLarge, Unauthorized
+from grove.core.errors import Invalid, TooLarge, Unauthorized
 from router.backends.knative.manifest import snapshot_key
 
 MIN_PART = 5 * 1024 * 1024

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grove.errors import BadGateway, Invalid, NotFound, Unavailable
+from grove.core.errors import BadGateway, Invalid, NotFound, Unavailable
 from grove.statedir import StateDir
 from router.backends.base import Endpoint, SandboxSpec, SnapshotUploads, Started
 from router.backends.local import disk, procs, references

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from grove.errors import Invalid, Unavailable
+from grove.core.errors import Invalid, Unavailable
 from router.backends.local import kernfiles
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")

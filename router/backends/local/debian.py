@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from grove.errors import GroveError, Invalid
+from grove.core.errors import GroveError, Invalid
 from router.backends.local.images import Image, ImageStore
 
 _PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")

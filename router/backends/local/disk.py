@@ -20,7 +20,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from grove.errors import Unavailable
+from grove.core.errors import Unavailable
 
 IMAGE_NAME = "disk.img"
 LOOP_CONTROL = Path("/dev/loop-control")

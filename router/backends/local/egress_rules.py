@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 from router.backends import egress
 from router.backends.egress import Destination
 

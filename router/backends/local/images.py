@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grove.errors import Conflict, Invalid, NotFound
+from grove.core.errors import Conflict, Invalid, NotFound
 from router.backends.local import references
 from router.backends.local.layer_store import LayerStore, chain_ids, disk_usage
 from router.backends.local.layers import fill

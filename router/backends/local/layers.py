@@ -27,7 +27,7 @@ from typing import IO, Any, cast
 
 import zstandard
 
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 from router.backends.local.rootfs_writer import CHUNK, RootfsWriter
 from router.backends.local.unpack_limits import GIB, Budget, UnpackLimits
 

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from grove.errors import Unavailable
+from grove.core.errors import Unavailable
 from router.backends.egress import Destination
 from router.backends.local import egress_rules as rules
 from router.backends.local.egress_rules import SUBNET

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grove.errors import BadGateway, GroveError, Invalid, NotFound
+from grove.core.errors import BadGateway, GroveError, Invalid, NotFound
 from router.backends.local.references import Reference
 
 _INSPECT_TIMEOUT_S = 300.0

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 from router.backends.local import overlay_layer
 from router.backends.local.unpack_limits import Budget
 from sandbox_image.newroot import MOUNT_POINTS, describe, not_a_directory

@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from grove.errors import Unavailable
+from grove.core.errors import Unavailable
 from sandbox_image.userns import RANGE
 
 FLOOR = 1 << 28

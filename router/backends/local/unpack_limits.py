@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grove.errors import Invalid
+from grove.core.errors import Invalid
 
 GIB = 1 << 30
 

@@ -12,7 +12,7 @@ import itertools
 import json
 from typing import Any
 
-from grove.errors import Unavailable
+from grove.core.errors import Unavailable
 
 _READY_TIMEOUT_S = 60.0
 _SPAWN_TIMEOUT_S = 60.0

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgpack
 
-from grove.errors import BadRequest, Invalid
+from grove.core.errors import BadRequest, Invalid
 
 MSGPACK = "application/msgpack"
 JSON = "application/json"

@@ -1,7 +1,7 @@
 """Request models of the calls that more than one layer handles: the router publishes them in
 ``/v1/openapi.json``, the executor validates against the same field set, the SDK sends them.
 
-Defined with :func:`grove.schema.spec`, so every field is documented once and the published schema is
+Defined with :func:`grove.core.schema.spec`, so every field is documented once and the published schema is
 generated from the definition, never kept beside it.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grove.schema import spec
+from grove.core.schema import spec
 
 DAY = 86400.0
 

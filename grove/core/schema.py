@@ -1,7 +1,7 @@
 """Typed request models with unknown fields rejected, and their JSON Schema for the OpenAPI document.
 
 Shared by every layer: the router validates its own calls' bodies with it and publishes every model in
-``/v1/openapi.json``; the executor takes the exec call's fields from the same model (:mod:`grove.api`).
+``/v1/openapi.json``; the executor takes the exec call's fields from the same model (:mod:`grove.core.api`).
 
 A model is a frozen dataclass whose fields carry :func:`spec` metadata (doc and bounds). :func:`parse`
 turns a decoded body into the model or raises ``BadRequest``/``Invalid`` naming the field;
@@ -18,8 +18,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from grove.errors import BadRequest, Invalid
-from grove.wire import non_finite_path
+from grove.core.errors import BadRequest, Invalid
+from grove.core.wire import non_finite_path
 
 T = TypeVar("T")
 
