@@ -28,6 +28,7 @@ from executor.served import Served, Slot
 from executor.settings import ExecutorSettings
 from executor.swerex import swerex_blueprint
 from grove.core import wire
+from grove.core.api import chunk_frame, encode_frame, error_frame, result_frame
 from grove.core.errors import (
     BadRequest,
     Conflict,
@@ -248,13 +249,10 @@ def _stream_of(events: Any) -> Response:
     def frames() -> Iterator[bytes]:
         try:
             for event in events:
-                if isinstance(event, Chunk):
-                    frame: dict[str, Any] = {"type": event.stream, "data": event.data}
-                else:
-                    frame = {"type": "result", "result": event}
-                yield wire.encode(frame, as_msgpack) + (b"" if as_msgpack else b"\n")
+                frame = chunk_frame(event.stream, event.data) if isinstance(event, Chunk) else result_frame(event)
+                yield encode_frame(frame, as_msgpack)
         except GroveError as exc:
-            yield wire.encode({"type": "error", **exc.to_body()}, as_msgpack) + (b"" if as_msgpack else b"\n")
+            yield encode_frame(error_frame(exc.to_body()), as_msgpack)
 
     mimetype = wire.MSGPACK if as_msgpack else "application/x-ndjson"
     return Response(frames(), mimetype=mimetype, headers={"X-Accel-Buffering": "no"})

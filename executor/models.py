@@ -10,11 +10,12 @@ from typing import Any
 
 from executor.settings import ExecutorSettings
 from executor.users import parse_spec
-from grove.core.api import EXEC_FIELDS
+from grove.core.api import EXEC_FIELDS, MIN_OUTPUT_BYTES, MIN_TIMEOUT_S
 from grove.core.errors import BadRequest, Invalid
 
-# The fields are the published model's (grove.core.api.ExecBody, in /v1/openapi.json); the checks below are
-# the executor's own, with limits from its settings.
+# The fields and bounds are the published model's (grove.core.api.ExecBody, in /v1/openapi.json); the upper
+# bounds come from the executor's settings, whose defaults are the published ones (a Knative revision's
+# timeout lowers max_timeout_s).
 _FIELDS = EXEC_FIELDS
 
 
@@ -126,9 +127,9 @@ def _timeout(value: Any, settings: ExecutorSettings) -> float:
         raise BadRequest("'timeout_s' must be a number of seconds")
     if not math.isfinite(value):
         raise Invalid(f"'timeout_s' must be a finite number of seconds, got {value}")
-    if value <= 0 or value > settings.max_timeout_s:
-        raise Invalid(f"'timeout_s' must be > 0 and <= {settings.max_timeout_s:g} (this sandbox's longest call), "
-                      f"got {value}; for longer work, start it in the background and poll")
+    if value < MIN_TIMEOUT_S or value > settings.max_timeout_s:
+        raise Invalid(f"'timeout_s' must be between {MIN_TIMEOUT_S:g} and {settings.max_timeout_s:g} (this sandbox's "
+                      f"longest call), got {value}; for longer work, start it in the background and poll")
     return float(value)
 
 
@@ -137,8 +138,9 @@ def _max_output(value: Any, settings: ExecutorSettings) -> int:
         return settings.default_max_output_bytes
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadRequest("'max_output_bytes' must be an integer")
-    if value < 64 or value > settings.max_output_bytes_limit:
-        raise Invalid(f"'max_output_bytes' must be between 64 and {settings.max_output_bytes_limit}, got {value}")
+    if value < MIN_OUTPUT_BYTES or value > settings.max_output_bytes_limit:
+        raise Invalid(f"'max_output_bytes' must be between {MIN_OUTPUT_BYTES} and {settings.max_output_bytes_limit}, "
+                      f"got {value}; the full output of a truncated stream is stored whole")
     return value
 
 

@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from grove.core.api import DEFAULT_OUTPUT_BYTES, DEFAULT_TIMEOUT_S, MAX_OUTPUT_BYTES, MAX_TIMEOUT_S
 from grove.core.errors import Invalid
 
 MiB = 1024 * 1024
@@ -26,13 +27,13 @@ class ExecutorSettings:
     """The sandbox's environment; each exec's ``env`` is merged over it. Nothing else is inherited."""
     output_dir: str = "/tmp/grove-output"
     """Where the full output of a truncated command is kept (an API path, under ``root``)."""
-    default_timeout_s: float = 600.0
+    default_timeout_s: float = DEFAULT_TIMEOUT_S
     """Per-command timeout when a request gives none."""
-    max_timeout_s: float = 86400.0
+    max_timeout_s: float = MAX_TIMEOUT_S
     """Largest per-command timeout a request may ask for."""
-    default_max_output_bytes: int = 1 * MiB
+    default_max_output_bytes: int = DEFAULT_OUTPUT_BYTES
     """Per-stream output cap when a request gives none."""
-    max_output_bytes_limit: int = 64 * MiB
+    max_output_bytes_limit: int = MAX_OUTPUT_BYTES
     """Largest per-stream output cap a request may ask for."""
     max_file_bytes: int = 4096 * MiB
     """Largest file a PUT may write (413 beyond)."""

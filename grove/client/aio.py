@@ -21,6 +21,7 @@ from grove.client.batch import batch_ask, stream_batch
 from grove.client.results import ExecResult
 from grove.client.upload import UPLOAD_MAX_BYTES, spool_tar
 from grove.core import wire
+from grove.core.api import FrameReader, exec_body
 from grove.core.artifact import Artifact
 from grove.core.errors import (
     BatchFailed,
@@ -388,13 +389,14 @@ class AsyncSandbox:
     ) -> ExecResult:
         """Run a command (a string runs under /bin/sh -c) as the sandbox's root, or as ``user`` (``name``,
         ``uid``, ``name:group``, ``uid:gid``); safe to retry: it carries a request id."""
-        body = _exec_body(command, cwd, env, stdin, timeout_s, max_output_bytes, user)
+        body = exec_body(command, cwd=cwd, env=env, stdin=stdin, timeout_s=timeout_s,
+                         max_output_bytes=max_output_bytes, user=user)
         data = await self.client.request("POST", self._path("/exec"), msgpack_body=body, retry=True)
         return ExecResult.from_wire(data)
 
     async def exec_stream(self, command: str | list[str], **options: Any) -> AsyncIterator[tuple[str, Any]]:
         """Yield ``("stdout"|"stderr", bytes)`` as output comes, then ``("result", ExecResult)``."""
-        body = _exec_body(command, **options)
+        body = exec_body(command, **options)
         http = self.client._http()
         headers = {"Accept": wire.MSGPACK, "Content-Type": wire.MSGPACK}
         try:
@@ -406,10 +408,9 @@ class AsyncSandbox:
             ) as resp:
                 if resp.status >= 400:
                     raise error_from_body(resp.status, _decode(await resp.read(), resp.content_type))
-                unpacker = msgpack.Unpacker(raw=False)
+                reader = FrameReader(resp.content_type)
                 async for chunk in resp.content.iter_any():
-                    unpacker.feed(chunk)
-                    for frame in unpacker:
+                    for frame in reader.feed(chunk):
                         if frame["type"] == "result":
                             yield "result", ExecResult.from_wire(frame["result"])
                         elif frame["type"] == "error":
@@ -488,23 +489,6 @@ class AsyncSandbox:
         except GroveError as exc:
             if exc.status not in (404, 409):
                 raise
-
-
-def _exec_body(
-    command: str | list[str],
-    cwd: str | None = None,
-    env: dict[str, str] | None = None,
-    stdin: bytes | str | None = None,
-    timeout_s: float | None = None,
-    max_output_bytes: int | None = None,
-    user: str | None = None,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {"command": command, "request_id": uuid.uuid4().hex}
-    for key, value in (("cwd", cwd), ("env", env), ("stdin", stdin), ("timeout_s", timeout_s),
-                       ("max_output_bytes", max_output_bytes), ("user", user)):
-        if value is not None:
-            body[key] = value
-    return body
 
 
 def _decode(body: bytes, content_type: str) -> Any:

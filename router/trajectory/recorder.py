@@ -19,10 +19,9 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
-import msgpack
-
 from artifacts.catalog import artifact_key
 from grove.core import wire
+from grove.core.api import final_result
 from grove.core.errors import BadGateway, InternalError, Invalid, Unavailable, UpstreamTimeout
 from router.records.registry import SandboxRecord
 from router.trajectory.journal import Journal
@@ -217,22 +216,12 @@ def exec_step(body: bytes, content_type: str, answer: bytes, answer_type: str, s
 
 def _final_result(answer: bytes, content_type: str, streamed: bool) -> dict[str, Any] | None:
     try:
-        if not streamed:
-            value = wire.decode(answer, content_type)
-            return value if isinstance(value, dict) and "exit_code" in value else None
-        if content_type == wire.MSGPACK:
-            unpacker = msgpack.Unpacker(raw=False)
-            unpacker.feed(answer)
-            frames = list(unpacker)
-        else:
-            frames = [wire.decode(line, wire.JSON) for line in answer.splitlines() if line.strip()]
-    except Exception:
+        if streamed:
+            return final_result(answer, content_type)
+        value = wire.decode(answer, content_type)
+    except Exception:  # what the executor answered is not ours to trust: an unreadable answer has no result
         return None
-    for frame in reversed(frames):
-        if isinstance(frame, dict) and frame.get("type") == "result":
-            result = frame.get("result")
-            return result if isinstance(result, dict) else None
-    return None
+    return value if isinstance(value, dict) and "exit_code" in value else None
 
 
 class Digest:

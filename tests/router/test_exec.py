@@ -203,3 +203,23 @@ def test_grove_client_works_from_threads(router: RouterProcess, sandbox: Sandbox
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             outs = list(pool.map(lambda i: handle.exec(f"echo {i}").stdout, range(8)))
     assert outs == [f"{i}\n".encode() for i in range(8)]
+
+
+@pytest.mark.local_only  # a Knative revision's timeout lowers this sandbox's longest call below the published one
+def test_the_published_bounds_are_the_enforced_ones(router: RouterProcess, sandbox: Sandbox) -> None:
+    """``/v1/openapi.json`` says how long a command may run and how much output a reply may carry: exactly those
+    maxima (and minima) are accepted, and one step past each is a 422 naming the field."""
+    spec = router.http("GET", "/v1/openapi.json").json()
+    exec_op = spec["paths"]["/v1/sandboxes/{id}/exec"]["post"]
+    props = exec_op["requestBody"]["content"]["application/json"]["schema"]["properties"]
+    path = f"/v1/sandboxes/{sandbox.id}/exec"
+    for name, step in (("timeout_s", 0.5), ("max_output_bytes", 1)):
+        lo, hi = props[name]["minimum"], props[name]["maximum"]
+        for ok in (lo, hi):
+            reply = router.http("POST", path, json_body={"command": ["true"], name: ok})
+            # Accepted: it ran (a 1 ms timeout may well end `true` before it exits, and says so).
+            assert reply.status == 200 and "exit_code" in reply.json(), (name, ok, reply.body)
+        for bad in (hi + step, lo - step if lo - step > 0 else lo / 2):
+            reply = router.http("POST", path, json_body={"command": ["true"], name: bad})
+            assert reply.status == 422 and name in error_of(reply)["message"], (name, bad, reply.body)
+    assert props["timeout_s"]["maximum"] == 86400 and props["max_output_bytes"]["maximum"] == 64 << 20
