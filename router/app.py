@@ -9,7 +9,7 @@ from aiohttp import web
 
 from grove.core.errors import BadRequest
 from router.api.appkeys import SERVICE
-from router.api.middleware import KEYS, MIDDLEWARES
+from router.api.middleware import KEYS, MIDDLEWARES, SESSION_ROUTES
 from router.api.routes import ROUTES
 from router.auth import KeyRing
 from router.backends.base import Backend
@@ -19,6 +19,7 @@ from router.settings import RouterSettings
 from router.storage import open_storage
 from router.trajectory.journal import Journal
 from router.trajectory.recorder import Recorder
+from router.ui import UI_ROUTES
 from router.ui import install as install_viewer
 from router.upstream.proxy import Upstreams
 
@@ -47,6 +48,7 @@ def create_app(settings: RouterSettings, backend: Backend | None = None) -> web.
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
     install_viewer(app, app[KEYS])
+    app[SESSION_ROUTES] = frozenset((method, path) for method, path, _ in UI_ROUTES)
 
     async def lifetime(_: web.Application) -> AsyncIterator[None]:
         # The service is made once its storage is open: every collaborator in its constructor.

@@ -5,7 +5,11 @@
 - ``router`` (the server) never imports grove's front ends (``grove.cli``, ``grove.demo``, ``grove.integrations``,
   ``grove.client``): the server owns no SDK code;
 - importing the user-side package (``grove``, its SDK and CLI) loads no server module;
-- ``router`` has no import cycle among its modules, function-level imports included.
+- ``router`` has no import cycle among its modules, function-level imports included;
+- ``router``'s folders are layers, each importing only those below it (:data:`ROUTER_LAYERS`), function-level
+  imports included: no back-arrow, so no cycle between folders either;
+- the kernel ``grove.core`` imports nothing of grove outside itself, and ``grove.client`` (the SDK) loads no
+  module of ``router``, ``artifacts`` or ``executor``.
 """
 
 from __future__ import annotations
@@ -106,3 +110,65 @@ def test_snapshot_modules_load_without_minio() -> None:
         "import artifacts.snapshot, artifacts.presigned, artifacts.unpack, artifacts.multipart\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+ROUTER_LAYERS: list[set[str]] = [
+    {"server"},
+    {"app"},                                  # assembly: the backend, routes, middleware, viewer, lifetime
+    {"ui"},                                   # the viewer (uses the API's helpers)
+    {"api"},                                  # handlers, route table, middleware, replies
+    {"lifecycle"},                            # the service, starts, claims, scaling, reaper, keep-warm
+    {"pools"},                                # warm pools and their filler
+    {"trajectory"},                           # recorder, journals, full outputs, pushes, the archive
+    {"records"},                              # the registry, its files and log, the state disk
+    {"upstream"},                             # the executor's client
+    {"storage"},                              # object storage, embedded or not
+    {"settings"},                             # the router's configuration
+    {"backends.local", "backends.knative"},   # each backend with its parts (never each other)
+    {"backends"},                             # the protocol every backend implements, egress entries
+    {"models", "auth", "logs", "connections"},  # leaves: request models, API keys, the log, connection limits
+]
+"""``router``'s folders (and top-level modules) from the top down: each may import only what is below it."""
+
+
+def _router_unit(module: str) -> str | None:
+    """The layer unit of a ``router`` module: its folder (``backends.local`` and ``backends.knative`` apart)."""
+    parts = module.split(".")
+    if parts[0] != "router" or len(parts) < 2:
+        return None
+    if parts[1] == "backends" and len(parts) > 2 and parts[2] in ("local", "knative"):
+        return f"backends.{parts[2]}"
+    return parts[1]
+
+
+def test_router_layers_point_down() -> None:
+    rank = {unit: i for i, layer in enumerate(ROUTER_LAYERS) for unit in layer}
+    back: list[str] = []
+    for path in sources("router"):
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        here = _router_unit(module)
+        if here is None:  # router/__init__.py: the package itself imports nothing of its own
+            assert not {n for n in imports(path) if n.startswith("router")}, path
+            continue
+        assert here in rank, f"{module} is in no layer of ROUTER_LAYERS: add its folder there"
+        for name in imports(path):
+            there = _router_unit(name)
+            if there is None or there == here or there not in rank:
+                continue
+            if rank[there] <= rank[here]:  # up, or sideways within a layer (local and knative)
+                back.append(f"{module} imports {name} ({here} -> {there})")
+    assert not back, "imports against the layers:\n  " + "\n  ".join(sorted(set(back)))
+
+
+def test_the_kernel_imports_nothing_of_grove_outside_it() -> None:
+    for path in sources("grove/core"):
+        outside = {n for n in imports(path) if n.split(".")[0] in ("grove", "router", "executor", "artifacts",
+                                                                     "sandbox_image") and not n.startswith("grove.core")}
+        assert not outside, f"{path} imports {outside}"
+
+
+def test_the_sdk_loads_no_server_package() -> None:
+    code = ("import sys, grove.client, grove.client.artifacts, grove.client.upload\n"
+            "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in ('router', 'artifacts', 'executor'))))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.strip() == "", f"importing grove.client loaded: {done.stdout}"

@@ -26,7 +26,7 @@ from grove.core.errors import (
 )
 from router.api.appkeys import service_of
 from router.records.registry import SandboxRecord
-from router.trajectory.fulloutputs import full_outputs_of, store_full_outputs
+from router.trajectory.fulloutputs import full_outputs_of
 from router.trajectory.recorder import Digest, exec_step
 from router.upstream.proxy import StreamAborted, Unreached, forward
 
@@ -123,7 +123,7 @@ async def exec_handler(request: web.Request) -> web.StreamResponse:
         if full:
             # The full text of a truncated output goes to S3 beside the step that links it, at the pace
             # of the router's budget for it (the host, not the sandbox, pays for storing it).
-            service.background(store_full_outputs(service, record, full), f"full output of {record.id}")
+            service.background(service.full_outputs.store(record, full), f"full output of {record.id}")
     return response
 
 

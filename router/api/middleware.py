@@ -20,7 +20,6 @@ from router.api.replies import error_of, reply
 from router.api.routes import ROUTES, Handler
 from router.auth import KeyRing
 from router.records.registry import SAFE_ID_RE
-from router.ui import UI_ROUTES
 from router.upstream.proxy import StreamAborted
 
 KEYS = web.AppKey("keys", KeyRing)
@@ -60,8 +59,9 @@ _PUBLIC = {(r.method, canonical_path(r.path)) for r in ROUTES if r.public}
 _OWN_AUTH = {(r.method, canonical_path(r.path)) for r in ROUTES if r.own_auth}
 _NO_KEY = _PUBLIC | _OWN_AUTH
 _KEY_HEADERS = {(r.method, canonical_path(r.path)): r.key_header for r in ROUTES if r.key_header}
-# The viewer's routes check its session cookie themselves (router/ui/guard.py); only matched ones skip here.
-_VIEWER = {(method, path) for method, path, _ in UI_ROUTES}
+SESSION_ROUTES = web.AppKey("session_routes", frozenset)
+"""(method, path) of the routes that check a session cookie themselves instead of an API key (the viewer's,
+router/ui/guard.py), set by the app that adds them; only matched ones skip the key check here."""
 
 
 @web.middleware
@@ -72,7 +72,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     route = request.match_info.route.resource
     canonical = route.canonical if route is not None else request.path
     if (request.method, canonical) not in _NO_KEY and \
-            (route is None or (request.method, canonical) not in _VIEWER):
+            (route is None or (request.method, canonical) not in request.app[SESSION_ROUTES]):
         header = request.headers.get("Authorization")
         alternative = _KEY_HEADERS.get((request.method, canonical))
         if header is None and alternative and alternative in request.headers:

@@ -17,7 +17,6 @@ from router.api.datapath import read_capped
 from router.api.events import check_event
 from router.api.replies import reply
 from router.models import EventsRequest, PushRequest
-from router.trajectory.pushing import push_artifacts
 
 
 class TrajectoryReader(Protocol):
@@ -87,7 +86,7 @@ async def post_artifacts(request: web.Request) -> web.Response:
         raise BadRequest("'paths' must be a non-empty list of paths in the sandbox")
     service.touch(record)
     with service.recorder.faults(record, "pushing artifacts"):  # S3 or the executor failing is the environment's
-        items = await push_artifacts(service, record, push.paths, url_expires_s=push.url_expires_s)
+        items = await service.pushes.push(record, push.paths, url_expires_s=push.url_expires_s)
     service.recorder.step(record, {"type": "artifacts", "t": time.time(), "items": items})
     return reply(request, {"artifacts": items})
 

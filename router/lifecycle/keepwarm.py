@@ -13,6 +13,7 @@ import logging
 
 import aiohttp
 
+from grove.core.errors import BadGateway
 from router.lifecycle.service import SandboxService
 from router.records.registry import SandboxRecord
 
@@ -31,11 +32,9 @@ def keep_warm(service: SandboxService, record: SandboxRecord) -> None:
 
     async def ping() -> None:
         try:
-            session, base = service.upstreams.session(endpoint)
-            async with session.get(base + "/healthz", headers={"Authorization": f"Bearer {endpoint.token}"},
-                                   timeout=aiohttp.ClientTimeout(total=_TIMEOUT_S)) as resp:
+            async with service.upstreams.call(endpoint, "GET", "/healthz", timeout_s=_TIMEOUT_S) as resp:
                 await resp.read()
-        except (TimeoutError, aiohttp.ClientError) as exc:  # the next call finds out what is wrong
+        except (BadGateway, TimeoutError, aiohttp.ClientError) as exc:  # the next call finds out what is wrong
             log.info("keep-warm request to %s failed: %s", record.id, exc)
         finally:
             service.warming.discard(record.id)

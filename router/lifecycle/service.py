@@ -32,7 +32,9 @@ from router.records.registry import Registry, SandboxRecord
 from router.records.statedisk import is_no_space
 from router.settings import RouterSettings
 from router.storage import Storage
+from router.trajectory.fulloutputs import FullOutputs
 from router.trajectory.outflow import ByteBudget
+from router.trajectory.pushing import ArtifactPushes
 from router.trajectory.recorder import Recorder
 from router.trajectory.store import TrajectoryStore
 from router.upstream.proxy import Upstreams
@@ -90,8 +92,13 @@ class SandboxService:
         """``time.monotonic()`` when the last one ended."""
         self.pools = Pools(self, settings.state_dir)
         """The warm pools: members started ahead of time, handed out by creates (router/pools/warm.py)."""
-        self.full_outputs = ByteBudget(settings.full_output_bytes_per_s, settings.full_output_burst_bytes)
-        """Paces the background stores of truncated commands' full outputs (host CPU a sandbox cannot pay)."""
+        budget = ByteBudget(settings.full_output_bytes_per_s, settings.full_output_burst_bytes)
+        self.full_outputs = FullOutputs(budget, storage, upstreams, self.endpoint, recorder)
+        """Stores truncated commands' full outputs, paced: host CPU a sandbox cannot pay (router/trajectory)."""
+        self.pushes = ArtifactPushes(storage, upstreams, self.endpoint,
+                                     executor_reaches_storage=backend.executor_reaches_storage,
+                                     url_expires_s=settings.artifact_url_expires_s)
+        """Pushes of sandbox files into object storage and the artifact index (router/trajectory/pushing.py)."""
         self.starts = Starts(self)
         """Sandboxes starting, and re-adoption after a restart (router/lifecycle/starting.py)."""
         self.claims = Claims(self)
@@ -122,7 +129,7 @@ class SandboxService:
         """Stop the reaper and wait for creations in flight; sandboxes keep running."""
         await self.pools.close()
         await self.reaper.close()
-        self.full_outputs.close()  # stores still waiting their turn are not worth a slow shutdown
+        self.full_outputs.budget.close()  # stores still waiting their turn are not worth a slow shutdown
         for task in [*self.starts.tasks(), *self.claims.tasks(), *self._background]:
             with contextlib.suppress(BaseException):
                 await task

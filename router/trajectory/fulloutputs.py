@@ -15,18 +15,21 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
 from artifacts import catalog
-from grove.core import wire
 from grove.core.artifact import Artifact
 from grove.core.errors import Unavailable
-from router.lifecycle.service import SandboxService
+from router.backends.base import Endpoint
 from router.records.registry import SandboxRecord
+from router.storage import Storage
+from router.trajectory.outflow import ByteBudget
+from router.trajectory.recorder import Recorder
+from router.upstream.proxy import Upstreams
 
 log = logging.getLogger("grove.router")
 _CHUNK = 1024 * 1024
@@ -57,58 +60,67 @@ def full_outputs_of(step: dict[str, Any]) -> list[FullOutput]:
     return found
 
 
-async def store_full_outputs(service: SandboxService, record: SandboxRecord, outputs: list[FullOutput]) -> None:
-    """Store each output at the pace of the router's budget; failures become ``full_output`` steps."""
-    try:
-        waited = await service.full_outputs.spend(sum(o.size for o in outputs))
-    except Unavailable:
-        log.warning("full output of %s not stored, the router stopped first; it stays in the sandbox: %s",
-                    record.id, ", ".join(o.path for o in outputs))
-        return
-    if waited and record.status == "deleted":
-        return  # its files went with it while this waited its turn
-    for output in outputs:
-        try:
-            await _store(service, record, output)
-        except Exception as exc:  # each reason is recorded; an aborted upload may come back wrapped
-            reason = str(exc) or type(exc).__name__
-            log.warning("full output %s of %s not stored: %s", output.path, record.id, reason)
-            service.recorder.step(record, {"type": "full_output", "t": time.time(), "path": output.path,
-                                         "stored": False, "error": reason})
+EndpointOf = Callable[[SandboxRecord], Awaitable[Endpoint]]
+"""The executor of a sandbox, started first if it was scaled to zero (the lifecycle's; narrow on purpose)."""
 
 
-async def _store(service: SandboxService, record: SandboxRecord, output: FullOutput) -> None:
-    store, index = service.objects, service.artifacts
-    if store is None or index is None:
-        raise Unavailable("object storage is not ready")
-    path = catalog.normalize_path(output.path)
-    key = catalog.artifact_key(record.id, path)
-    url = await asyncio.to_thread(store.presign_put, key)
-    endpoint = await service.endpoint(record)
-    session, base = service.upstreams.session(endpoint)
-    auth = {"Authorization": f"Bearer {endpoint.token}", "Accept": wire.JSON}
-    async with session.get(base + "/v1/outputs", params={"path": output.path}, headers=auth) as src:
-        if src.status >= 400:
-            raise Unavailable(f"the executor has no full output {output.path}: {(await src.text())[:300]}")
-        headers = {"Content-Length": str(output.size)}
+class FullOutputs:
+    """Stores truncated commands' full outputs in the background, at the pace of the router's byte budget."""
+
+    def __init__(self, budget: ByteBudget, storage: Storage, upstreams: Upstreams, endpoint_of: EndpointOf,
+                 recorder: Recorder) -> None:
+        self.budget = budget
+        self._objects, self._index = storage.objects, storage.artifacts
+        self._upstreams, self._endpoint_of, self._recorder = upstreams, endpoint_of, recorder
+
+    async def store(self, record: SandboxRecord, outputs: list[FullOutput]) -> None:
+        """Store each output at the pace of the budget; failures become ``full_output`` steps."""
         try:
-            async with aiohttp.ClientSession() as out, out.put(url, data=_verified(src.content, output),
-                                                               headers=headers) as put:
-                if put.status >= 300:
-                    raise Unavailable(f"object storage refused {output.path}: {put.status}")
-        except BaseException:
-            # Belt and braces: whatever S3 made of an aborted PUT is not the output.
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(store.delete, key)
-            raise
-    # Indexed like a pushed file (kind stdout/stderr): listed and fetched by the same routes.
-    stored = await asyncio.to_thread(store.stat, key)
-    meta = record.request.metadata
-    entry = Artifact(
-        sandbox_id=record.id, path=path, key=key, size=stored.size, sha256=output.sha256, created_at=time.time(),
-        kind=output.kind, task_id=meta.task_id, run_id=meta.labels.get(catalog.RUN_LABEL), etag=stored.etag,
-    )
-    await asyncio.to_thread(index.record, entry)
+            waited = await self.budget.spend(sum(o.size for o in outputs))
+        except Unavailable:
+            log.warning("full output of %s not stored, the router stopped first; it stays in the sandbox: %s",
+                        record.id, ", ".join(o.path for o in outputs))
+            return
+        if waited and record.status == "deleted":
+            return  # its files went with it while this waited its turn
+        for output in outputs:
+            try:
+                await self._store(record, output)
+            except Exception as exc:  # each reason is recorded; an aborted upload may come back wrapped
+                reason = str(exc) or type(exc).__name__
+                log.warning("full output %s of %s not stored: %s", output.path, record.id, reason)
+                self._recorder.step(record, {"type": "full_output", "t": time.time(), "path": output.path,
+                                             "stored": False, "error": reason})
+
+    async def _store(self, record: SandboxRecord, output: FullOutput) -> None:
+        store, index = self._objects, self._index
+        path = catalog.normalize_path(output.path)
+        key = catalog.artifact_key(record.id, path)
+        url = await asyncio.to_thread(store.presign_put, key)
+        endpoint = await self._endpoint_of(record)
+        async with self._upstreams.call(endpoint, "GET", "/v1/outputs", params={"path": output.path}) as src:
+            if src.status >= 400:
+                raise Unavailable(f"the executor has no full output {output.path}: {(await src.text())[:300]}")
+            headers = {"Content-Length": str(output.size)}
+            try:
+                async with aiohttp.ClientSession() as out, out.put(url, data=_verified(src.content, output),
+                                                                   headers=headers) as put:
+                    if put.status >= 300:
+                        raise Unavailable(f"object storage refused {output.path}: {put.status}")
+            except BaseException:
+                # Belt and braces: whatever S3 made of an aborted PUT is not the output.
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(store.delete, key)
+                raise
+        # Indexed like a pushed file (kind stdout/stderr): listed and fetched by the same routes.
+        stored = await asyncio.to_thread(store.stat, key)
+        meta = record.request.metadata
+        entry = Artifact(
+            sandbox_id=record.id, path=path, key=key, size=stored.size, sha256=output.sha256,
+            created_at=time.time(), kind=output.kind, task_id=meta.task_id, run_id=meta.labels.get(catalog.RUN_LABEL),
+            etag=stored.etag,
+        )
+        await asyncio.to_thread(index.record, entry)
 
 
 async def _verified(src: aiohttp.StreamReader, output: FullOutput) -> AsyncIterator[bytes]:

@@ -1,8 +1,15 @@
-"""The data path: forward a call to the sandbox's executor over pooled keep-alive connections, streaming."""
+"""The executor's client: every call the router makes to a sandbox's executor, over pooled keep-alive connections.
+
+:class:`Upstreams` is the one place an executor call is built — the session for its endpoint (a Unix socket, or
+TCP), its bearer token, its timeout, a lost connection turned into ``BadGateway``. :func:`forward` streams an API
+call through unchanged (the data path); :meth:`Upstreams.call` and :meth:`Upstreams.post_json` are the router's
+own calls (a pool claim, full outputs, artifact pushes, keep-warm pings).
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -48,17 +55,40 @@ class Upstreams:
             self._tcp = aiohttp.ClientSession(connector=tcp, timeout=aiohttp.ClientTimeout(total=None))
         return self._tcp, endpoint.url.rstrip("/")
 
-    async def post_json(self, endpoint: Endpoint, path: str, body: dict[str, Any], timeout_s: float = 30.0) -> None:
-        """POST a JSON body to an executor with its token; ``BadGateway`` unless it answers 200."""
+    @staticmethod
+    def headers(endpoint: Endpoint, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The headers of a call to ``endpoint``: its bearer token (the one place it is written), and ``extra``."""
+        return {**(extra or {}), "Authorization": f"Bearer {endpoint.token}"}
+
+    @contextlib.asynccontextmanager
+    async def call(
+        self, endpoint: Endpoint, method: str, path: str, *, params: Mapping[str, str] | None = None,
+        json_body: Any = None, timeout_s: float | None = None,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """One call of the router's own to an executor (answers asked for as JSON), its response open for the
+        block; ``timeout_s`` bounds the whole call. An executor that cannot be reached, or that goes away before
+        it answers, is a ``BadGateway`` naming the call; what happens while the block reads is the block's."""
         session, base = self.session(endpoint)
-        headers = {"Authorization": f"Bearer {endpoint.token}"}
         try:
-            async with session.post(base + path, json=body, headers=headers,
-                                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-                if resp.status != 200:
-                    raise BadGateway(f"executor answered {path} with {resp.status}: {(await resp.text())[:500]}")
+            resp = await session.request(method, base + path, params=params, json=json_body,
+                                         timeout=aiohttp.ClientTimeout(total=timeout_s),
+                                         headers=self.headers(endpoint, {"Accept": wire.JSON}))
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise BadGateway(f"executor did not answer {path}: {exc}") from exc
+            raise BadGateway(f"the sandbox's executor did not answer {method} {path}: {exc}") from exc
+        try:
+            yield resp
+        finally:
+            resp.release()
+
+    async def post_json(self, endpoint: Endpoint, path: str, body: dict[str, Any], timeout_s: float = 30.0) -> None:
+        """POST a JSON body to an executor; ``BadGateway`` unless it answers 200."""
+        async with self.call(endpoint, "POST", path, json_body=body, timeout_s=timeout_s) as resp:
+            try:
+                text = await resp.text()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise BadGateway(f"the sandbox's executor went away answering {path}: {exc}") from exc
+            if resp.status != 200:
+                raise BadGateway(f"executor answered {path} with {resp.status}: {text[:500]}")
 
     async def drop(self, endpoint_url: str | None) -> None:
         """Close the pool of an endpoint that went away."""
@@ -97,8 +127,7 @@ async def forward(
     which is how the trajectory recorder hashes file transfers without holding them.
     """
     session, base = upstreams.session(endpoint)
-    headers = {h: request.headers[h] for h in _FORWARD_REQUEST if h in request.headers}
-    headers["Authorization"] = f"Bearer {endpoint.token}"
+    headers = upstreams.headers(endpoint, {h: request.headers[h] for h in _FORWARD_REQUEST if h in request.headers})
     data: bytes | AsyncIterator[bytes] | None
     if body is not None:
         data = body
