@@ -38,6 +38,7 @@ from perf.common import (
     write_results,
 )
 from router.trajectory.journal import Journal
+from tests.support.trajectory_samples import make_record
 
 SECTION = "## Recording cost and trajectory throughput"
 TARGET_SHARE = 0.05
@@ -91,15 +92,11 @@ def _recording_costs(calls: int, scratch: Path) -> list[float]:
 
 
 def _record(i: int, steps: int) -> dict[str, Any]:
-    return {
-        "version": 1,
-        "sandbox": {"id": f"sb-{i:016x}", "task_id": f"task-{i % 50}", "model": "m", "harness": "bench",
-                    "harness_version": "1", "image": "default", "image_digest": "sha256:" + "0" * 64,
-                    "created_at": time.time(), "ended_at": time.time()},
-        "steps": [{"type": "exec", "t": time.time(), "command": f"python3 step_{s}.py", "exit_code": 0,
-                   "stdout": b"x" * 2000, "stderr": b"", "stdout_sha256": "0" * 64} for s in range(steps)],
-        "outcome": {"result": "pass", "reward": 1.0, "reason": None},
-    }
+    """A record as the router makes it (its own recorder and journal; see tests/support/trajectory_samples.py)."""
+    commands = [{"type": "exec", "t": time.time(), "command": f"python3 step_{s}.py", "exit_code": 0,
+                 "stdout": b"x" * 2000, "stderr": b"", "stdout_sha256": "0" * 64} for s in range(steps)]
+    return make_record(f"sb-{i:016x}", task_id=f"task-{i % 50}", model="m", harness="bench", harness_version="1",
+                       created_at=time.time(), steps=commands)
 
 
 def _throughput(count: int, steps: int, scratch: Path) -> dict[str, Any]:

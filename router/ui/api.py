@@ -16,6 +16,7 @@ from aiohttp import web
 from artifacts import trajectory as tj
 from grove.core.errors import BadRequest, NotFound
 from router.api.appkeys import service_of
+from router.records.registry import SandboxRecord
 from router.ui.records import RecordCache, load
 from router.ui.records import raw as raw_record
 from router.ui.search import Query, Summaries, search
@@ -43,10 +44,20 @@ def _int(request: web.Request, name: str, default: int, low: int, high: int) -> 
     return value
 
 
+_LIVE = ("status", "ready_at", "ended_at", "end_reason", "error", "last_activity")
+
+
+def _as_recorded(request: web.Request, record: SandboxRecord) -> dict[str, Any]:
+    """A live sandbox in the shape of a trajectory record's ``sandbox`` (what the recorder writes), with its
+    live state: the viewer's pages read one shape, live or stored."""
+    public = record.public()
+    return {**service_of(request).recorder.metadata(record), **{k: public[k] for k in _LIVE}}
+
+
 async def sandboxes(request: web.Request) -> web.StreamResponse:
     """GET /ui/api/sandboxes — every live sandbox, newest first, with the router's clock."""
     live = sorted(service_of(request).registry.claimed(), key=lambda r: r.created_at, reverse=True)
-    return web.json_response({"now": time.time(), "sandboxes": [r.public() for r in live]})
+    return web.json_response({"now": time.time(), "sandboxes": [_as_recorded(request, r) for r in live]})
 
 
 async def sandbox(request: web.Request) -> web.StreamResponse:
@@ -56,13 +67,13 @@ async def sandbox(request: web.Request) -> web.StreamResponse:
     if found is None:
         registry.get(request.match_info["id"])  # the right NotFound (unknown, or gone)
         raise NotFound(f"no sandbox {request.match_info['id']}")
-    return web.json_response({"now": time.time(), "sandbox": found.public()})
+    return web.json_response({"now": time.time(), "sandbox": _as_recorded(request, found)})
 
 
 async def delete_sandbox(request: web.Request) -> web.StreamResponse:
     """POST /ui/api/sandboxes/{id}/delete — delete it (the guard checked the CSRF token)."""
     record = await service_of(request).delete(request.match_info["id"], reason="deleted from the viewer")
-    return web.json_response({"sandbox": record.public()})
+    return web.json_response({"sandbox": _as_recorded(request, record)})
 
 
 async def trajectories(request: web.Request) -> web.StreamResponse:

@@ -109,12 +109,31 @@ def output(step: Any, stream: str) -> dict[str, Any]:
     }
 
 
+METADATA = ("task_id", "model", "harness", "harness_version", "labels")
+"""The sandbox's metadata fields, flat on the record's ``sandbox`` as the recorder writes them."""
+
+
+def recorded_shape(sandbox: Any) -> dict[str, Any]:
+    """A record's ``sandbox`` with its metadata flat, as the recorder writes it (a record stored by an older
+    router nested it under ``metadata``): the one shape the viewer's pages read."""
+    if not isinstance(sandbox, dict):
+        return {}
+    inner = sandbox.get("metadata")
+    if not isinstance(inner, dict):
+        return sandbox
+    flat = {k: v for k, v in sandbox.items() if k != "metadata"}
+    for name in METADATA:
+        if flat.get(name) is None and inner.get(name) is not None:
+            flat[name] = inner[name]
+    return flat
+
+
 def header(record: dict[str, Any]) -> dict[str, Any]:
     """Everything of a record but its steps (clipped), and how many steps it has."""
     state = [False]
     steps = record.get("steps") or []
     return {
-        "sandbox": clip(record.get("sandbox") or {}, state),
+        "sandbox": clip(recorded_shape(record.get("sandbox")), state),
         "outcome": clip(record.get("outcome"), state),
         "version": record.get("version"),
         "step_count": len(steps) if isinstance(steps, list) else 0,

@@ -68,12 +68,13 @@ def test_outage_spools_then_flush_uploads_everything(private_s3: EmbeddedS3, tmp
         endpoint = private_s3.endpoint
 
         private_s3.stop()
+        records = [make_record(f"sb-{i}", task_id="outage") for i in range(5)]
         started = time.monotonic()
-        results = [archive.store(make_record(f"sb-{i}", task_id="outage")) for i in range(5)]
+        results = [archive.store(record) for record in records]
         assert time.monotonic() - started < 2.0  # a refused connection fails fast; later ones skip S3
         assert all(r.spooled and r.error for r in results)
         assert sorted(p.name for p in spool.iterdir()) == [f"sb-{i}.msgpack" for i in range(5)]
-        assert archive.get("sb-3") == make_record("sb-3", task_id="outage")  # readable while spooled
+        assert archive.get("sb-3") == records[3]  # readable while spooled
         assert archive.pending() == 5
         assert archive.flush_spool() == 0  # still down: nothing uploaded, nothing deleted
         with pytest.raises(Unavailable, match=endpoint):

@@ -63,8 +63,7 @@ def test_timeouts_failures_and_missing_outcome() -> None:
         {"type": "exec", "command": "yes", "stdout": "y\n" * 3, "stdout_truncated": True, "exit_code": 0},
         {"type": "event", "kind": "reward", "data": {"reward": 0.25}},
     ]
-    record = make_record("sb-t", steps=steps)
-    record["outcome"] = None
+    record = make_record("sb-t", steps=steps, outcome=None)
     chat = to_chat(record)
     assert [m["role"] for m in chat["messages"]] == ["assistant", "tool", "assistant", "tool"]
     assert chat["messages"][1]["content"] == "[timed out after 5.0s]"
@@ -105,8 +104,7 @@ def test_setup_and_grading_are_not_the_agents_actions() -> None:
         {"type": "event", "kind": "result", "data": {"result": "fail", "reward": 0.0}},
         {"type": "event", "kind": "grading", "data": {"status": "finished", "result": "fail"}},
     ]
-    record = make_record("sb-g", steps=steps)
-    record["outcome"] = None
+    record = make_record("sb-g", steps=steps, outcome=None)
     chat = to_chat(record)
     calls = [(c["function"]["name"], json.loads(c["function"]["arguments"]))
              for m in chat["messages"] for c in m.get("tool_calls") or []]

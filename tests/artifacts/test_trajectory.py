@@ -32,7 +32,8 @@ def test_key_layout_and_index_entries() -> None:
         "model-a",
         "mini-swe-agent",
     )
-    assert (body["result"], body["reward"], body["steps"], body["harness_version"]) == ("pass", 1.0, 8, "1.2.3")
+    # The 8 sample steps and the result event that set the outcome.
+    assert (body["result"], body["reward"], body["steps"], body["harness_version"]) == ("pass", 1.0, 9, "1.2.3")
     assert len(set(entries.values())) == 1
 
 

@@ -45,24 +45,18 @@ def episode(sid: str, *, task: str = "task-1", model: str = "model-a", harness: 
               "t": t + 12}]
     outcome: dict[str, Any] | None = None
     if result is not None:
-        outcome = {"result": result, "reward": 1.0 if result == "pass" else 0.0,
-                   "reason": "executor lost" if result == "infra_error" else None}
-    if faults:
-        outcome = {**(outcome or {"result": "infra_error", "reward": None, "reason": "executor lost"}),
-                   "infra_errors": [{"t": t + 5 + i, "reason": f"POST /v1/exec: executor lost ({i})"}
-                                    for i in range(faults)]}
-    record = make_record(sid, task_id=task, model=model, harness=harness, created_at=t, steps=steps,
-                         outcome=outcome or {})
-    if outcome is None:
-        record["outcome"] = None
-    if run_id:
-        record["sandbox"]["metadata"]["labels"] = {"run_id": run_id}
-    return record
+        outcome = {"result": result, "reward": 1.0 if result == "pass" else 0.0}
+        if result == "infra_error":
+            outcome = {"result": result, "reason": "executor lost"}
+    faulted = tuple(f"POST /v1/exec: executor lost ({i})" for i in range(faults))
+    return make_record(sid, task_id=task, model=model, harness=harness, created_at=t, steps=steps,
+                       outcome=outcome, infra_errors=faulted, labels={"run_id": run_id} if run_id else None)
 
 
 def full_output(record: dict[str, Any]) -> tuple[str, bytes]:
     """The S3 key and body of the episode's truncated output."""
-    return str(record["steps"][-3]["stdout_artifact"]), b"line of output\n" * 20_000
+    step = next(s for s in record["steps"] if s.get("stdout_artifact"))
+    return str(step["stdout_artifact"]), b"line of output\n" * 20_000
 
 
 def hostile(sid: str) -> dict[str, Any]:
@@ -93,8 +87,8 @@ def hostile(sid: str) -> dict[str, Any]:
     sandbox["image"] = sandbox["image_digest"] = HOSTILE
     sandbox["end_reason"] = HOSTILE
     sandbox["network"] = {"egress": HOSTILE, "allow": [HOSTILE]}
-    sandbox["metadata"]["harness_version"] = HOSTILE
-    sandbox["metadata"]["labels"] = {"run_id": HOSTILE, HOSTILE: HOSTILE}
+    sandbox["harness_version"] = HOSTILE
+    sandbox["labels"] = {"run_id": HOSTILE, HOSTILE: HOSTILE}
     return record
 
 
@@ -103,6 +97,7 @@ def huge(sid: str, steps: int = 2000, output_bytes: int = 50_000_000) -> dict[st
     each = output_bytes // steps
     line = b"0123456789abcdef" * 4 + b"\n"
     body = (line * (each // len(line) + 1))[:each].decode()
+    # ``steps`` in all: the commands and the result event that ends every record.
     records = [{"type": "exec", "command": f"step {n}", "cwd": "/repo", "exit_code": 0, "stdout": body,
-                "stderr": "", "duration_s": 0.01, "t": CREATED + n} for n in range(steps)]
+                "stderr": "", "duration_s": 0.01, "t": CREATED + n} for n in range(steps - 1)]
     return make_record(sid, task_id="huge-task", steps=records)

@@ -125,13 +125,35 @@ def test_live_sandboxes_are_listed_filtered_and_refreshed(viewer: Viewer, grove:
     viewer.wait(lambda: not viewer.css(f'tr[data-id="{b.id}"]'), what="the deleted sandbox to leave the list")
 
 
+def test_a_trajectory_the_router_stored_shows_its_task_model_and_harness(viewer: Viewer, grove: Grove) -> None:
+    """Made end to end: a sandbox with metadata, a command, deleted (the router stores its record), then its
+    page. Every stored trajectory showed Task, Model and Harness as "—" while the fixtures had another shape."""
+    meta = {"task_id": "stored-task", "model": "m-stored", "harness": "h-stored", "harness_version": "9.1",
+            "labels": {"run_id": "run-stored"}}
+    sandbox = grove.create(heartbeat=False, metadata=meta)
+    sandbox.exec("echo stored")
+    sandbox.close()
+    viewer.login()
+    viewer.wait(lambda: viewer.get(f"/ui/api/trajectories/{sandbox.id}", viewer.session()).status == 200,
+                what="the record in S3")
+    viewer.open(f"/ui/trajectories/{sandbox.id}")
+    viewer.wait(lambda: "echo stored" in viewer.text("#timeline"), what="the steps")
+    shown = viewer.text("#meta")
+    for expected in ("Task\nstored-task", "Model\nm-stored", "Harness\nh-stored 9.1", "Run\nrun-stored"):
+        assert expected in shown, (expected, shown)
+    assert viewer.css("#same-task"), "no link to the other attempts at this task"
+    viewer.open("/ui/trajectories?task_id=stored-task")
+    row = viewer.wait(lambda: viewer.css(f'tr[data-id="{sandbox.id}"]'), what="the search result")[0]
+    assert "m-stored" in row.text and "h-stored" in row.text
+
+
 def test_the_sandbox_page_follows_new_steps(viewer: Viewer, grove: Grove) -> None:
     viewer.login()
     sandbox = grove.create(heartbeat=False, metadata={"task_id": "live-task", "model": "m"})
     sandbox.exec("echo first")
     viewer.open(f"/ui/sandboxes/{sandbox.id}")
     viewer.wait(lambda: "echo first" in viewer.text("#timeline"), what="the first step")
-    assert "live-task" in viewer.text("#config")
+    assert "live-task" in viewer.text("#config") and "m" in viewer.text("#config")
     sandbox.exec("printf '\\033[32mgreen\\033[0m and more\\n'")
     step = viewer.wait(lambda: [s for s in viewer.css("#timeline .step.exec") if "green" in s.text],
                        what="the new step")
@@ -221,7 +243,8 @@ def test_a_trajectory_shows_its_record_and_loads_outputs_when_opened(viewer: Vie
     viewer.open("/ui/trajectories/sb-episode000000001")
     viewer.wait(lambda: len(viewer.css("#timeline .step")) == len(record["steps"]), what="the steps")
     meta = viewer.text("#meta")
-    for expected in ("sha256:" + "ab" * 32, "mini-swe-agent 1.2.3", "model-a", "run-a", "memory 1024 MB", "deny"):
+    for expected in ("sha256:" + "ab" * 32, "astropy-1", "mini-swe-agent 1.2.3", "model-a", "run-a",
+                     "memory 1024 MB", "deny"):
         assert expected in meta, expected
     assert "fail" in viewer.text("#outcome-result")
     assert "executor lost (0)" in viewer.text("#infra-faults")  # the environment's faults, set apart
@@ -341,5 +364,5 @@ def test_a_rollout_run_shows_pass_at_k_groups_faults_plots_and_attempts(viewer: 
     assert viewer.get("/ui/api/runs/.hidden", session).status == 400
     assert viewer.get("/ui/api/runs/no-such-run", session).status == 404
     viewer.browser.find_element("css selector", "#groups a.attempt").click()
-    viewer.wait(lambda: viewer.text("#step-count") == "13 steps", what="the attempt's trajectory")
+    viewer.wait(lambda: viewer.text("#step-count") == "14 steps", what="the attempt's trajectory")  # its result too
     assert "/ui/trajectories/sb-runattempt00001" in viewer.browser.current_url

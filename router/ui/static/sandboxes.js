@@ -8,8 +8,7 @@
   let last = { now: 0, sandboxes: [] };
 
   function fields(sb) {
-    const meta = sb.metadata || {};
-    return { status: sb.status, image: sb.image, task: meta.task_id, model: meta.model, harness: meta.harness };
+    return { status: sb.status, image: sb.image, task: sb.task_id, model: sb.model, harness: sb.harness };
   }
 
   function matches(sb) {
@@ -27,7 +26,7 @@
     const shown = last.sandboxes.filter(matches);
     const rows = document.createDocumentFragment();
     for (const sb of shown) {
-      const meta = sb.metadata || {};
+      const meta = sb;  // the record's shape: metadata flat on the sandbox
       const res = sb.resources || {};
       rows.append(el("tr", { data: { id: sb.id } },
         el("td", {}, el("a", { href: path("/ui/sandboxes", sb.id), cls: "mono", text: sb.id })),

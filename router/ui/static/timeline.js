@@ -146,7 +146,9 @@ const timeline = (() => {
   }
 
   function sandboxMeta(container, sandbox) {
-    const meta = sandbox.metadata && typeof sandbox.metadata === "object" ? sandbox.metadata : {};
+    // The record's shape: task, model, harness and labels flat on the sandbox, as the recorder writes them
+    // (the viewer's API gives live sandboxes and older records the same shape).
+    const meta = sandbox;
     const labels = meta.labels && typeof meta.labels === "object" ? meta.labels : {};
     const res = sandbox.resources || {};
     const net = sandbox.network || {};

@@ -16,7 +16,7 @@
       badge.textContent = result || (body.live ? "live" : "no outcome");
       badge.className = "badge " + (result || "");
       document.getElementById("step-count").textContent = body.step_count + " steps";
-      const task = body.sandbox && body.sandbox.metadata ? body.sandbox.metadata.task_id : null;
+      const task = body.sandbox ? body.sandbox.task_id : null;
       if (typeof task === "string" && task) {
         // Other attempts at the task: tick one there and this one to see them side by side.
         const link = grove.el("a", { href: "/ui/trajectories?task_id=" + encodeURIComponent(task), id: "same-task", text: "Other attempts at this task" });
