@@ -48,7 +48,7 @@ import json
 import logging
 import shlex
 from collections.abc import Iterable
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 from artifacts import trajectory as tj
 
@@ -189,27 +189,6 @@ def write_jsonl(records: Iterable[dict[str, Any]], out: IO[str]) -> int:
         out.write(line + "\n")
         count += 1
     return count
-
-
-class _Archive(Protocol):
-    def list(
-        self, task_id: str | None = None, model: str | None = None, harness: str | None = None
-    ) -> list[dict[str, Any]]: ...
-
-    def get(self, sandbox_id: str) -> dict[str, Any]: ...
-
-
-def export_archive(
-    archive: _Archive,
-    out: IO[str],
-    *,
-    task_id: str | None = None,
-    model: str | None = None,
-    harness: str | None = None,
-) -> int:
-    """Export every stored trajectory matching the filters (a TrajectoryArchive) as JSONL; return the count."""
-    summaries = archive.list(task_id=task_id, model=model, harness=harness)
-    return write_jsonl((archive.get(s["sandbox_id"]) for s in summaries), out)
 
 
 _BRACKETS = ("setup", "grading")

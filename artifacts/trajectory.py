@@ -32,7 +32,7 @@ import hashlib
 import json
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import msgpack
 
@@ -61,11 +61,6 @@ def segment(name: str) -> str:
         digest = hashlib.sha256(name.encode()).hexdigest()[:16]
         quoted = f"{quoted[: _MAX_SEGMENT - 17]}~{digest}"
     return quoted
-
-
-def unsegment(quoted: str) -> str:
-    """The name a :func:`segment` stands for (not for shortened ones, whose index body has the name)."""
-    return unquote(quoted)
 
 
 def sandbox_id(record: dict[str, Any]) -> str:

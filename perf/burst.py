@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grove.client import AsyncGrove, AsyncSandbox, ExecResult
-from perf.common import percentile, summarize
+from perf.common import summarize
 
 PCTS = (50, 90, 99)
 FIRST_LINE = "cat /etc/os-release | head -1"
@@ -236,10 +236,3 @@ def latency_samples(runs: list[SandboxRun]) -> dict[str, list[float]]:
     for name, _, _ in COMMANDS:
         out[f"exec {name}"] = [end - start for r in runs for n, start, end in r.execs if n == name]
     return out
-
-
-def spread(samples: list[float]) -> str:
-    """``p50 / p90 / p99`` in ms, for prose."""
-    if not samples:
-        return "—"
-    return " / ".join(f"{percentile(samples, q) * 1000:.0f}" for q in PCTS)

@@ -1,4 +1,6 @@
-"""The router's request models: the one place the public API's inputs are defined (and documented)."""
+"""The router's request models: the lifecycle API's inputs, defined (and documented) once, the OpenAPI document
+generated from them. The exec request is the kernel's (:class:`grove.core.api.ExecBody`): the router publishes it and
+forwards it, the executor enforces it."""
 
 from __future__ import annotations
 

@@ -32,7 +32,8 @@ class RouterSettings:
     reap_interval_s: float = 1.0
     """How often TTL, heartbeat and idle timeouts are checked."""
     max_body_bytes: int = 16 * 1024 * 1024
-    """Largest lifecycle request body (data-path bodies are streamed, capped by the executor)."""
+    """Largest lifecycle request body (an exec body has its own cap, ``router.api.datapath.MAX_EXEC_BODY``, for
+    its stdin; file and archive bodies are streamed, capped by the executor)."""
     max_sandboxes: int = 5000
     """Most live sandboxes at once (503 with Retry-After beyond)."""
     full_output_bytes_per_s: float = 8 * 1024 * 1024

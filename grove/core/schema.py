@@ -1,11 +1,12 @@
 """Typed request models with unknown fields rejected, and their JSON Schema for the OpenAPI document.
 
 Shared by every layer: the router validates its own calls' bodies with it and publishes every model in
-``/v1/openapi.json``; the executor takes the exec call's fields from the same model (:mod:`grove.core.api`).
-
-A model is a frozen dataclass whose fields carry :func:`spec` metadata (doc and bounds). :func:`parse`
-turns a decoded body into the model or raises ``BadRequest``/``Invalid`` naming the field;
-:func:`json_schema` describes the same model, so the spec cannot drift from what is enforced.
+``/v1/openapi.json``. A model is a frozen dataclass whose fields carry :func:`spec` metadata (doc and bounds).
+:func:`parse` turns a decoded body into the model or raises ``BadRequest``/``Invalid`` naming the field;
+:func:`json_schema` describes the same model, so for what the router parses the spec cannot drift from what is
+enforced. The exec call is forwarded unparsed and checked by the executor's own parser (a body of up to 256 MiB,
+stdin in it, is parsed once, where it is used): its fields and bounds come from :mod:`grove.core.api`, and a test
+holds the published bounds to the enforced ones.
 """
 
 from __future__ import annotations

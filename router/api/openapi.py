@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Protocol
+from typing import Any
 
 from grove.core.schema import json_schema
 
@@ -25,15 +25,6 @@ _ERROR = {
         }
     },
 }
-
-
-class _RouteLike(Protocol):
-    method: str
-    path: str
-    summary: str
-    body: type | None
-    public: bool
-    raw_body: str | None
 
 
 def canonical_path(path: str) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from artifacts.archive import TrajectoryArchive
-from artifacts.export import BASH_TOOL, export_archive, to_chat, write_jsonl
+from artifacts.export import BASH_TOOL, to_chat, write_jsonl
 from artifacts.store import ObjectStore
 from tests.support.trajectory_samples import make_record
 
@@ -78,7 +78,9 @@ def test_jsonl_from_the_archive(object_store: ObjectStore, tmp_path: Path) -> No
     for i in range(3):
         archive.store(make_record(f"sb-e{i}", task_id="export" if i < 2 else "other"))
     out = io.StringIO()
-    assert export_archive(archive, out, task_id="export") == 2
+    # As `grove trajectories export` does it: the listing, each record, the JSONL writer.
+    records = (archive.get(s["sandbox_id"]) for s in archive.list(task_id="export"))
+    assert write_jsonl(records, out) == 2
     lines = out.getvalue().splitlines()
     assert len(lines) == 2
     for line in lines:

@@ -24,7 +24,7 @@ from router.backends.base import Network, SandboxSpec
 from router.backends.knative import labels as L
 from router.backends.knative import manifest, status
 from router.backends.knative.options import KnativeOptions
-from tests.support.crd_schema import REPO, SCHEMA_COPY, SHARED_CRD, extract, load_schema, validate
+from tests.support.crd_schema import REPO, SCHEMA_COPY, SHARED_CRD, extract, is_valid_key, load_schema, validate
 from tests.support.knative_standin import serving_config
 from tests.support.router_fixtures import GROVE_BIN
 
@@ -117,7 +117,7 @@ def test_labels_are_sanitized_and_stay_distinct() -> None:
     long = L.sanitize_value("x" * 200)
     assert len(long) <= 63 and L.is_valid_value(long)
     assert L.sanitize_value("---") and L.is_valid_value(L.sanitize_value("---"))
-    assert all(L.is_valid_key(k) and L.is_valid_value(v) for k, v in labels.items())
+    assert all(is_valid_key(k) and L.is_valid_value(v) for k, v in labels.items())
 
 
 def test_autoscaling_follows_idle_timeout_within_knative_bounds() -> None:

@@ -103,7 +103,7 @@ def _object(obj: dict[str, Any], schema: dict[str, Any], path: str) -> list[str]
 
 def _object_meta(meta: Any) -> list[str]:
     """What the API server checks of a Knative Service's ObjectMeta (name, labels, annotations)."""
-    from router.backends.knative.labels import is_valid_key, is_valid_value
+    from router.backends.knative.labels import is_valid_value
 
     if not isinstance(meta, dict):
         return ["metadata: must be an object"]
@@ -134,3 +134,16 @@ def _is_type(obj: Any, kind: str) -> bool:
 if __name__ == "__main__":
     source = yaml.safe_load(Path(sys.argv[1]).read_text())
     sys.stdout.write(_HEADER + yaml.safe_dump(extract(source), sort_keys=True))
+
+
+_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def is_valid_key(key: str) -> bool:
+    """Whether ``key`` is a valid label or annotation key (``[prefix/]name``), as the API server checks it."""
+    from router.backends.knative.labels import is_valid_value
+
+    prefix, sep, name = key.rpartition("/")
+    if sep and (not prefix or len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)):
+        return False
+    return bool(name) and is_valid_value(name)

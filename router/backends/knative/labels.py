@@ -13,7 +13,6 @@ import re
 MAX_VALUE = 63
 _VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _BAD = re.compile(r"[^-A-Za-z0-9_.]+")
-_PREFIX_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 #: Labels every grove object carries.
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -27,14 +26,6 @@ VISIBILITY = "networking.knative.dev/visibility"
 def is_valid_value(value: str) -> bool:
     """Whether ``value`` is a valid label value."""
     return len(value) <= MAX_VALUE and bool(_VALUE_RE.match(value))
-
-
-def is_valid_key(key: str) -> bool:
-    """Whether ``key`` is a valid label key (``[prefix/]name``)."""
-    prefix, sep, name = key.rpartition("/")
-    if sep and (not prefix or len(prefix) > 253 or not _PREFIX_RE.match(prefix)):
-        return False
-    return bool(name) and is_valid_value(name)
 
 
 def sanitize_value(value: str) -> str:

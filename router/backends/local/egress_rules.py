@@ -96,10 +96,3 @@ def sandbox_rules(instance: str, slot: int, host_if: str, sandbox_addr: str, all
                 lines.append(f"add rule inet {t} {c} ip daddr {dest.network} {proto} dport {dest.port} accept")
     lines.append(f'add element inet {t} sandboxes {{ "{host_if}" : jump {c} }}')
     return "\n".join(lines)
-
-
-def remove_sandbox_rules(instance: str, slot: int, host_if: str) -> str:
-    """Undo :func:`sandbox_rules` (the map entry first: a chain still jumped to cannot go)."""
-    t, c = table(instance), chain(slot)
-    return "\n".join([f'delete element inet {t} sandboxes {{ "{host_if}" }}',
-                      f"flush chain inet {t} {c}", f"delete chain inet {t} {c}"])

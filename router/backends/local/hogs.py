@@ -77,10 +77,6 @@ class HogWatch:
                 os.close(fd)
             self._stats.clear()
 
-    def open_files(self) -> int:
-        """How many ``cpu.stat`` files are kept open (for the tests)."""
-        return len(self._stats)
-
     def _check(self, name: str, path: str, now: float) -> None:
         throttled = self._nr_throttled(name, path)
         if throttled is None:

@@ -27,11 +27,6 @@ def make_whiteout(parent: int, name: str) -> None:
     os.mknod(name, stat.S_IFCHR | 0o600, os.makedev(0, 0), dir_fd=parent)
 
 
-def is_whiteout(st: os.stat_result) -> bool:
-    """Whether ``st`` is an overlay whiteout."""
-    return stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(0, 0)
-
-
 def make_opaque(parent: int, name: str) -> None:
     """Mark the directory ``name`` in ``parent`` opaque: overlayfs shows nothing of it from lower layers."""
     fd = os.open(name, DIR_FLAGS, dir_fd=parent)
