@@ -8,8 +8,8 @@ compare the lines it appends (each p50 beside its own run's floor): this machine
 only figures from one sitting, taken in turn, compare. Run by path (``python perf/versions.py``) so that an
 older checkout without this file can be measured: everything it imports exists there.
 
-``--ab OLD_CHECKOUT`` does the alternation itself: ``--rounds`` times old then new, each a process of its
-own with the right ``PYTHONPATH``, and prints the p50s side by side.
+``--ab OLD_CHECKOUT [--new CHECKOUT]`` does the alternation itself: ``--rounds`` times old then new, each a
+process of its own with the right ``PYTHONPATH``, and prints the p50s side by side.
 """
 
 from __future__ import annotations
@@ -47,12 +47,12 @@ def measure(calls: int, warmup: int, creates: int) -> dict[str, Any]:
     }
 
 
-def alternate(old: Path, rounds: int, extra: list[str]) -> list[dict[str, Any]]:
+def alternate(old: Path, new: Path, rounds: int, extra: list[str]) -> list[dict[str, Any]]:
     """``rounds`` times old then new, each in its own process; every line they wrote."""
     with tempfile.TemporaryDirectory(prefix="grove-ab-") as tmp:
         out = Path(tmp) / "ab.jsonl"
         for i in range(rounds):
-            for label, checkout in (("old", old), ("new", HERE)):
+            for label, checkout in (("old", old), ("new", new)):
                 env = {**os.environ, "PYTHONPATH": str(checkout)}
                 argv = [sys.executable, str(Path(__file__).resolve()), "--label", f"{label}-{i}", "--out", str(out),
                         *extra]
@@ -85,12 +85,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--label", default="", help="a name for this run in the output")
     parser.add_argument("--out", help="append the result as one JSON line to this file")
     parser.add_argument("--ab", metavar="OLD_CHECKOUT", help="alternate an older checkout with this one")
+    parser.add_argument("--new", metavar="CHECKOUT", help="with --ab: the newer checkout (default: this one; a "
+                                                          "worktree of it leaves this one free to edit meanwhile)")
     parser.add_argument("--rounds", type=int, default=2, help="with --ab: old/new pairs (default 2)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path.cwd()))
     if args.ab:
         extra = ["--calls", str(args.calls), "--warmup", str(args.warmup), "--creates", str(args.creates)]
-        lines = alternate(Path(args.ab).resolve(), args.rounds, extra)
+        lines = alternate(Path(args.ab).resolve(), Path(args.new).resolve() if args.new else HERE, args.rounds, extra)
         print(json.dumps({"runs": lines, "median": side_by_side(lines)}, indent=1))
         return
     report = {"label": args.label, **measure(args.calls, args.warmup, args.creates)}

@@ -13,9 +13,9 @@ from router.auth import KeyRing
 from router.ui import api, runs, views
 from router.ui.guard import SESSIONS, Handler, add_headers
 from router.ui.guard import api as json_call
-from router.ui.records import RecordCache
 from router.ui.search import Summaries
 from router.ui.sessions import Sessions
+from router.ui.trajectories import TrajectoryCache
 
 UI_ROUTES: list[tuple[str, str, Handler]] = [
     ("GET", "/ui", views.root),
@@ -49,7 +49,7 @@ UI_ROUTES: list[tuple[str, str, Handler]] = [
 def install(app: web.Application, keys: KeyRing) -> None:
     """Add the viewer to the router's app; its sessions end when ``keys`` stops accepting their key."""
     app[SESSIONS] = Sessions(keys.valid)
-    app[api.RECORDS] = RecordCache()
+    app[api.TRAJECTORIES] = TrajectoryCache()
     app[api.SUMMARIES] = Summaries()
     for method, path, handler in UI_ROUTES:
         app.router.add_route(method, path, handler)

@@ -17,13 +17,13 @@ from artifacts import trajectory as tj
 from grove.core.errors import BadRequest, NotFound
 from router.api.appkeys import service_of
 from router.records.registry import SandboxRecord
-from router.ui.records import RecordCache, load
-from router.ui.records import raw as raw_record
 from router.ui.search import Query, Summaries, search
 from router.ui.steps import STREAMS, header, outline, plain
 from router.ui.steps import output as step_output
+from router.ui.trajectories import TrajectoryCache, load
+from router.ui.trajectories import raw as raw_record
 
-RECORDS = web.AppKey("ui_records", RecordCache)
+TRAJECTORIES = web.AppKey("ui_trajectories", TrajectoryCache)
 SUMMARIES = web.AppKey("ui_summaries", Summaries)
 STEP_PAGE = 250
 """Step outlines per request by default (the page asks for more as the reader scrolls on)."""
@@ -92,7 +92,7 @@ async def trajectories(request: web.Request) -> web.StreamResponse:
 
 
 async def _record(request: web.Request) -> tuple[dict[str, Any], bool]:
-    return await load(service_of(request), request.app[RECORDS], request.match_info["sandbox_id"])
+    return await load(service_of(request), request.app[TRAJECTORIES], request.match_info["sandbox_id"])
 
 
 def _step(record: dict[str, Any], request: web.Request) -> Any:

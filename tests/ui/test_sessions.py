@@ -9,9 +9,9 @@ import pytest
 from grove.core.errors import BadRequest
 from router.trajectory.journal import Journal
 from router.ui import steps
-from router.ui.records import RecordCache
 from router.ui.search import Query
 from router.ui.sessions import IDLE_S, LIFETIME_S, MAX_SESSIONS, Sessions
+from router.ui.trajectories import TrajectoryCache
 
 pytestmark = pytest.mark.fast
 
@@ -92,7 +92,7 @@ def test_bad_searches_say_what_is_wrong(query: Query, needle: str) -> None:
 
 def test_a_live_record_is_read_again_exactly_when_its_journal_changed(tmp_path: Path) -> None:
     journal = Journal(tmp_path)
-    cache = RecordCache()
+    cache = TrajectoryCache()
     journal.start("sb-00000000000000a1", {"id": "sb-00000000000000a1"})
     first = cache.live(journal, "sb-00000000000000a1")
     assert first["steps"] == [] and cache.live(journal, "sb-00000000000000a1") is first  # unchanged: not decoded again

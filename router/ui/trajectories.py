@@ -25,7 +25,7 @@ CACHED = 4
 CACHE_S = 300.0
 
 
-class RecordCache:
+class TrajectoryCache:
     """The last few stored records read, by sandbox id, for :data:`CACHE_S` seconds; and the last few live
     ones, for as long as their journal has not changed (a page following a sandbox polls every second)."""
 
@@ -69,7 +69,7 @@ class RecordCache:
                 self._items.popitem(last=False)
 
 
-async def load(service: SandboxService, cache: RecordCache, sandbox_id: str) -> tuple[dict[str, Any], bool]:
+async def load(service: SandboxService, cache: TrajectoryCache, sandbox_id: str) -> tuple[dict[str, Any], bool]:
     """The record and whether it is live (still journalled); NotFound with a reason otherwise."""
     if service.journal.exists(sandbox_id):
         try:
