@@ -20,6 +20,7 @@ from executor.archive import extract_tar, stream_tar
 from executor.dedup import Deduplicator
 from executor.files import delete, listing, open_for_read, parse_mode, write_atomic
 from executor.jsonfit import JSON_FACTOR, escaped_size, fit_for_json
+from executor.manifest import manifest
 from executor.models import ExecRequest
 from executor.outputs import read_kept
 from executor.push import check_items, put_file, require_files
@@ -158,6 +159,13 @@ def app_shell(root: str) -> Flask:
         paths = slot.get().paths
         api = paths.api_path(request.args.get("path", "") or ".")
         return _reply({"path": api, "entries": listing(paths, api)})
+
+    @app.get("/v1/files/manifest")
+    def files_manifest() -> Response:
+        paths = slot.get().paths
+        api = paths.api_path(request.args.get("path", "") or ".")
+        skip = frozenset(request.args.getlist("skip"))
+        return _reply({"path": api, "entries": manifest(paths, api, skip)})
 
     @app.get("/v1/outputs")
     def kept_output() -> Response:

@@ -18,7 +18,8 @@ _CHUNK = 256 * 1024
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """The type an API listing names: file, dir, symlink or other."""
     if stat.S_ISREG(mode):
         return "file"
     if stat.S_ISDIR(mode):
@@ -175,7 +176,7 @@ def listing(paths: PathResolver, api: str) -> list[dict[str, Any]]:
                 entries.append(
                     {
                         "name": entry.name,
-                        "type": _kind(est.st_mode),
+                        "type": kind_of(est.st_mode),
                         "size": est.st_size,
                         "mode": f"{stat.S_IMODE(est.st_mode):04o}",
                         "mtime": est.st_mtime,

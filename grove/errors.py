@@ -19,6 +19,7 @@ from grove.core.errors import (
     TooLarge,
     Unauthorized,
     Unavailable,
+    Unreachable,
     UpstreamTimeout,
     error_from_body,
 )
@@ -26,5 +27,6 @@ from grove.core.errors import (
 __all__ = [
     "BadGateway", "BadRequest", "BatchFailed", "ChecksumMismatch", "Conflict", "Forbidden", "GroveError",
     "InsufficientStorage", "InternalError", "Invalid", "MethodNotAllowed", "NotFound", "RangeNotSatisfiable",
-    "RequestTimeout", "TooLarge", "Unauthorized", "Unavailable", "UpstreamTimeout", "error_from_body",
+    "RequestTimeout", "TooLarge", "Unauthorized", "Unavailable", "Unreachable", "UpstreamTimeout",
+    "error_from_body",
 ]

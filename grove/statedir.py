@@ -9,6 +9,7 @@ layout is spelled once::
     <state>/records/<id>.json           one record per sandbox (re-adoption after a restart)
     <state>/pools/<name>.json           one warm pool definition per file (kept across restarts)
     <state>/journals/<id>.msgpack       each sandbox's trajectory steps, appended as they happen
+    <state>/activity.json               each sandbox's last API call or heartbeat (across restarts)
     <state>/spool/                      trajectories waiting for S3
     <state>/s3/                         the embedded S3 server's data (grove-s3.pid, grove-s3.json)
     <state>/images/                     the local backend's images
@@ -22,6 +23,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from grove.core.errors import Invalid
+
+SUN_PATH_MAX = 107
+"""The longest Unix socket path Linux takes (``sun_path`` is 108 bytes, with the NUL)."""
+_SOCKET_TAIL = len("/sandboxes/sb-0123456789abcdef/executor.sock")
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,18 @@ class StateDir:
         """
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
+
+    def check_socket_room(self) -> None:
+        """Refuse (:class:`Invalid`) a state dir too long a path for its local sandboxes' executor sockets.
+
+        Each local sandbox listens on ``<state>/sandboxes/<id>/executor.sock``; past :data:`SUN_PATH_MAX` bytes
+        every start would fail with "AF_UNIX path too long", so the router says so once, before it starts.
+        """
+        room = SUN_PATH_MAX - _SOCKET_TAIL
+        length = len(os.fsencode(self.root.resolve()))
+        if length > room:
+            raise Invalid(f"the state dir {self.root.resolve()} is too long a path for the Unix sockets of the "
+                          f"sandboxes under it ({length} bytes, at most {room}); choose a shorter --state-dir")
 
     @property
     def api_keys(self) -> Path:
@@ -79,6 +98,11 @@ class StateDir:
     def journal(self, sandbox_id: str) -> Path:
         """A sandbox's journal."""
         return self.journals / f"{sandbox_id}.msgpack"
+
+    @property
+    def activity(self) -> Path:
+        """Each sandbox's last API call or heartbeat, written every few seconds (kept across restarts)."""
+        return self.root / "activity.json"
 
     @property
     def spool(self) -> Path:

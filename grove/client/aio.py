@@ -31,6 +31,7 @@ from grove.core.errors import (
     NotFound,
     Unauthorized,
     Unavailable,
+    Unreachable,
     error_from_body,
 )
 
@@ -120,7 +121,7 @@ class AsyncGrove:
                     return _decode(body, resp.content_type)
             except (TimeoutError, aiohttp.ClientConnectionError) as exc:
                 if attempt + 1 >= attempts:
-                    raise Unavailable(f"cannot reach the grove router at {self.url}: {exc}") from exc
+                    raise Unreachable(f"cannot reach the grove router at {self.url}: {exc}") from exc
                 await asyncio.sleep(0.2 * 2**attempt)
         raise Unavailable(f"the grove router at {self.url} kept answering 503")
 
@@ -442,6 +443,13 @@ class AsyncSandbox:
     async def list_files(self, path: str = ".") -> list[dict[str, Any]]:
         """Entries of a directory: name, type, size, mode, mtime."""
         body = await self.client.request("GET", self._path("/files/list"), params={"path": path})
+        return list(body["entries"])
+
+    async def manifest(self, path: str = ".", *, skip: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """Every entry under a directory (its path relative to it): ``path``, ``type``, ``mode``, ``size``, ``sha256``
+        of a regular file, ``target`` of a symlink; entries named in ``skip`` are left out with all under them."""
+        params = [("path", path), *(("skip", name) for name in skip)]
+        body = await self.client.request("GET", self._path("/files/manifest"), params=params)
         return list(body["entries"])
 
     async def upload(self, local_dir: str | Path, remote_dir: str, *, max_bytes: int = UPLOAD_MAX_BYTES) -> int:

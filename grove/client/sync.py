@@ -172,6 +172,10 @@ class Sandbox:
         """Entries of a directory."""
         return self._loop.run(self.inner.list_files(path))
 
+    def manifest(self, path: str = ".", *, skip: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """Every entry under a directory, with a file's sha256 (see :meth:`AsyncSandbox.manifest`)."""
+        return self._loop.run(self.inner.manifest(path, skip=skip))
+
     def upload(self, local_dir: str | Path, remote_dir: str) -> int:
         """Copy a local directory in."""
         return self._loop.run(self.inner.upload(local_dir, remote_dir))

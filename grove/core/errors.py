@@ -110,6 +110,13 @@ class Unavailable(GroveError):
     status = 503
 
 
+class Unreachable(Unavailable):
+    """The client could not reach the router at all (refused, reset, timed out): said by the SDK, never by a
+    server. Not back-pressure: the router is down or away, and nothing of the call may have arrived."""
+
+    code = "unreachable"
+
+
 class UpstreamTimeout(GroveError):
     """The sandbox did not answer in time."""
 

@@ -139,10 +139,10 @@ def response_type(request: web.Request) -> str:
 
 def transfer(upstream_path: str, kind: str) -> Handler:
     """A streamed file or archive call, recorded with the size and sha256 of what moved."""
+    listing = upstream_path.rpartition("/")[2] if upstream_path.endswith(("/list", "/manifest")) else None
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        op = "list" if upstream_path.endswith("/list") else {"GET": "read", "PUT": "write", "DELETE": "delete"}[
-            request.method]
+        op = listing or {"GET": "read", "PUT": "write", "DELETE": "delete"}[request.method]
         digest = Digest() if op in ("read", "write") else None
         taps: dict[str, Any] = {}
         if digest is not None:

@@ -11,6 +11,7 @@ from grove.core.api import ExecBody
 from router.api.artifacts import get_artifact, list_artifacts, list_sandbox_artifacts
 from router.api.batch import create_sandboxes
 from router.api.datapath import exec_handler, transfer
+from router.api.images import get_image
 from router.api.openapi import build_spec
 from router.api.pools import create_pool, delete_pool, get_pool, list_pools, resize_pool
 from router.api.runs import get_run_file, list_run_files, put_run_file
@@ -74,6 +75,8 @@ ROUTES: list[Route] = [
     Route("GET", "/v1/sandboxes", list_sandboxes, "List live sandboxes (?label=k=v, ?status=)"),
     Route("GET", "/v1/sandboxes/{id}", get_sandbox, "A sandbox's status"),
     Route("DELETE", "/v1/sandboxes/{id}", delete_sandbox, "Delete a sandbox and everything in it"),
+    Route("GET", "/v1/images/{name:.+}", get_image,
+          "Whether the backend has an image (or can pull it): its digest, or 404 naming the known ones"),
     Route("POST", "/v1/pools", create_pool, "Define a warm pool of ready sandboxes", body=PoolRequest),
     Route("GET", "/v1/pools", list_pools, "List warm pools"),
     Route("GET", "/v1/pools/{name}", get_pool, "A warm pool: size, ready, starting, claims, misses"),
@@ -86,6 +89,8 @@ ROUTES: list[Route] = [
           raw_body="application/octet-stream"),
     Route("DELETE", "/v1/sandboxes/{id}/files", transfer("/v1/files", "file"), "Delete a file (?path=&recursive=1)"),
     Route("GET", "/v1/sandboxes/{id}/files/list", transfer("/v1/files/list", "file"), "List a directory (?path=)"),
+    Route("GET", "/v1/sandboxes/{id}/files/manifest", transfer("/v1/files/manifest", "file"),
+          "Every entry under a directory with type, mode, size and a file's sha256 (?path=&skip=NAME...)"),
     Route("GET", "/v1/sandboxes/{id}/archive", transfer("/v1/archive", "archive"), "Tar of a directory (?path=)"),
     Route("PUT", "/v1/sandboxes/{id}/archive", transfer("/v1/archive", "archive"),
           "Extract a tar into a directory (?path=)", raw_body="application/x-tar"),

@@ -77,5 +77,8 @@ async def heartbeat(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """The router answers; its backend, how many sandboxes it runs and the most it will (a client sizes its
+    concurrency by it: isolated grading holds two sandboxes per attempt while it grades)."""
     service = service_of(request)
-    return reply(request, {"ok": True, "backend": service.backend.name, "sandboxes": len(service.registry.claimed())})
+    return reply(request, {"ok": True, "backend": service.backend.name, "sandboxes": len(service.registry.claimed()),
+                           "max_sandboxes": service.settings.max_sandboxes})

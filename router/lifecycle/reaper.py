@@ -11,11 +11,14 @@ from typing import Protocol
 
 from router.backends.base import Backend
 from router.lifecycle.scaling import Scaling, lost_error
+from router.records.activity import ActivityClocks
 from router.records.registry import Registry, SandboxRecord
 from router.settings import RouterSettings
 from router.trajectory.recorder import Recorder
 from router.trajectory.store import TrajectoryStore
 
+_CLOCKS_EVERY = 5
+"""The activity clocks are written to disk every this many passes (kept across a restart)."""
 _MEMBER_EVERY = 5
 """A pool member (no client, nothing running) is checked for a dead executor every this many passes."""
 
@@ -40,10 +43,11 @@ class ReaperHost(Protocol):
 class Reaper:
     """Applies the timeouts every ``reap_interval_s`` and scales to zero sandboxes whose executor died."""
 
-    def __init__(self, service: ReaperHost, stored: TrajectoryStore, scaling: Scaling) -> None:
+    def __init__(self, service: ReaperHost, stored: TrajectoryStore, scaling: Scaling, clocks: ActivityClocks) -> None:
         self._service = service
         self._stored = stored
         self._scaling = scaling
+        self._clocks = clocks
         self._task: asyncio.Task[None] | None = None
         self._passes = 0
 
@@ -71,6 +75,8 @@ class Reaper:
         now = time.time()
         self._passes += 1
         await self._stored.flush(now)
+        if self._passes % _CLOCKS_EVERY == 0:
+            await asyncio.to_thread(self._clocks.save, self._service.registry.live())
         for record in self._service.registry.live():
             # One sandbox failing (its delete hit EMFILE under an attack, say) must not skip the others.
             try:

@@ -28,6 +28,7 @@ from router.lifecycle.starting import Starts
 from router.models import CreateRequest
 from router.pools.filler import Pool
 from router.pools.warm import Pools
+from router.records.activity import ActivityClocks, restored
 from router.records.registry import Registry, SandboxRecord
 from router.records.statedisk import is_no_space
 from router.settings import RouterSettings
@@ -107,7 +108,9 @@ class SandboxService:
         """Where finished journals go (router/trajectory/store.py)."""
         self.scaling = Scaling(self)
         """Scaling to zero and back, and executors lost (router/lifecycle/scaling.py)."""
-        self.reaper = Reaper(self, self.stored, self.scaling)
+        self.activity = ActivityClocks(settings.state_dir)
+        """Each sandbox's last activity, kept across restarts (router/records/activity.py)."""
+        self.reaper = Reaper(self, self.stored, self.scaling, self.activity)
         """The timeouts, applied now and then (router/lifecycle/reaper.py)."""
 
     # -- start and stop ------------------------------------------------------------------------------
@@ -116,7 +119,9 @@ class SandboxService:
         """Open the backend, re-adopt what still runs, collect what has no owner, start the reaper."""
         await self.backend.open()
         self.pools.load()
+        clocks, now = self.activity.load(), time.time()
         for record in self.registry.load():
+            record.last_activity = restored(clocks.get(record.id), now, record.request.heartbeat_timeout_s)
             await self.starts.adopt(record)
         removed = await self.backend.collect_orphans(self.registry.known_ids())
         if removed:
