@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.grove-installed
-DEB_PACKAGES := busybox-static iproute2 nftables zstd e2fsprogs chromium chromium-driver skopeo docker-registry apache2-utils mmdebstrap linux-libc-dev
+# python3-pytest: task checks in the default image (the host's /usr) run pytest, as most repositories' tests do.
+DEB_PACKAGES := busybox-static iproute2 nftables zstd e2fsprogs chromium chromium-driver skopeo docker-registry apache2-utils mmdebstrap linux-libc-dev python3-pytest
 
 .PHONY: install demo demo-mini test test-fast lint typecheck bench clean
 
@@ -19,8 +20,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
+# The demo's state is this checkout's own (.state/ is ignored by git): two checkouts never share a router's state.
 demo: install
-	$(BIN)/python -m grove.demo
+	$(BIN)/python -m grove.demo --state-dir "$(CURDIR)/.state/demo"
 
 demo-mini: install
 	$(BIN)/python -m grove.demo --harness mini-swe-agent

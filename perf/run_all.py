@@ -20,6 +20,7 @@ BENCHMARKS = {
     "burst": "perf.bench_burst",
     "noisy": "perf.bench_noisy",
     "rollouts": "perf.bench_rollouts",
+    "grading": "perf.bench_grading",
     "images": "perf.bench_images",
     "knative": "perf.knative_calls",
 }

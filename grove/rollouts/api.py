@@ -10,14 +10,18 @@ from typing import Any
 from grove.client import AsyncGrove
 from grove.core.errors import GroveError
 from grove.rollouts.report import FILES, write_reports
-from grove.rollouts.runner import RunConfig, Runner
+from grove.rollouts.runner import HarnessBroken, RunConfig, Runner
 
 
 async def arun_rollouts(config: RunConfig) -> dict[str, Any]:
     """Run ``config`` to the end (resuming its run directory if it has one); the summary."""
     async with AsyncGrove(config.url, config.api_key) as client:
         runner = Runner(config, client)
-        await runner.execute()
+        try:
+            await runner.execute()
+        except HarnessBroken:
+            write_reports(config.out)  # what the run did until it stopped, for the reader of the error
+            raise
         summary = write_reports(config.out)
         if config.upload:
             summary["uploaded"] = await upload_run(client, config.out, runner.run_id)

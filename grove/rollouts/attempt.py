@@ -1,4 +1,4 @@
-"""One try of one attempt: a fresh sandbox, the task's setup, the harness, grading, delete.
+"""One try of one attempt: a fresh sandbox, the task's setup, the harness, its changes graded, delete.
 
 Anything the environment got wrong — the sandbox did not start, the executor was lost, a 5xx, S3, a
 broken setup or check, a fault the router noted in the trajectory while the harness swallowed it — ends
@@ -10,18 +10,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import traceback
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from grove.client import AsyncGrove, AsyncSandbox, Sandbox
 from grove.client.sync import _Loop
-from grove.client.upload import open_tarball
-from grove.core.errors import BadGateway, GroveError, InsufficientStorage, Unavailable, UpstreamTimeout
-from grove.rollouts.grading import BrokenCheck, grade
-from grove.rollouts.harnesses import Harness, InfraFault
+from grove.core.errors import BadGateway, GroveError, InsufficientStorage, Unavailable, Unreachable, UpstreamTimeout
+from grove.rollouts import isolated
+from grove.rollouts.changes import Manifest, capture
+from grove.rollouts.grading import BrokenCheck, Grade, cpu_seconds, run_check, stop_processes
+from grove.rollouts.harnesses import Harness, InfraFault, PolicyError
+from grove.rollouts.isolated import mark_dropped
+from grove.rollouts.setup import setup
 from grove.rollouts.tasks import Task
 
 T = TypeVar("T")
@@ -76,6 +79,8 @@ def reason_of(exc: BaseException) -> str:
         return "timeout"
     if isinstance(exc, InsufficientStorage):
         return "storage_full"
+    if isinstance(exc, Unreachable):
+        return "router_unreachable"
     if isinstance(exc, Unavailable):
         return "unavailable"
     if isinstance(exc, GroveError) and exc.status < 500:
@@ -83,10 +88,24 @@ def reason_of(exc: BaseException) -> str:
     return "router_error" if isinstance(exc, GroveError) else type(exc).__name__
 
 
+class HarnessFailure(Exception):
+    """The harness itself raised (its bug, not the policy's failure): the attempt is ``harness_error``."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(f"{type(exc).__name__}: {exc}")
+        self.error = f"{type(exc).__name__}: {exc}"[:2000]
+        self.traceback = "".join(traceback.format_exception(exc))[-20_000:]
+
+    def record(self) -> dict[str, str]:
+        """What results and the trajectory keep of it."""
+        return {"error": self.error, "traceback": self.traceback}
+
+
 async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds, *, pool: Executor,
                   on_sandbox: Callable[[str], None], create: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]],
                   ) -> dict[str, Any]:
-    """Run one try; the result fields of ``results.jsonl`` (outcome ``pass``/``fail``), or raise InfraFault."""
+    """Run one try; the result fields of ``results.jsonl`` (outcome ``pass``/``fail``/``harness_error``), or raise
+    InfraFault."""
     t0 = time.monotonic()
     labels = {"run_id": ids.run_id, "group_id": ids.group_id, "attempt": str(ids.attempt), "try": str(ids.try_no)}
     body = {"image": task.image, "request_id": ids.request_id, "workdir": task.workdir, "env": task.env,
@@ -102,10 +121,15 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
     out: dict[str, Any] = {"sandbox_id": sandbox.id, "trajectory_id": sandbox.id}
     try:
         t_setup = time.monotonic()
-        await _setup(sandbox, task)
+        base = await setup(sandbox, task, prompt=True)  # the state after setup: what the agent's changes are against
         out["setup_s"] = round(time.monotonic() - t_setup, 3)
         t_agent = time.monotonic()
-        out["agent_error"] = await _agent(sandbox, task, harness, ids, pool)
+        try:
+            out["agent_error"] = await _agent(sandbox, task, harness, ids, pool)
+        except HarnessFailure as failure:
+            await sandbox.post_event("harness_error", failure.record())
+            out.update(outcome="harness_error", reward=None, harness_error=failure.record())
+            return out
         out["agent_s"] = round(time.monotonic() - t_agent, 3)
         record = await client.request("GET", f"/v1/sandboxes/{sandbox.id}/trajectory")
         noted = ((record.get("outcome") or {}).get("infra_errors")) or []
@@ -115,9 +139,12 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
             raise InfraFault(f"the router noted: {text}", reason=kind)
         out["commands"] = _agent_commands(record.get("steps") or [])
         t_grade = time.monotonic()
-        verdict = await grade(sandbox, task)
+        grader_body = {**body, "metadata": {**body["metadata"], "harness": "grove-grader",
+                                            "labels": {**body["metadata"]["labels"], "role": "grader",
+                                                       "graded_sandbox": sandbox.id}}}
+        verdict = await _grade(client, create, grader_body, sandbox, task, base)
         out.update(outcome="pass" if verdict.passed else "fail", reward=verdict.reward, cpu_s=verdict.cpu_s,
-                   grading_s=round(time.monotonic() - t_grade, 3), check=verdict.detail)
+                   grading_s=round(time.monotonic() - t_grade, 3), check=verdict.detail, grading=verdict.mode)
     finally:
         with contextlib.suppress(GroveError):  # else reaped by its TTL; the result stands
             await sandbox.close()
@@ -125,28 +152,33 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
     return out
 
 
-async def _setup(sandbox: AsyncSandbox, task: Task) -> None:
-    await sandbox.post_event("setup", {"status": "started"})
-    if isinstance(task.files, dict):
-        for path, content in task.files.items():
-            await sandbox.write_file(path if path.startswith("/") else f"{task.workdir}/{path}", content)
-    elif task.files:
-        source = Path(task.files)
-        if source.is_dir():
-            await sandbox.upload(source, task.workdir)
-        else:
-            with open_tarball(source) as tarball:
-                await sandbox.upload_tar(tarball, task.workdir)
-    for command in task.setup:
-        result = await sandbox.exec(command, cwd=task.workdir, timeout_s=task.timeout_s)
-        if not result.ok:
-            tail = (result.stderr or result.stdout)[-300:].decode("utf-8", "replace")
-            raise InfraFault(f"setup command {command!r} failed (exit {result.exit_code}): {tail}",
-                             reason="setup_failed")
-    # One call: the end of setup, then the task as the agent's first message.
-    events = [{"kind": "setup", "data": {"status": "finished"}},
-              {"kind": "message", "data": {"role": "user", "content": task.prompt}}]
+async def _grade(client: AsyncGrove, create: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]],
+                 grader_body: dict[str, Any], sandbox: AsyncSandbox, task: Task, base: Manifest) -> Grade:
+    """The agent is done: stop what it left running, take its changes, grade them (isolated, or in place), and
+    record the changes, the verdict and the grading in its trajectory."""
+    mode = task.check.grading
+    # From here on every step is grove's, not the agent's: bracketed as grading (the SFT export leaves it out).
+    await sandbox.post_event("grading", {"status": "started", "mode": mode, "task_id": task.id})
+    cpu = await cpu_seconds(sandbox)
+    await stop_processes(sandbox)
+    changes = await capture(sandbox, task.workdir, base)
+    grader: str | None = None
+    if mode == "isolated":
+        mark_dropped(task, changes)
+        verdict, grader = await isolated.grade(client, create, grader_body, task, changes, base)
+    else:
+        verdict = await run_check(sandbox, task)  # what the agent left is what is graded
+        for change in changes:
+            change.applied = True
+    verdict.cpu_s, verdict.mode = cpu, mode
+    outcome = "pass" if verdict.passed else "fail"
+    events = [{"kind": "changes", "data": {"grading": mode, "base": "after setup", "grader": grader,
+                                           "files": [c.record() for c in changes]}},
+              {"kind": "result", "data": {"result": outcome, "reward": verdict.reward}},
+              {"kind": "grading", "data": {"status": "finished", "mode": mode, "result": outcome,
+                                           "reward": verdict.reward, "grader": grader, **verdict.detail}}]
     await sandbox.client.request("POST", f"/v1/sandboxes/{sandbox.id}/events", json_body={"events": events})
+    return verdict
 
 
 async def _agent(sandbox: AsyncSandbox, task: Task, harness: Harness, ids: TryIds, pool: Executor) -> str | None:
@@ -165,9 +197,11 @@ async def _agent(sandbox: AsyncSandbox, task: Task, harness: Harness, ids: TryId
     except GroveError as exc:
         if exc.status >= 500:
             raise
-        return f"{type(exc).__name__}: {exc.message}"
-    except Exception as exc:  # the harness's own bug or the policy's dead end: the check still decides
+        return f"{type(exc).__name__}: {exc.message}"  # a call the policy got wrong (a path it made up): its own
+    except (PolicyError, AgentStopped) as exc:  # the policy's dead end: the check still decides
         return f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # the harness's own bug: never scored as the policy's failure
+        raise HarnessFailure(exc) from exc
     finally:
         bridge.stop()
     return None

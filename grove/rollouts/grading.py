@@ -1,9 +1,20 @@
-"""Grading: the task's check, run after the agent is done, recorded as grading and never as the agent's.
+"""Grading: the task's check, run where the agent cannot reach it, recorded as grading and never as the agent's.
 
-The trajectory gets ``{"kind": "grading", "data": {"status": "started"}}`` before the first grading call
-and ``{"kind": "grading", "data": {"status": "finished", "result", "reward", ...}}`` after the last, so
-every step between them is known to be the grader's: the SFT export leaves them out of the messages
-(a model must not learn to run graders it will never have). The ``result`` event sets the outcome.
+Two modes (``check.grading``):
+
+- ``isolated`` (the default): the agent's changes to the workdir (:mod:`grove.rollouts.changes`) are applied
+  to a fresh sandbox made from the task — its files in, its setup run again — with the task's protected paths
+  left as the task has them; the check runs there (:mod:`grove.rollouts.isolated`). Nothing the agent left
+  outside the workdir (site-packages, ``.pth`` files, shims on ``PATH``, ``/tmp``, ``~``), no process it left
+  running, and none of its ``.git`` or ``__pycache__`` reach the check.
+- ``in-place``: for tasks whose outcome is live state (a site's database, a service's mailbox): the check runs
+  in the agent's own sandbox, its files written only once the agent has stopped and its processes are gone.
+
+Either way the check runs with :data:`CHECK_ENV` (no user site-packages, no pytest plugins loaded by entry
+point, no bytecode written, git without hooks or fsmonitor) and without stale ``__pycache__``; a task that
+names its tests (``check.tests``; SWE-bench's FAIL_TO_PASS/PASS_TO_PASS) is decided by those tests' own
+statuses, not by the exit code. The agent's trajectory gets ``grading`` events around the verdict (the
+grader's steps are in the grader's own trajectory); the SFT export leaves them out of the messages.
 
 A check that cannot give a verdict (a reward command printing no number) is a broken environment, not a
 failed policy: :class:`BrokenCheck`, reported as an infrastructure fault and never scored.
@@ -17,12 +28,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grove.client import AsyncSandbox
-from grove.rollouts import swebench
+from grove.core.api import MAX_OUTPUT_BYTES
+from grove.rollouts import swebench, testlog
 from grove.rollouts.harnesses import InfraFault
 from grove.rollouts.tasks import Task
 
 _TICKS = 100  # USER_HZ on Linux
 _PATCH = "/tmp/.grove-test.patch"
+CHECK_ENV = {
+    "PYTHONNOUSERSITE": "1",
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "GIT_CONFIG_COUNT": "2",
+    "GIT_CONFIG_KEY_0": "core.hooksPath",
+    "GIT_CONFIG_VALUE_0": "/dev/null",
+    "GIT_CONFIG_KEY_1": "core.fsmonitor",
+    "GIT_CONFIG_VALUE_1": "false",
+}
+"""What every check runs with: no user site-packages, no entry-point pytest plugins, no bytecode, git without hooks."""
+SWEBENCH_ENV = {k: v for k, v in CHECK_ENV.items() if k != "PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
+"""A SWE-bench instance's check: as the reference harness, whose repositories load pytest plugins by entry point."""
+_NO_PYCACHE = "find . -name __pycache__ -type d -prune -exec rm -rf {} + 2>/dev/null; true"
 
 
 class BrokenCheck(InfraFault):
@@ -39,61 +65,64 @@ class Grade:
     reward: float
     detail: dict[str, Any] = field(default_factory=dict)
     cpu_s: float | None = None
+    mode: str = "isolated"
 
 
-async def grade(sandbox: AsyncSandbox, task: Task) -> Grade:
-    """Run the check of ``task`` in ``sandbox`` (the agent has finished), bracketed as grading."""
-    await sandbox.post_event("grading", {"status": "started", "task_id": task.id})
-    cpu = await cpu_seconds(sandbox)
+async def run_check(sandbox: AsyncSandbox, task: Task) -> Grade:
+    """Write the check's files and run the check in ``sandbox`` (whose workdir holds what is to be graded)."""
     check = task.check
     for path, content in check.files.items():
         await sandbox.write_file(posixpath.join(task.workdir, path), content)
+    await sandbox.exec(["/bin/sh", "-c", _NO_PYCACHE], cwd=task.workdir, timeout_s=120)
     if check.swebench is not None:
-        verdict = await _swebench(sandbox, task, check.swebench)
-    else:
-        command = check.test or check.reward or ""
-        result = await sandbox.exec(command, cwd=task.workdir, timeout_s=check.timeout_s)
-        detail: dict[str, Any] = {"exit_code": result.exit_code, "timed_out": result.timed_out}
-        if check.test is not None:
-            verdict = Grade(result.ok, 1.0 if result.ok else 0.0, detail)
-        else:
-            reward = _last_number(result.text)
-            if reward is None:
-                raise BrokenCheck(f"the reward command {command!r} printed no number "
-                                  f"(exit code {result.exit_code}{', timed out' if result.timed_out else ''})")
-            if not math.isfinite(reward):
-                # The check gave a verdict, a meaningless one: the attempt failed, and says why.
-                verdict = Grade(False, 0.0, {**detail, "reason": f"the reward command printed {reward}, "
-                                                                 "not a finite number: scored as a fail with reward 0"})
-            else:
-                verdict = Grade(reward >= check.pass_threshold, reward, detail)
-    verdict.cpu_s = cpu
-    outcome = "pass" if verdict.passed else "fail"
-    events = [{"kind": "result", "data": {"result": outcome, "reward": verdict.reward}},
-              {"kind": "grading", "data": {"status": "finished", "result": outcome, "reward": verdict.reward,
-                                           **verdict.detail}}]
-    await sandbox.client.request("POST", f"/v1/sandboxes/{sandbox.id}/events", json_body={"events": events})
-    return verdict
+        return await _swebench(sandbox, task, check.swebench)
+    command = check.test or check.reward or ""
+    result = await sandbox.exec(command, cwd=task.workdir, timeout_s=check.timeout_s, env=CHECK_ENV)
+    detail: dict[str, Any] = {"exit_code": result.exit_code, "timed_out": result.timed_out}
+    if check.tests:
+        passed, named = testlog.named_verdict(testlog.statuses(result.text + "\n" + _err(result.stderr)), check.tests)
+        return Grade(passed, 1.0 if passed else 0.0, {**detail, "tests": named})
+    if check.test is not None:
+        return Grade(result.ok, 1.0 if result.ok else 0.0, detail)
+    reward = _last_number(result.text)
+    if reward is None:
+        raise BrokenCheck(f"the reward command {command!r} printed no number "
+                          f"(exit code {result.exit_code}{', timed out' if result.timed_out else ''})")
+    if not math.isfinite(reward):
+        # The check gave a verdict, a meaningless one: the attempt failed, and says why.
+        return Grade(False, 0.0, {**detail, "reason": f"the reward command printed {reward}, not a finite number: "
+                                                      "scored as a fail with reward 0"})
+    return Grade(reward >= check.pass_threshold, reward, detail)
 
 
 async def _swebench(sandbox: AsyncSandbox, task: Task, spec: dict[str, Any]) -> Grade:
-    """Reset the test files to the base commit, apply the test patch, run the tests, read the named ones."""
+    """As the reference harness: the files the test patch touches reset to the base commit, the test patch applied,
+    the repository's own test command run, the named tests read by the repository's own log parser."""
     workdir, base = task.workdir, spec["base_commit"]
     await sandbox.write_file(_PATCH, spec["test_patch"])
-    touched = swebench.patched_files(spec["test_patch"])
-    if touched:
+    git = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"]
+    for name in swebench.patched_files(spec["test_patch"]):
         # Files the patch creates do not exist at the base commit: checkout of those fails, which is fine.
-        for name in touched:
-            await sandbox.exec(["git", "checkout", "-q", base, "--", name], cwd=workdir, timeout_s=60)
-    applied = await sandbox.exec(["git", "apply", "-v", _PATCH], cwd=workdir, timeout_s=60)
+        await sandbox.exec([*git, "checkout", "-q", base, "--", name], cwd=workdir, timeout_s=60, env=CHECK_ENV)
+    applied = await sandbox.exec([*git, "apply", "-v", _PATCH], cwd=workdir, timeout_s=60, env=CHECK_ENV)
     if not applied.ok:
-        raise BrokenCheck(f"the test patch does not apply at {base}: {applied.stderr[-500:].decode(errors='replace')}")
-    run = await sandbox.exec(spec["test_cmd"], cwd=workdir, timeout_s=task.check.timeout_s)
-    statuses = swebench.read_test_statuses(run.text + "\n" + run.stderr.decode("utf-8", "replace"))
-    verdict = swebench.verdict(statuses, spec["FAIL_TO_PASS"], spec["PASS_TO_PASS"])
+        raise BrokenCheck(f"the test patch does not apply at {base}: {_err(applied.stderr)[-500:]}")
+    # As the reference harness runs it: its plugins load as the repository's configuration expects (astropy's
+    # setup.cfg takes options of pytest-astropy's), and the whole log is read (an install step's output must not
+    # push the end marker out of it).
+    run = await sandbox.exec(swebench.test_command(spec), cwd=workdir, timeout_s=task.check.timeout_s,
+                             env=SWEBENCH_ENV, max_output_bytes=MAX_OUTPUT_BYTES)
+    statuses = swebench.statuses(spec, run.text + "\n" + _err(run.stderr))
+    verdict = swebench.verdict(statuses, spec["FAIL_TO_PASS"], spec["PASS_TO_PASS"], eval_type=spec["eval_type"])
     detail = {"tests": {"FAIL_TO_PASS": verdict["FAIL_TO_PASS"], "PASS_TO_PASS": verdict["PASS_TO_PASS"]},
               "exit_code": run.exit_code, "timed_out": run.timed_out}
     return Grade(bool(verdict["passed"]), 1.0 if verdict["passed"] else 0.0, detail)
+
+
+async def stop_processes(sandbox: AsyncSandbox) -> None:
+    """End every process in the sandbox but its executor (the agent's turn is over): nothing it left running
+    changes the workdir while it is read, or answers the check."""
+    await sandbox.exec(["/bin/sh", "-c", "kill -9 -1 2>/dev/null; true"], timeout_s=30)
 
 
 async def cpu_seconds(sandbox: AsyncSandbox) -> float | None:
@@ -109,6 +138,10 @@ async def cpu_seconds(sandbox: AsyncSandbox) -> float | None:
     return round(total / _TICKS, 2) if result.ok else None
 
 
+def _err(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
 def _last_number(text: str) -> float | None:
     for line in reversed(text.strip().splitlines()):
         try:
@@ -116,4 +149,3 @@ def _last_number(text: str) -> float | None:
         except ValueError:
             return None
     return None
-

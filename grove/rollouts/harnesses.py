@@ -7,9 +7,16 @@
 
 A harness runs in a worker thread with a synchronous :class:`grove.Sandbox`. The ``task`` dict is the
 task's line plus ``id``, ``prompt``, ``workdir``, ``attempt``, ``group_id``, ``run_id`` and ``model``.
-It raises :class:`InfraFault` for a failure of the environment rather than of the policy (the attempt is
-then retried in a fresh sandbox and never scored); any other exception ends the agent's turn and the
-check still decides the outcome.
+Three kinds of failure, kept apart:
+
+- :class:`InfraFault`: the environment failed, not the policy (the attempt is retried in a fresh sandbox and
+  never scored).
+- :class:`PolicyError`: the policy owns the failure (a malformed tool call, an answer that cannot be parsed,
+  no answer in time): the agent's turn ends and the check decides, as for an agent that gave up. Returning
+  early does the same. Dropping such attempts instead would bias the groups toward the policy's good days.
+- Any other exception is the harness's own bug: the attempt's outcome is ``harness_error``, with the traceback
+  in its results and its trajectory, said on stderr as it happens, never scored; a run whose harness keeps
+  failing stops early (``--max-harness-errors``).
 """
 
 from __future__ import annotations
@@ -41,6 +48,11 @@ class InfraFault(GroveError):
         super().__init__(message)
         self.reason = reason
         """A short name for reports (e.g. ``executor_lost``); the class's code when None."""
+
+
+class PolicyError(Exception):
+    """Raised by a harness: the policy failed in a way it owns (a malformed tool call, an unparseable answer).
+    The agent's turn ends and the check decides: the attempt is scored."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ Entries (``e``): ``try`` (a try of an attempt starts; its create ``request_id``)
 try's sandbox), ``infra`` (the try ended on an infrastructure fault, with the reason; the attempt
 is retried), ``interrupted`` (a try the runner did not live to finish, found and cleaned up on resume),
 ``done`` (the attempt's result line: graded, or ``infra_error`` once the retries are spent),
-``throttled`` (a create the router turned away with 503 + Retry-After; retried after the wait).
+``throttled`` (a create the router turned away with 503 + Retry-After; retried after the wait), ``unreachable`` (a
+create that found no router at all: waited for it, then retried).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from grove.core.errors import Conflict
 
 RUN_FILE = "run.json"
 JOURNAL_FILE = "journal.jsonl"
+
+UNSCORED = ("infra_error", "harness_error")
+"""Outcomes that are nobody's score: the environment's faults, and the harness's own bugs."""
 
 AttemptKey = tuple[int, str, int]
 """(variant index, task id, attempt number)."""
@@ -67,6 +71,8 @@ class JournalState:
     infra: list[dict[str, Any]] = field(default_factory=list)
     interrupted: int = 0
     throttled: int = 0
+    unreachable: int = 0
+    """Creates that found no router (it was down or away), each waited for and retried."""
     """Creates the router answered with 503 + Retry-After (back-pressure), each retried after the wait."""
 
 
@@ -120,6 +126,8 @@ def read_journal(out: Path) -> JournalState:
             state.open_tries.pop(key, None)
         elif kind == "throttled":
             state.throttled += 1
+        elif kind == "unreachable":
+            state.unreachable += 1
         elif kind == "interrupted":
             state.interrupted += 1
             state.open_tries.pop(key, None)

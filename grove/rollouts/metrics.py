@@ -24,6 +24,22 @@ def mean_pass_at_k(groups: Sequence[tuple[int, int]], k: int) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def pass_within(stages: Sequence[tuple[int, int]], k: int) -> float | None:
+    """Chance that one of the first ``k`` attempts passed, given ``(attempts, passes)`` per stage in order and the
+    order inside each stage unseen: 1 - C(n-c, k)/C(n, k) for one stage. None (unknown) when there are fewer
+    than ``k`` attempts and none passed."""
+    if k < 1:
+        raise ValueError(f"pass@k needs k >= 1, got k={k}")
+    seen = 0
+    for n, c in stages:
+        if k - seen <= n:
+            return pass_at_k(n, c, k - seen)
+        if c:
+            return 1.0  # a pass among whole earlier stages: one of the first k passed, whatever came after
+        seen += n
+    return None
+
+
 def ks_for(max_n: int) -> list[int]:
     """The k worth reporting for groups of up to ``max_n`` samples: 1, 2, 4, 8, ... and ``max_n``."""
     ks, k = [], 1

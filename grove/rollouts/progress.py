@@ -1,4 +1,5 @@
-"""The live progress line on stderr: running, pass, fail, infra faults, attempts/s, ETA."""
+"""The live progress line on stderr: running, pass, fail, infra faults, harness errors, attempts/s, ETA; and what
+happens that a person must know at once (a harness error, the router away), each on a line of its own."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ class Progress:
     def __init__(self, stream: TextIO | None = None, *, quiet: bool = False) -> None:
         self.stream = stream or sys.stderr
         self.quiet = quiet
-        self.running = self.passed = self.failed = self.infra = self.lost = self.resumed = 0
+        self.running = self.passed = self.failed = self.infra = self.lost = self.resumed = self.harness = 0
         self.remaining = 0
         self.started = time.monotonic()
         self._finished_here = 0
@@ -27,6 +28,8 @@ class Progress:
             self.passed += 1
         elif outcome == "fail":
             self.failed += 1
+        elif outcome == "harness_error":
+            self.harness += 1
         else:
             self.lost += 1
 
@@ -36,7 +39,8 @@ class Progress:
         rate = self._finished_here / elapsed
         eta = f"{self.remaining / rate:5.0f}s" if rate > 0 and self.remaining else "    -"
         return (f"rollouts: running {self.running:3d}  pass {self.passed:4d}  fail {self.failed:4d}  "
-                f"infra faults {self.infra:3d} (lost {self.lost})  {rate:5.2f} attempts/s  ETA {eta}  "
+                f"infra faults {self.infra:3d} (lost {self.lost})  harness errors {self.harness:3d}  "
+                f"{rate:5.2f} attempts/s  ETA {eta}  "
                 f"[{elapsed:5.0f}s]")
 
     def draw(self, *, force: bool = False) -> None:
@@ -52,6 +56,15 @@ class Progress:
             return
         self._last_line = now
         self.stream.flush()
+
+    def say(self, message: str) -> None:
+        """A message as it happens (a harness error, the router away), on its own line, even when quiet: a run
+        must never fail silently."""
+        if self._tty and not self.quiet:
+            self.stream.write("\r\x1b[K")
+        self.stream.write(f"rollouts: {message}\n")
+        self.stream.flush()
+        self._last_line = 0.0
 
     def close(self) -> None:
         """The final line."""

@@ -2,7 +2,8 @@
 
 Everything is computed from the journal, so ``grove rollouts report DIR`` rebuilds the same files from
 a run directory at any time (a finished run, or one still going). Attempts lost to infrastructure faults
-are never scored: they count in the fault table, not in pass@k or in any group's rewards.
+and attempts whose harness raised are never scored: they count in their own tables, not in pass@k or in any
+group's rewards.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from grove.rollouts.journal import RUN_FILE, read_journal
-from grove.rollouts.metrics import advantages, informative, ks_for, mean_pass_at_k
+from grove.rollouts.estimates import estimate, groups_from_results, policy_of
+from grove.rollouts.journal import RUN_FILE, UNSCORED, read_journal
+from grove.rollouts.metrics import advantages, informative
 
 FILES = ("results.jsonl", "groups.jsonl", "summary.json", "report.md")
 
@@ -26,6 +28,7 @@ def load_results(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     results = sorted(state.done.values(), key=lambda r: (r["variant"], r["task"], r["attempt"]))
     run["interrupted_tries"] = state.interrupted
     run["throttled_creates"] = state.throttled
+    run["unreachable_creates"] = state.unreachable
     return run, results
 
 
@@ -36,13 +39,15 @@ def groups_of(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         by_group[r["group_id"]].append(r)
     groups = []
     for gid, members in by_group.items():
-        scored = [m for m in members if m["outcome"] != "infra_error"]
+        scored = [m for m in members if m["outcome"] not in UNSCORED]
         rewards = [float(m["reward"]) for m in scored]
         first = members[0]
         groups.append({
             "run_id": first["run_id"], "group_id": gid, "task": first["task"], "variant": first["variant"],
             "harness": first["harness"], "harness_version": first["harness_version"], "model": first["model"],
-            "informative": informative(rewards), "lost_attempts": len(members) - len(scored),
+            "informative": informative(rewards),
+            "lost_attempts": sum(m["outcome"] == "infra_error" for m in members),
+            "harness_errors": sum(m["outcome"] == "harness_error" for m in members),
             "attempts": [{"attempt": m["attempt"], "reward": float(m["reward"]), "advantage": round(a, 6),
                           "trajectory_id": m.get("trajectory_id")}
                          for m, a in zip(scored, advantages(rewards), strict=True)],
@@ -56,19 +61,15 @@ def summarize(run: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, A
     variants: dict[int, dict[str, Any]] = {}
     for v, (harness, model) in enumerate(run["spec"]["variants"]):
         mine = [r for r in results if r["variant"] == v]
-        scored = [r for r in mine if r["outcome"] != "infra_error"]
-        tally: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-        for r in scored:
-            tally[r["group_id"]][0] += 1
-            tally[r["group_id"]][1] += r["outcome"] == "pass"
-        counts = [(n, c) for n, c in tally.values()]
-        max_n = max((n for n, _ in counts), default=0)
+        scored = [r for r in mine if r["outcome"] not in UNSCORED]
         resolved = mine[0] if mine else {}  # the model a harness chose when none was given, and its version
         variants[v] = {
             "harness": harness, "model": resolved.get("model", model),
             "harness_version": resolved.get("harness_version"), "attempts": len(mine), "scored": len(scored),
+            "harness_errors": sum(r["outcome"] == "harness_error" for r in mine),
             "passed": sum(r["outcome"] == "pass" for r in scored),
-            "pass_at_k": {str(k): _round(mean_pass_at_k(counts, k)) for k in ks_for(max_n)},
+            # pass_at_k and its intervals, groups, estimator and gaps (see grove/rollouts/estimates.py).
+            **estimate(groups_from_results(mine), policy_of(run["spec"])).as_summary(),
             "groups": sum(g["variant"] == v for g in groups),
             "informative_groups": sum(g["variant"] == v and g["informative"] for g in groups),
             "mean_reward": _round(sum(float(r["reward"]) for r in scored) / len(scored)) if scored else None,
@@ -81,6 +82,12 @@ def summarize(run: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, A
         "lost_attempts": sum(r["outcome"] == "infra_error" for r in results),
         "interrupted_tries": run.get("interrupted_tries", 0),
         "throttled_creates": run.get("throttled_creates", 0),
+        "unreachable_creates": run.get("unreachable_creates", 0),
+        "harness_errors": sum(r["outcome"] == "harness_error" for r in results),
+        "harness_error_examples": [{"task": r["task"], "attempt": r["attempt"], "variant": r["variant"],
+                                    "error": (r.get("harness_error") or {}).get("error")}
+                                   for r in results if r["outcome"] == "harness_error"][:10],
+        "grading": dict(Counter(str(r["grading"]) for r in results if r.get("grading"))),
         "groups": len(groups), "informative_groups": informative_groups,
         "informative_per_100_attempts": _round(100 * informative_groups / len(results)) if results else None,
         "infra_faults": dict(faults), "infra_fault_rate": _round(sum(faults.values()) / tries) if tries else None,
@@ -98,10 +105,12 @@ def _per_task(results: list[dict[str, Any]], n_variants: int) -> dict[str, list[
         row = []
         for v in range(n_variants):
             mine = [r for r in results if r["task"] == task and r["variant"] == v]
-            scored = [r for r in mine if r["outcome"] != "infra_error"]
-            lost = len(mine) - len(scored)
+            scored = [r for r in mine if r["outcome"] not in UNSCORED]
+            lost = sum(r["outcome"] == "infra_error" for r in mine)
+            broken = sum(r["outcome"] == "harness_error" for r in mine)
             passes = sum(r["outcome"] == "pass" for r in scored)
-            row.append(f"{passes}/{len(scored)}" + (f" +{lost} lost" if lost else ""))
+            row.append(f"{passes}/{len(scored)}" + (f" +{lost} lost" if lost else "")
+                       + (f" +{broken} harness errors" if broken else ""))
         table[task] = row
     return table
 

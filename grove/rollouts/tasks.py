@@ -5,10 +5,12 @@ A task line::
     {"id": "fix-add", "image": "default", "workdir": "/workspace/project",
      "files": "project/" | "project.tar.gz" | {"mathops.py": "def add(a, b): ..."},
      "setup": ["pip install -e ."], "prompt": "The test fails. Fix the bug.",
-     "check": {"test": "python3 -m pytest -q", "files": {"/grader/test_hidden.py": "..."}, "timeout_s": 300}
+     "check": {"test": "python3 -m pytest -rA", "files": {"/grader/test_hidden.py": "..."}, "timeout_s": 300,
+               "tests": ["tests/test_x.py::test_y"], "protected": ["tests/**", "conftest.py"],
+               "grading": "isolated" | "in-place"}
             | {"reward": "python3 score.py", "pass_threshold": 1.0},
      "timeout_s": 600, "resources": {"cpu": 1, "memory_mb": 1024}, "network": {"egress": "deny"},
-     "env": {"K": "V"}, "labels": {"difficulty": "easy"}, "scripted": {...}}
+     "env": {"K": "V"}, "labels": {"difficulty": "easy"}, "scripted": {...}, "data": {...anything...}}
 
 A line with ``instance_id`` instead of ``id`` is a SWE-bench instance (see :mod:`grove.rollouts.swebench`).
 A directory holds ``*.jsonl`` files and ``*/task.json`` files; relative ``files`` paths resolve against
@@ -28,7 +30,9 @@ from grove.core.errors import Invalid
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _RESOURCES = {"cpu": float, "memory_mb": int, "pids_max": int, "disk_mb": int}
 _KNOWN = {"id", "image", "workdir", "files", "setup", "prompt", "check", "timeout_s", "resources", "network",
-          "env", "labels", "scripted"}
+          "env", "labels", "scripted", "data"}
+GRADING_MODES = ("isolated", "in-place")
+_CHECK_FIELDS = {"test", "reward", "pass_threshold", "files", "timeout_s", "protected", "tests", "grading"}
 
 
 class TaskFileError(Invalid):
@@ -50,7 +54,17 @@ class Check:
     timeout_s: float = 600.0
     """Limit of the check command."""
     swebench: dict[str, Any] | None = None
-    """SWE-bench grading: ``test_patch``, ``test_cmd``, ``FAIL_TO_PASS``, ``PASS_TO_PASS``."""
+    """SWE-bench grading (:mod:`grove.rollouts.swebench`): ``instance_id``, ``repo``, ``version``, ``image``,
+    ``base_commit``, ``test_patch``, ``eval_script``, ``test_cmd``, ``log_parser``, ``eval_type``, ``FAIL_TO_PASS``,
+    ``PASS_TO_PASS``."""
+    protected: tuple[str, ...] = ()
+    """Globs of paths under the workdir the agent's changes never reach at grading (the check's files always)."""
+    tests: tuple[str, ...] = ()
+    """Named tests (``file.py::test_name``, as ``pytest -rA`` reports them): the verdict is their own statuses in
+    the check's output, never its exit code (which any module the tests import can set)."""
+    grading: str = "isolated"
+    """``isolated``: the agent's changes are applied to a fresh sandbox from the task and graded there;
+    ``in-place``: graded in the agent's sandbox once its processes are gone (a task whose outcome is live state)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +87,8 @@ class Task:
     labels: dict[str, str] = field(default_factory=dict)
     scripted: dict[str, Any] | None = None
     """The scripted harness's policy for this task (see :mod:`grove.rollouts.scripted`)."""
+    data: dict[str, Any] = field(default_factory=dict)
+    """Free-form data for the harness (``"data": {...}`` in the task line): never checked by grove."""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """The line as given (what a ``module:function`` harness receives, with ``attempt`` added)."""
 
@@ -136,22 +152,31 @@ def parse_task(raw: Any, where: str, *, base: Path, files_root: Path | None = No
         image=f.text("image") or "default", workdir=f.abspath("workdir") or "/workspace",
         files=f.files(base, files_root), setup=tuple(f.strings("setup")), timeout_s=f.number("timeout_s", 600.0),
         resources=f.resources(), network=f.mapping("network") or None, env=f.string_map("env"),
-        labels=f.string_map("labels"), scripted=f.mapping("scripted") or None, raw=dict(raw))
+        labels=f.string_map("labels"), scripted=f.mapping("scripted") or None, data=f.mapping("data"), raw=dict(raw))
 
 
 def parse_check(raw: Any, where: str) -> Check:
     """The ``check`` field: exactly one of ``test`` and ``reward``."""
     if not isinstance(raw, dict):
         raise TaskFileError(f"{where}: field 'check' is required: {{\"test\": CMD}} or {{\"reward\": CMD}}")
-    unknown = sorted(set(raw) - {"test", "reward", "pass_threshold", "files", "timeout_s"})
+    unknown = sorted(set(raw) - _CHECK_FIELDS)
     if unknown:
-        raise TaskFileError(f"{where}: field 'check.{unknown[0]}' is unknown")
+        known = ", ".join(sorted(_CHECK_FIELDS))
+        raise TaskFileError(f"{where}: field 'check.{unknown[0]}' is unknown; known: {known}")
     f = _Fields(raw, where, prefix="check.")
     test, reward = f.text("test"), f.text("reward")
     if bool(test) == bool(reward):
         raise TaskFileError(f"{where}: field 'check' needs exactly one of 'test' (exit 0 = pass) and 'reward'")
+    grading = f.text("grading") or "isolated"
+    if grading not in GRADING_MODES:
+        raise f.fail("grading", f"must be one of {', '.join(GRADING_MODES)}, got {grading!r}")
+    tests = tuple(f.list_of_text("tests"))
+    if tests and not test:
+        raise f.fail("tests", "names the tests whose statuses decide: it goes with 'test' (a command that prints "
+                              "them, such as pytest -rA), not with 'reward'")
     return Check(test=test or None, reward=reward or None, pass_threshold=f.number("pass_threshold", 1.0),
-                 files=f.string_map("files"), timeout_s=f.number("timeout_s", 600.0))
+                 files=f.string_map("files"), timeout_s=f.number("timeout_s", 600.0),
+                 protected=tuple(f.list_of_text("protected")), tests=tests, grading=grading)
 
 
 class _Fields:
@@ -191,6 +216,12 @@ class _Fields:
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self.fail(name, "must be a list of command strings")
+        return value
+
+    def list_of_text(self, name: str) -> list[str]:
+        value = self.raw.get(name) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.fail(name, "must be a list of non-empty strings")
         return value
 
     def mapping(self, name: str) -> dict[str, Any]:

@@ -82,8 +82,12 @@ def test_resume_after_the_runner_is_sigkilled(router: RouterProcess, tmp_path: P
         return labels if len(labels) >= created else None
 
     stored = wait_for(all_stored, 30, what="every trajectory stored")
-    per_try = Counter((s["group_id"], s["attempt"], s["try"]) for s in stored if s.get("run_id") == run_id)
+    ours = [s for s in stored if s.get("run_id") == run_id]
+    per_try = Counter((s["group_id"], s["attempt"], s["try"]) for s in ours if s.get("role") != "grader")
     assert per_try and set(per_try.values()) == {1}, per_try
+    # Each try that reached grading had one grader (labelled as such), never two.
+    graders = Counter((s["group_id"], s["attempt"], s["try"]) for s in ours if s.get("role") == "grader")
+    assert set(graders.values()) <= {1} and set(graders) <= set(per_try), graders
 
 
 def test_executors_killed_during_attempts_are_retried_and_never_scored(router: RouterProcess, tmp_path: Path) -> None:
@@ -100,6 +104,8 @@ def test_executors_killed_during_attempts_are_retried_and_never_scored(router: R
                 for sb in grove.list():
                     labels = sb["metadata"]["labels"]
                     if not sb["metadata"]["task_id"].startswith("kill-") or sb["id"] in killed:
+                        continue
+                    if labels.get("role") == "grader":  # the agents' sandboxes are the ones attacked here
                         continue
                     if (labels["attempt"], labels["try"]) != ("0", "0") or sb["status"] != "ready":
                         continue

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from grove.rollouts import swebench
 from grove.rollouts.metrics import advantages, informative, ks_for, mean_pass_at_k, pass_at_k
 from grove.rollouts.sampling import Policy, Sampler
 from grove.rollouts.scripted import draws_right
-from grove.rollouts.swebench import patched_files, read_test_statuses, verdict
-from grove.rollouts.tasks import TaskFileError, load_tasks
+from grove.rollouts.tasks import TaskFileError, load_tasks, parse_task
 
 pytestmark = pytest.mark.fast
 
@@ -139,29 +141,83 @@ def test_a_bad_task_file_names_line_and_field(tmp_path: Path, line: object, expe
     assert expected in info.value.message and str(path) in info.value.message, info.value.message
 
 
+SWE = {"instance_id": "org__repo-1", "repo": "org/repo", "version": "1.0", "base_commit": "abc",
+       "problem_statement": "broken", "test_patch": "diff --git a/t.py b/t.py\n",
+       "FAIL_TO_PASS": '["test_a (t.T.test_a)"]', "PASS_TO_PASS": [], "image_name": "default",
+       "test_cmd": "python3 -m unittest -v t", "log_parser": "parse_log_django"}
+
+
 def test_task_files_and_swebench_lines_load(tmp_path: Path) -> None:
     (tmp_path / "repo").mkdir()
-    swe = {"instance_id": "org__repo-1", "repo": "org/repo", "base_commit": "abc", "problem_statement": "broken",
-           "test_patch": "diff --git a/t.py b/t.py\n", "FAIL_TO_PASS": '["test_a (t.T)"]', "PASS_TO_PASS": [],
-           "image_name": "default", "files": "repo"}
-    tasks = load_tasks(_write(tmp_path, "# a comment", GOOD, "", swe))
+    tasks = load_tasks(_write(tmp_path, "# a comment", GOOD, "", {**SWE, "files": "repo"}))
     assert [t.id for t in tasks] == ["t1", "org__repo-1"]
-    assert tasks[1].check.swebench is not None and tasks[1].check.swebench["FAIL_TO_PASS"] == ["test_a (t.T)"]
+    spec = tasks[1].check.swebench
+    assert spec is not None and spec["FAIL_TO_PASS"] == ["test_a (t.T.test_a)"]
+    assert (spec["repo"], spec["version"], spec["log_parser"], spec["eval_type"]) == \
+        ("org/repo", "1.0", "parse_log_django", "pass_and_fail")
     assert tasks[1].workdir == "/testbed" and tasks[1].files == str((tmp_path / "repo").resolve())
-    with pytest.raises(TaskFileError, match="field 'image' is required"):
-        load_tasks(_write(tmp_path, {k: v for k, v in swe.items() if k != "image_name"}))
+    # A repository the package knows needs no parser named: the package's own is taken.
+    known = load_tasks(_write(tmp_path, {**SWE, "repo": "sympy/sympy", "log_parser": None}))[0].check.swebench
+    assert known is not None and known["log_parser"] == "parse_log_sympy"
 
 
-def test_statuses_read_from_pytest_and_unittest_output() -> None:
-    out = ("test_a (t.T.test_a) ... ok\ntest_b (t.T.test_b) ... FAIL\n"
-           "PASSED tests/test_x.py::test_one\nFAILED tests/test_x.py::test_two - assert 0\n")
-    statuses = read_test_statuses(out)
-    assert statuses["test_a (t.T)"] == "ok" and statuses["t.T.test_b"] == "FAIL"
-    assert statuses["tests/test_x.py::test_one"] == "PASSED" and statuses["tests/test_x.py::test_two"] == "FAILED"
-    assert verdict(statuses, ["test_a (t.T)"], ["tests/test_x.py::test_one"])["passed"]
-    bad = verdict(statuses, ["test_b (t.T)", "test_c (t.T)"], [])
-    assert not bad["passed"] and bad["failing"] == {"test_b (t.T)": "FAIL", "test_c (t.T)": "missing"}
-    assert patched_files("diff --git a/x.py b/x.py\n+1\ndiff --git a/y/z.py b/y/z.py\n") == ["x.py", "y/z.py"]
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"image_name": None}, "line 1: field 'image' is required"),
+    ({"test_cmd": None}, "line 1: field 'eval_script' is required, or 'test_cmd'"),
+    ({"log_parser": None}, "line 1: field 'log_parser' is required: swebench 5.0.2 has no log parser for repo"),
+    ({"log_parser": "parse_log_nose"}, "line 1: field 'log_parser': 'parse_log_nose' is not a parser of swebench"),
+    ({"eval_type": "strict"}, "line 1: field 'eval_type' must be one of pass_and_fail, fail_only"),
+    ({"version": 3.1}, "line 1: field 'version' must be a string"),
+    ({"FAIL_TO_PASS": "[]"}, "line 1: field 'FAIL_TO_PASS' must name at least one test"),
+    ({"eval_script": "cd /testbed\n: '>>>>> Start Test Output'\npytest\n: '>>>>> End Test Output'\n"},
+     "line 1: field 'eval_script' has 0 steps applying a patch from a heredoc"),
+    ({"eval_script": "git apply -v - <<'EOF_1'\ndiff\nEOF_1\npytest\n"},
+     "line 1: field 'eval_script' has no : '>>>>> Start Test Output' ... : '>>>>> End Test Output' pair"),
+])
+def test_a_bad_swebench_line_names_line_and_field(tmp_path: Path, change: dict[str, object], expected: str) -> None:
+    line = {k: v for k, v in {**SWE, **change}.items() if v is not None}
+    path = _write(tmp_path, line)
+    with pytest.raises(TaskFileError) as info:
+        load_tasks(path)
+    assert expected in info.value.message and str(path) in info.value.message, info.value.message
+
+
+def _graded_log(tmp_path: Path, parser: str, printed: str) -> tuple[dict[str, object], str]:
+    """A spec reading ``parser``'s format, and the log of grove's test command for it when the tests print
+    ``printed``."""
+    (tmp_path / "printed.txt").write_text(printed)
+    line = {**SWE, "log_parser": parser, "test_cmd": f"cat {shlex.quote(str(tmp_path / 'printed.txt'))}"}
+    spec = parse_task(line, "line 1", base=Path.cwd()).check.swebench
+    assert spec is not None
+    done = subprocess.run(["/bin/sh", "-c", swebench.test_command(spec)], capture_output=True, timeout=60, check=False)
+    return spec, done.stdout.decode() + "\n" + done.stderr.decode()
+
+
+def test_swebench_statuses_are_read_by_the_repositorys_own_parser(tmp_path: Path) -> None:
+    spec, log = _graded_log(tmp_path, "parse_log_django", "test_a (t.T.test_a) ... ok\ntest_b (t.T.test_b) ... FAIL\n")
+    assert swebench.statuses(spec, log) == {"test_a (t.T.test_a)": "PASSED", "test_b (t.T.test_b)": "FAILED"}
+    spec, log = _graded_log(tmp_path, "parse_log_pytest",
+                            "PASSED tests/test_x.py::test_one\nFAILED tests/test_x.py::test_two - assert 0\n")
+    assert swebench.statuses(spec, log) == {"tests/test_x.py::test_one": "PASSED",
+                                            "tests/test_x.py::test_two": "FAILED"}
+    # The same lines outside the harness's markers are no run at all.
+    assert swebench.statuses(spec, "PASSED tests/test_x.py::test_one\n") == {}
+
+
+def test_swebench_verdicts_decide_as_the_package_does() -> None:
+    found = {"a": "PASSED", "b": "FAILED", "s": "SKIPPED", "x": "XFAIL", "t[p1-long]": "PASSED"}
+    assert swebench.verdict(found, ["a", "x"], ["s"])["passed"]  # a skipped PASS_TO_PASS test is no regression
+    bad = swebench.verdict(found, ["b", "s", "c"], ["a"])
+    assert not bad["passed"] and bad["resolution"] == "RESOLVED_NO"
+    assert bad["failing"] == {"b": "FAILED", "s": "SKIPPED", "c": "missing"}  # skipped FAIL_TO_PASS: not resolved
+    partial = swebench.verdict(found, ["a", "b"], [])
+    assert not partial["passed"] and partial["resolution"] == "RESOLVED_PARTIAL"
+    # An id the dataset truncated mid-parameter matches by prefix (SWE-bench issue #290).
+    assert swebench.verdict(found, ["t[p1-lo"], [])["FAIL_TO_PASS"] == {"t[p1-lo": "PASSED"}
+    # fail_only repositories' parsers report failures only: a test not reported did not fail.
+    assert swebench.verdict(found, ["c"], ["a"], eval_type="fail_only")["passed"]
+    assert not swebench.verdict(found, ["b"], [], eval_type="fail_only")["passed"]
+    assert swebench.patched_files("diff --git a/x.py b/x.py\n+1\ndiff --git a/y/z.py b/y/z.py\n") == ["x.py", "y/z.py"]
 
 
 def test_one_runner_per_run_directory(tmp_path: Path) -> None:

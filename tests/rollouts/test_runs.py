@@ -134,9 +134,11 @@ def _instance(tmp_path: Path) -> Path:
     _git(repo, "checkout", "-q", "--", "test_calc.py")
     line = {"instance_id": "demo__calc-1", "repo": "demo/calc", "base_commit": base,
             "problem_statement": "add() subtracts instead of adding.", "test_patch": patch,
-            "FAIL_TO_PASS": json.dumps(["test_add (test_calc.TestCalc)"]),
-            "PASS_TO_PASS": ["test_mul (test_calc.TestCalc)"], "image_name": "default", "files": "repo",
-            "test_cmd": "python3 -m unittest -v test_calc", "resources": {"cpu": 0.5, "memory_mb": 256}}
+            "FAIL_TO_PASS": json.dumps(["test_add (test_calc.TestCalc.test_add)"]),
+            "PASS_TO_PASS": ["test_mul (test_calc.TestCalc.test_mul)"], "image_name": "default", "files": "repo",
+            # Not a repository the swebench package knows: the command and the parser of its output are named.
+            "test_cmd": "python3 -m unittest -v test_calc", "log_parser": "parse_log_django",
+            "resources": {"cpu": 0.5, "memory_mb": 256}}
     tasks = tmp_path / "swebench.jsonl"
     tasks.write_text(json.dumps(line) + "\n")
     return tasks
@@ -149,16 +151,19 @@ def test_a_swebench_instance_is_graded_by_its_test_patch(router: RouterProcess, 
                   variants=[("tests.rollouts.test_runs:fix_even_attempts", "none")])
     lines = sorted(results(out), key=lambda r: r["attempt"])
     assert [(r["outcome"], r["reward"]) for r in lines] == [("pass", 1.0), ("fail", 0.0)], lines
-    assert lines[0]["check"]["tests"] == {"FAIL_TO_PASS": {"test_add (test_calc.TestCalc)": "ok"},
-                                          "PASS_TO_PASS": {"test_mul (test_calc.TestCalc)": "ok"}}
-    assert lines[1]["check"]["tests"]["FAIL_TO_PASS"] == {"test_add (test_calc.TestCalc)": "FAIL"}
+    assert lines[0]["check"]["tests"] == {"FAIL_TO_PASS": {"test_add (test_calc.TestCalc.test_add)": "PASSED"},
+                                          "PASS_TO_PASS": {"test_mul (test_calc.TestCalc.test_mul)": "PASSED"}}
+    assert lines[1]["check"]["tests"]["FAIL_TO_PASS"] == {"test_add (test_calc.TestCalc.test_add)": "FAILED"}
     assert summary["variants"][0]["harness"] == "tests.rollouts.test_runs:fix_even_attempts"
     with router.client() as grove:
         record = grove.request("GET", f"/v1/trajectories/{lines[0]['trajectory_id']}")
-    graded = [s for s in record["steps"] if s.get("kind") == "grading"]
-    assert [g["data"]["status"] for g in graded] == ["started", "finished"]
-    assert graded[1]["data"]["result"] == "pass"
-    assert any("git" in str(s.get("command")) and "apply" in str(s.get("command")) for s in record["steps"])
+        graded = [s for s in record["steps"] if s.get("kind") == "grading"]
+        assert [g["data"]["status"] for g in graded] == ["started", "finished"]
+        assert graded[1]["data"]["result"] == "pass" and graded[1]["data"]["mode"] == "isolated"
+        # The test patch was applied where the grading ran: in the grader's own trajectory, not the agent's.
+        grader = grove.request("GET", f"/v1/trajectories/{graded[1]['data']['grader']}")
+    assert not any("apply" in str(s.get("command")) for s in record["steps"])
+    assert any("git" in str(s.get("command")) and "apply" in str(s.get("command")) for s in grader["steps"])
 
 
 def test_mini_swe_agent_with_its_deterministic_model(router: RouterProcess, tmp_path: Path) -> None:

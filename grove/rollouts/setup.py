@@ -1,0 +1,44 @@
+"""A task's setup in a sandbox: its files in, its setup commands run, bracketed as setup in the trajectory.
+
+The agent's sandbox gets it, and so does every isolated grader (:mod:`grove.rollouts.isolated`): the state after
+setup is the base an attempt's changes are taken against, and put back onto.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grove.client import AsyncSandbox
+from grove.client.upload import open_tarball
+from grove.rollouts.changes import Manifest, manifest
+from grove.rollouts.harnesses import InfraFault
+from grove.rollouts.tasks import Task
+
+
+async def setup(sandbox: AsyncSandbox, task: Task, *, prompt: bool) -> Manifest:
+    """Put the task's files in and run its setup; with ``prompt``, the task as the agent's first message. Returns
+    the workdir's manifest after setup (taken as part of it: the base of the attempt's changes)."""
+    await sandbox.post_event("setup", {"status": "started"})
+    if isinstance(task.files, dict):
+        for path, content in task.files.items():
+            await sandbox.write_file(path if path.startswith("/") else f"{task.workdir}/{path}", content)
+    elif task.files:
+        source = Path(task.files)
+        if source.is_dir():
+            await sandbox.upload(source, task.workdir)
+        else:
+            with open_tarball(source) as tarball:
+                await sandbox.upload_tar(tarball, task.workdir)
+    for command in task.setup:
+        result = await sandbox.exec(command, cwd=task.workdir, timeout_s=task.timeout_s)
+        if not result.ok:
+            tail = (result.stderr or result.stdout)[-300:].decode("utf-8", "replace")
+            raise InfraFault(f"setup command {command!r} failed (exit {result.exit_code}): {tail}",
+                             reason="setup_failed")
+    base = await manifest(sandbox, task.workdir)
+    # One call: the end of setup, then (for the agent) the task as its first message.
+    events = [{"kind": "setup", "data": {"status": "finished"}}]
+    if prompt:
+        events.append({"kind": "message", "data": {"role": "user", "content": task.prompt}})
+    await sandbox.client.request("POST", f"/v1/sandboxes/{sandbox.id}/events", json_body={"events": events})
+    return base
