@@ -40,6 +40,7 @@ UI_ROUTES: list[tuple[str, str, Handler]] = [
     ("GET", "/ui/api/trajectories/{sandbox_id}", json_call(api.trajectory)),
     ("GET", "/ui/api/trajectories/{sandbox_id}/raw", json_call(api.raw)),
     ("GET", "/ui/api/trajectories/{sandbox_id}/steps/{n}", json_call(api.step)),
+    ("GET", "/ui/api/trajectories/{sandbox_id}/steps/{n}/file", json_call(api.file_view)),
     ("GET", "/ui/api/trajectories/{sandbox_id}/steps/{n}/{stream}", json_call(api.output)),
     ("GET", "/ui/api/trajectories/{sandbox_id}/steps/{n}/{stream}/full", json_call(api.full_output)),
 ]
@@ -51,6 +52,7 @@ def install(app: web.Application, keys: KeyRing) -> None:
     app[SESSIONS] = Sessions(keys.valid)
     app[api.TRAJECTORIES] = TrajectoryCache()
     app[api.SUMMARIES] = Summaries()
+    app[runs.RUN_FILES] = runs.RunFiles()
     for method, path, handler in UI_ROUTES:
         app.router.add_route(method, path, handler)
     app.on_response_prepare.append(add_headers)

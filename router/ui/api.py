@@ -1,8 +1,10 @@
 """The JSON the viewer's pages fetch (session cookie, not bearer key; not part of the /v1 API or its spec).
 
-Trajectories come in pieces so a record of thousands of steps opens at once: the header and a page of
-step outlines (:mod:`router.ui.steps`), then each output when the reader expands it, and a truncated
-output's full text through a short-lived presigned GET of the object the router stored for it.
+Trajectories come in pieces so a record of thousands of steps opens at once: the header with the record's
+phases (:mod:`router.ui.phases`) and a page of step outlines (:mod:`router.ui.steps`; of one phase, for
+comparing), then each output when the reader expands it, a file step's whole text or diff when asked
+(:mod:`router.ui.files`), and a truncated output's full text through a short-lived presigned GET of the
+object the router stored for it.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from artifacts import trajectory as tj
 from grove.core.errors import BadRequest, NotFound
 from router.api.appkeys import service_of
 from router.records.registry import SandboxRecord
+from router.ui.files import is_file_step, views
+from router.ui.phases import PHASES
 from router.ui.search import Query, Summaries, search
-from router.ui.steps import STREAMS, header, outline, plain
+from router.ui.steps import STREAMS, page, plain
 from router.ui.steps import output as step_output
 from router.ui.trajectories import TrajectoryCache, load
 from router.ui.trajectories import raw as raw_record
@@ -117,14 +121,17 @@ def _stream(request: web.Request) -> str:
 
 
 async def trajectory(request: web.Request) -> web.StreamResponse:
-    """GET /ui/api/trajectories/{sandbox_id}?offset=&limit= — the header and one page of step outlines."""
+    """GET /ui/api/trajectories/{sandbox_id}?offset=&limit=&phase= — the header, the phases, and one page of
+    step outlines (of one phase: setup, agent or grading, when asked; ``limit=0``: the header alone)."""
     record, live = await _record(request)
     offset = _int(request, "offset", 0, 0, 10**9)
-    limit = _int(request, "limit", STEP_PAGE, 1, 2000)
-    all_steps = record.get("steps") or []
-    body = header(record)
-    body.update(live=live, offset=offset,
-                steps=[outline(s, i) for i, s in enumerate(all_steps[offset : offset + limit], start=offset)])
+    limit = _int(request, "limit", STEP_PAGE, 0, 2000)
+    phase = request.query.get("phase") or None
+    if phase is not None and phase not in PHASES:
+        raise BadRequest(f"phase must be one of {', '.join(PHASES)}, got {phase!r}")
+    # Diffs of a page's file writes take a moment on a large record: off the event loop.
+    body = await asyncio.to_thread(page, record, offset, limit, phase)
+    body["live"] = live
     return web.json_response(body)
 
 
@@ -134,6 +141,18 @@ async def step(request: web.Request) -> web.StreamResponse:
     found = _step(record, request)
     whole = {k: v for k, v in found.items() if k not in STREAMS} if isinstance(found, dict) else found
     return web.json_response(plain(whole))
+
+
+async def file_view(request: web.Request) -> web.StreamResponse:
+    """GET /ui/api/trajectories/{sandbox_id}/steps/{n}/file — a file step's whole text or diff (an outline has
+    its first lines)."""
+    record, _ = await _record(request)
+    found = _step(record, request)
+    if not is_file_step(found):
+        raise NotFound(f"step {request.match_info['n']} is not a file read or write")
+    index = _index(request.match_info["n"])
+    shown = await asyncio.to_thread(views, record["steps"], [index], whole=True)
+    return web.json_response(shown[index])
 
 
 async def output(request: web.Request) -> web.StreamResponse:

@@ -1,4 +1,5 @@
-"""Rollout runs for the viewer: the runs in S3 (``runs/<run_id>/``), one run's summary and groups, its plots.
+"""Rollout runs for the viewer: the runs in S3 (``runs/<run_id>/``) with their figures, one run's summary and
+groups, its plots.
 
 A runner (``grove rollouts``) uploads ``summary.json``, ``groups.jsonl`` and its plots (``*.png``) there
 through the router; the page reads them as data (the plots as images of the viewer's own origin).
@@ -9,11 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
+from collections import OrderedDict, defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
 
-from artifacts.store import ObjectStore
+from artifacts.store import ObjectInfo, ObjectStore
 from grove.core.errors import BadRequest, NotFound
 from router.api.appkeys import service_of
 from router.api.runs import RUNS_PREFIX
@@ -21,6 +26,106 @@ from router.api.runs import RUNS_PREFIX
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_GROUPS = 5000
 """Groups shown at most (a run of more lists the first ones and says so)."""
+MAX_RUNS = 500
+"""Runs listed at most, the most recently uploaded first (their files are read for the list)."""
+_READERS = 8
+_LISTED_FILES = ("run.json", "summary.json")
+
+
+class RunFiles:
+    """The run files the list has read, parsed, by key and etag: a run's files change only when a runner
+    uploads them again (a new etag), and the list reads the same ones each time it is opened. Bounded."""
+
+    def __init__(self, size: int = 4 * MAX_RUNS) -> None:
+        self._size = size
+        self._items: OrderedDict[tuple[str, str | None], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, objects: ObjectStore, info: ObjectInfo) -> Any:
+        """The file's JSON, or None if it is not JSON (a run's files are a runner's upload: data, not trusted)."""
+        ident = (info.key, info.etag)
+        with self._lock:
+            if ident in self._items:
+                self._items.move_to_end(ident)
+                return self._items[ident]
+        try:
+            value = json.loads(objects.get_bytes(info.key))
+        except (ValueError, NotFound):
+            value = None
+        with self._lock:
+            self._items[ident] = value
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return value
+
+
+RUN_FILES = web.AppKey("ui_run_files", RunFiles)
+
+
+def run_rows(objects: ObjectStore, cache: RunFiles) -> list[dict[str, Any]]:
+    """One row per run under ``runs/``: newest upload first, the first :data:`MAX_RUNS` (+1) read."""
+    by_run: dict[str, dict[str, ObjectInfo]] = defaultdict(dict)
+    for info in objects.list(RUNS_PREFIX):
+        run_id, _, name = info.key[len(RUNS_PREFIX):].partition("/")
+        if _NAME.match(run_id) and name:
+            by_run[run_id][name] = info
+    recent = sorted(by_run, key=lambda r: (max(i.last_modified or 0 for i in by_run[r].values()), r), reverse=True)
+    recent = recent[: MAX_RUNS + 1]
+    wanted = [by_run[r][name] for r in recent for name in _LISTED_FILES if name in by_run[r]]
+    with ThreadPoolExecutor(_READERS) as pool:
+        read = dict(zip((i.key for i in wanted), pool.map(lambda i: cache.get(objects, i), wanted), strict=True))
+    rows = [_row(r, by_run[r], read.get(f"{RUNS_PREFIX}{r}/run.json"), read.get(f"{RUNS_PREFIX}{r}/summary.json"))
+            for r in recent]
+    return sorted(rows, key=lambda row: (row["date"] or 0, row["run_id"]), reverse=True)
+
+
+def _row(run_id: str, files: dict[str, ObjectInfo], run: Any, summary: Any) -> dict[str, Any]:
+    """A run's line in the list; what its files do not say is None."""
+    run = run if isinstance(run, dict) else {}
+    summary = summary if isinstance(summary, dict) else {}
+    created = run.get("created_at")
+    uploaded = [i.last_modified for i in files.values() if i.last_modified is not None]
+    raw = summary.get("variants")
+    variants = [v for v in raw if isinstance(v, dict)] if isinstance(raw, list) else []
+    harnesses = [" ".join(x for x in (_text(v.get("harness")), _text(v.get("harness_version"))) if x)
+                 for v in variants]
+    models = [_text(v.get("model")) or "" for v in variants]
+    scored_each = [_count(v.get("scored")) or 0 for v in variants]
+    passed_each = [_count(v.get("passed")) or 0 for v in variants]
+    scored, passed = sum(scored_each), sum(passed_each)
+    listed = [{"harness": h, "model": m, "scored": n, "passed": p}
+              for h, m, n, p in zip(harnesses, models, scored_each, passed_each, strict=True)]
+    tasks = summary.get("tasks")
+    return {
+        "run_id": run_id,
+        # When the run started (run.json); a run without one, when its first file was uploaded.
+        "date": created if _is_number(created) else (min(uploaded) if uploaded else None),
+        "summary": bool(summary),
+        "variants": listed,
+        "harnesses": _unique(harnesses),
+        "models": _unique(models),
+        "tasks": len(tasks) if isinstance(tasks, dict) else None,
+        "attempts": _count(summary.get("attempts")),
+        "scored": scored if variants else None,
+        "passed": passed if variants else None,
+        "pass_rate": round(passed / scored, 4) if scored else None,
+    }
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _text(value: Any) -> str | None:
+    return value[:200] if isinstance(value, str) and value else None
+
+
+def _unique(values: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(v for v in values if v))
 
 
 def _objects(request: web.Request) -> ObjectStore:
@@ -34,9 +139,10 @@ def _name(value: str, what: str) -> str:
 
 
 async def runs(request: web.Request) -> web.StreamResponse:
-    """GET /ui/api/runs — the runs that have files in S3, by id."""
-    prefixes = await asyncio.to_thread(_objects(request).prefixes, RUNS_PREFIX)
-    return web.json_response({"runs": sorted(p[len(RUNS_PREFIX):].rstrip("/") for p in prefixes)})
+    """GET /ui/api/runs — the runs that have files in S3, newest first: when each started, its harnesses and
+    models, how many tasks and attempts, and its pass rate (from the run's ``run.json`` and ``summary.json``)."""
+    rows = await asyncio.to_thread(run_rows, _objects(request), request.app[RUN_FILES])
+    return web.json_response({"runs": rows[:MAX_RUNS], "cut": len(rows) > MAX_RUNS})
 
 
 async def run(request: web.Request) -> web.StreamResponse:

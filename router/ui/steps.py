@@ -1,14 +1,18 @@
 """What the viewer sends of a trajectory: small step outlines first, each output only when it is opened.
 
 A record may hold thousands of steps and tens of megabytes of output. The page gets the metadata and
-pages of *outlines*: every field a timeline row shows, with outputs replaced by their sizes and long
-strings clipped (``clipped: true`` says the step has more). :func:`output` serves one stream of one
-step when the reader expands it. Everything stays data: the browser renders it as text.
+pages of *outlines*: every field a timeline row shows, with outputs replaced by their sizes, long
+strings clipped (``clipped: true`` says the step has more), a file's content replaced by its view (the
+first lines of its text or diff), and each step's phase. :func:`output` serves one stream of one step
+when the reader expands it. Everything stays data: the browser renders it as text.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from router.ui.files import is_file_step, views
+from router.ui.phases import phase_of_each, summary
 
 CLIP_CHARS = 4000
 """Strings longer than this are cut in an outline."""
@@ -91,8 +95,10 @@ def outline(step: Any, index: int) -> dict[str, Any]:
                 "artifact": isinstance(step.get(f"{stream}_artifact"), str),
             }
     else:
+        # A file's content is the step's ``file`` view (:mod:`router.ui.files`), not a clipped string.
+        skipped = ("type", "t", "content") if is_file_step(step) else ("type", "t")
         for name, value in step.items():
-            if name not in ("type", "t"):
+            if name not in skipped:
                 out[name] = clip(value, state)
     out["clipped"] = state[0]
     return out
@@ -138,3 +144,21 @@ def header(record: dict[str, Any]) -> dict[str, Any]:
         "version": record.get("version"),
         "step_count": len(steps) if isinstance(steps, list) else 0,
     }
+
+
+def page(record: dict[str, Any], offset: int, limit: int, phase: str | None = None) -> dict[str, Any]:
+    """The header, the record's phases and final-diff event, and one page of step outlines, each with its
+    phase and, for a file step, its file view; of one phase only when ``phase`` is given (then ``offset``
+    and ``limit`` count that phase's steps)."""
+    steps = record.get("steps")
+    steps = steps if isinstance(steps, list) else []
+    each = phase_of_each(steps)
+    if phase is None:
+        indices = list(range(offset, min(len(steps), offset + limit)))
+    else:
+        indices = [i for i, p in enumerate(each) if p == phase][offset : offset + limit]
+    shown = views(steps, indices)
+    body = header(record)
+    body.update(summary(steps, each), offset=offset, phase=phase, steps=[
+        {**outline(steps[i], i), "phase": each[i], **({"file": shown[i]} if i in shown else {})} for i in indices])
+    return body

@@ -12,6 +12,16 @@
     tbody.replaceChildren(frag);
   }
 
+  // Each variant by its harness and model ("mini-swe-agent 2.4 · gpt-x"); two alike told apart by their index.
+  function names(summary) {
+    const list = Array.isArray(summary.variants) ? summary.variants : [];
+    const labels = list.map((v, i) => {
+      const harness = [v && v.harness, v && v.harness_version].filter((x) => x).map(show).join(" ");
+      return [harness, v && v.model ? show(v.model) : ""].filter((x) => x).join(" · ") || "variant " + i;
+    });
+    return labels.map((l, i) => (labels.indexOf(l) !== labels.lastIndexOf(l) ? l + " (#" + i + ")" : l));
+  }
+
   function variants(summary) {
     rows(document.querySelector("#variants tbody"), (summary.variants || []).map((v, i) => [
       String(i), [v.harness, v.harness_version].filter((x) => x).join(" "), v.model, v.attempts, v.scored, v.passed,
@@ -21,13 +31,14 @@
 
   function tasks(summary) {
     const head = document.querySelector("#tasks thead tr");
-    (summary.variants || []).forEach((v, i) => head.append(el("th", { text: "#" + i + " " + show(v.model) })));
+    for (const name of names(summary)) head.append(el("th", { text: name }));
     rows(document.querySelector("#tasks tbody"), Object.entries(summary.tasks || {}).map(([task, cells]) => [
       el("a", { href: "/ui/trajectories?task_id=" + encodeURIComponent(task) + "&run_id=" + encodeURIComponent(id), text: task }),
       ...(Array.isArray(cells) ? cells : [])]));
   }
 
-  function groups(list, cut) {
+  function groups(list, cut, summary) {
+    const named = names(summary);
     document.getElementById("group-count").textContent = list.length + (cut ? "+ (the first shown)" : "");
     rows(document.querySelector("#groups tbody"), list.map((g) => {
       const attempts = el("span");
@@ -37,7 +48,7 @@
           ? el("a", { cls: "attempt", href: path("/ui/trajectories", a.trajectory_id), text: label })
           : el("span", { cls: "attempt", text: label }));
       }
-      return [g.task, String(g.variant), badge(g.informative ? "yes" : "no", g.informative ? "pass" : ""), g.lost_attempts, attempts];
+      return [g.task, Number.isInteger(g.variant) && named[g.variant] ? named[g.variant] : show(g.variant), badge(g.informative ? "yes" : "no", g.informative ? "pass" : ""), g.lost_attempts, attempts];
     }));
   }
 
@@ -64,7 +75,7 @@
       img.setAttribute("src", path("/ui/api/runs", id, "plots", name));
       plots.append(img);
     }
-    groups(got.groups, got.groups_cut);
+    groups(got.groups, got.groups_cut, s);
   } catch (e) {
     grove.showError(e.message);
   }

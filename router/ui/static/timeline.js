@@ -1,5 +1,6 @@
 // grove viewer: a trajectory's metadata and its timeline of steps, shared by the sandbox, trajectory and
-// compare pages. Step outlines come a page at a time; each output is fetched only when it is expanded.
+// compare pages. Step outlines come a page at a time, grouped by phase (setup, the agent's, grading folded);
+// each output is fetched only when it is expanded; a file step shows its text or its diff, line-numbered.
 "use strict";
 
 const timeline = (() => {
@@ -101,6 +102,13 @@ const timeline = (() => {
     } else if (step.kind === "tool_call") {
       node.append(toolCall(data.name, data.arguments || {}));
       if (data.output !== undefined && data.output !== null) node.append(el("div", { cls: "msg tool" }, el("span", { cls: "role", text: "tool output" }), content(data.output)));
+    } else if (step.kind === "changes") {
+      node.append(changes.brief(data));
+    } else if ((step.kind === "setup" || step.kind === "grading") && typeof data.status === "string") {
+      // A phase's bracket: what it says, on one line.
+      const facts = el("div", { cls: "facts" }, el("span", { text: step.kind + " " + data.status }));
+      for (const [k, v] of Object.entries(data)) if (k !== "status") facts.append(el("span", { text: k + " " + show(v) }));
+      node.append(facts);
     } else if (step.kind === "tool_result") {
       node.append(el("div", { cls: "msg tool" }, el("span", { cls: "role", text: "tool " + show(data.tool_call_id || "") }), content(data.content)));
     } else {
@@ -108,7 +116,7 @@ const timeline = (() => {
     }
   }
 
-  function transferStep(step, node) {
+  function transferStep(sid, step, node) {
     node.classList.add("transfer");
     node.querySelector(".head").append(el("code", { cls: "cmd path", text: show(step.path) }));
     const facts = el("div", { cls: "facts" });
@@ -116,6 +124,57 @@ const timeline = (() => {
     if (step.sha256) facts.append(el("span", { cls: "mono", text: "sha256 " + step.sha256 }));
     if (step.status !== undefined) facts.append(el("span", { cls: step.status >= 400 ? "bad" : "", text: "HTTP " + step.status }));
     node.append(facts);
+    if (step.file && typeof step.file === "object") fileView(sid, step, node, facts);
+  }
+
+  // A file's content (numbered lines), its diff against the record's earlier copy, or why it is not shown.
+  function fileView(sid, step, node, facts) {
+    const f = step.file;
+    const against = "#" + show(f.against) + " (" + show(f.against_type).replace("_", " ") + ")";
+    if (f.show === "binary") { facts.prepend(el("span", { cls: "kept", text: "binary: content not kept" })); return; }
+    if (f.show === "large") { facts.prepend(el("span", { cls: "kept", text: "over " + grove.bytes(f.limit) + ": content not kept" })); return; }
+    if (!["diff", "content", "same"].includes(f.show)) return;
+    const draw = (body) => (f.show === "diff" ? code.diff(body) : code.listing(body));
+    const view = el("div", { cls: "file-view" });
+    const stat = el("span", { cls: "against" });
+    // The whole text or diff, asked for when the outline has only its first lines (or, a costly diff, none).
+    const whole = (label) => {
+      const button = el("button", { cls: "all-lines", type: "button", text: label });
+      button.addEventListener("click", async () => {
+        button.disabled = true;
+        try {
+          const got = await getJSON(api(sid, "steps", step.i, "file"));
+          view.replaceChildren(draw(got.body));
+          if (got.show === "diff") described(got);
+        } catch (e) {
+          button.disabled = false;
+          grove.showError("could not load the whole file: " + e.message);
+        }
+      });
+      return button;
+    };
+    const described = (d) => {
+      stat.replaceChildren(code.counts(d.added, d.removed), " against " + against);
+      if (d.coarse) view.append(el("div", { cls: "muted", text: "(too many scattered changes to align line by line: the changed lines are shown as one replacement)" }));
+    };
+    if (f.deferred) {
+      stat.textContent = "changed against " + against + " · " + f.lines + " lines";
+      view.append(whole("Show the diff (many scattered changes: computed when asked)"));
+    } else {
+      view.append(draw(f.body));
+      if (f.show === "diff") described(f);
+      if (f.cut) view.append(whole("Show all " + f.lines + " lines"));
+    }
+    if (f.show === "diff") {
+      facts.prepend(stat);
+      node.append(view);
+    } else {
+      // A read, or a write of a file the record did not know before: the content, a write's open, a read's folded.
+      const label = f.show === "same" ? "same content as " + against : "content";
+      const box = el("details", { cls: "file-content" }, el("summary", { text: label + " · " + f.lines + " line" + (f.lines === 1 ? "" : "s") }), view);
+      box.open = step.type === "file_write" && f.show === "content";
+      node.append(box);
+    }
   }
 
   function otherStep(step, node) {
@@ -130,14 +189,16 @@ const timeline = (() => {
         el("span", { cls: "muted", text: typeof step.t === "number" ? grove.when(step.t).slice(11) : "" })));
     if (type === "exec") execStep(sid, step, node);
     else if (type === "event") eventStep(step, node);
-    else if (/^(file|archive)_/.test(type)) transferStep(step, node);
+    else if (/^(file|archive)_/.test(type)) transferStep(sid, step, node);
     else otherStep(step, node);
-    if (step.clipped) {
+    if (step.clipped && !(type === "event" && step.kind === "changes")) {
       const more = el("button", { cls: "whole", type: "button", text: "show the whole step" });
       more.addEventListener("click", async () => {
         const whole = await getJSON(api(sid, "steps", step.i));
         const outline = Object.assign({}, whole, { i: step.i, clipped: false });
         if (type === "exec") Object.assign(outline, { stdout: step.stdout, stderr: step.stderr });
+        if (step.file) Object.assign(outline, { file: step.file, content: undefined });
+        outline.phase = step.phase;
         node.replaceWith(renderStep(sid, outline));
       });
       node.append(more);
@@ -191,6 +252,7 @@ const timeline = (() => {
     const o = opts || {};
     const state = { count: 0, total: 0, live: false, stopped: false };
     const more = el("button", { cls: "more", type: "button", id: "more-steps", text: "Show more steps" });
+    const boxes = phases.boxes(container);
     more.hidden = true;
     container.after(more);
 
@@ -199,9 +261,8 @@ const timeline = (() => {
       state.total = body.step_count;
       state.live = body.live;
       if (o.onHeader) o.onHeader(body);
-      const frag = document.createDocumentFragment();
-      for (const step of body.steps) frag.append(renderStep(sid, step));
-      container.append(frag);
+      boxes.update(body);
+      for (const step of body.steps) boxes.boxFor(step).append(renderStep(sid, step));
       state.count = offset + body.steps.length;
       more.hidden = state.count >= state.total || o.follow;
       more.textContent = "Show more steps (" + state.count + " of " + state.total + ")";

@@ -1,4 +1,5 @@
-// grove viewer: one trajectory — metadata, outcome with infra faults apart, and its steps.
+// grove viewer: one trajectory — metadata, outcome with infra faults apart, the attempt's final diff, and its
+// steps by phase.
 "use strict";
 
 (() => {
@@ -16,6 +17,12 @@
       badge.textContent = result || (body.live ? "live" : "no outcome");
       badge.className = "badge " + (result || "");
       document.getElementById("step-count").textContent = body.step_count + " steps";
+      if (body.changes && Number.isInteger(body.changes.i)) {
+        // The whole event (the outline clips long diffs), drawn above the steps.
+        grove.getJSON(timeline.api(id, "steps", body.changes.i))
+          .then((step) => changes.render(document.getElementById("changes"), step.data || {}))
+          .catch((e) => grove.showError("could not load the final diff: " + e.message));
+      }
       const task = body.sandbox ? body.sandbox.task_id : null;
       if (typeof task === "string" && task) {
         // Other attempts at the task: tick one there and this one to see them side by side.
