@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import resource
 import signal
+import socket
 import sys
 
 from aiohttp import web
 
+from grove.core.errors import Conflict, GroveError, Invalid
 from grove.runfile import remove_run_file, write_run_file
 from router import logs
 from router.api.appkeys import SERVICE
@@ -45,8 +48,48 @@ def connection_cap(wanted: int) -> int:
     return min(wanted, room)
 
 
-async def serve(settings: RouterSettings, *, new_key: str | None = None, ready_file: str | None = None) -> None:
-    """Serve until a signal; sandboxes keep running after exit and are re-adopted on the next start."""
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The router's listening socket, bound before anything else starts: a busy port fails at once, with one
+    message saying which port and how to pick another, and nothing started to undo."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise Invalid(f"cannot listen on {host!r}: {exc.strerror}; give --host an address of this host "
+                      "(127.0.0.1, the default, or 0.0.0.0 for every interface)") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free; a listened one not
+        sock.bind(address)  # listening starts once the app is ready: until then a connection is refused, as ever
+    except OSError as exc:
+        sock.close()
+        raise _bind_error(host, port, exc) from None
+    sock.setblocking(False)
+    return sock
+
+
+def _bind_error(host: str, port: int, exc: OSError) -> GroveError:
+    if exc.errno == errno.EADDRINUSE:
+        return Conflict(f"port {port} on {host} is in use by another program (`ss -ltnp 'sport = :{port}'` shows "
+                        "which); start the router on another with `--port N`, or `--port 0` for any free one "
+                        "(the router prints its URL, and other grove commands find it through the state dir)")
+    if exc.errno == errno.EACCES:
+        return Invalid(f"cannot listen on {host}:{port}: permission denied (ports below 1024 need root); "
+                       "pick another with --port N")
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return Invalid(f"cannot listen on {host}:{port}: {host} is not an address of this host; "
+                       "pick another with --host")
+    return Invalid(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+
+
+async def serve(
+    settings: RouterSettings, *, new_key: str | None = None, ready_file: str | None = None,
+    sock: socket.socket | None = None,
+) -> None:
+    """Serve until a signal, on ``sock`` if given (:func:`listen_socket`), else on the settings' host and port;
+    sandboxes keep running after exit and are re-adopted on the next start."""
+    if sock is None:
+        sock = listen_socket(settings.host, settings.port)
     logs.configure()
     settings.layout.make_private()
     # The disk threads (the record log's fsyncs, journals) wait for the GIL each time a system call
@@ -63,8 +106,14 @@ async def serve(settings: RouterSettings, *, new_key: str | None = None, ready_f
     guard = ConnectionGuard(runner.server, max_connections=connection_cap(settings.max_connections),
                             header_timeout_s=settings.header_timeout_s)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(guard.protocol, settings.host, settings.port, backlog=2048, reuse_address=True)
-    port = server.sockets[0].getsockname()[1] if server.sockets else settings.port
+    try:
+        server = await loop.create_server(guard.protocol, sock=sock, backlog=2048)
+    except BaseException as exc:
+        await runner.cleanup()  # the app's storage and backend started: stop them, not leave them to the GC
+        if isinstance(exc, OSError):  # another router bound the port too and listened first
+            raise _bind_error(settings.host, sock.getsockname()[1], exc) from None
+        raise
+    port = sock.getsockname()[1]
     url = f"http://{settings.host}:{port}"
     print(f"grove router listening on {url} (backend {settings.backend}, state dir {settings.state_dir})", flush=True)
     print(f"  viewer: {url}/ui/ (log in with an API key)", flush=True)

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from grove.cli import artifacts, images, pools, rollouts, sandboxes, server, trajectories
-from grove.cli.common import DEFAULT_STATE, state_dir
+from grove.cli.common import DEFAULT_STATE, explain, state_dir
 from grove.core.errors import GroveError
 
 COMMANDS = (server, sandboxes, images, pools, trajectories, artifacts, rollouts)
@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         code = args.func(args)
     except GroveError as exc:
-        print(f"grove: {exc.message}", file=sys.stderr)
+        print(f"grove: {explain(args, exc).message}", file=sys.stderr)
         code = 1
     except BrokenPipeError:
         # `grove ... | head`: the reader is gone; end quietly, and keep Python's exit-time flush quiet too.

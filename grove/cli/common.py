@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from pathlib import Path
 from typing import Any
+
+from grove.core.errors import GroveError, Unavailable
 
 DEFAULT_STATE = Path.home() / ".local" / "share" / "grove"
 
@@ -38,7 +41,41 @@ def client(args: argparse.Namespace) -> Any:
     """A synchronous SDK client for the router these arguments name."""
     from grove.client import Grove
 
-    return Grove(router_url(args), api_key(args))
+    return Grove(*router_and_key(args))
+
+
+def router_and_key(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """:func:`router_url` and :func:`api_key`; with neither a URL nor a key to go on, the error saying that no
+    router runs on the state dir (a state dir no router ever ran on: that, not a missing key, is the news)."""
+    url, key = router_url(args), api_key(args)
+    if key is None and _to_default(args):
+        raise no_router(args, tried=False)
+    return url, key
+
+
+def _to_default(args: argparse.Namespace) -> bool:
+    """Whether the router these arguments name is the SDK's default URL, for want of any other."""
+    return not getattr(args, "url", None) and not os.environ.get("GROVE_URL") and router_url(args) is None
+
+
+def no_router(args: argparse.Namespace, *, tried: bool = True) -> GroveError:
+    """The error of a command that found no router: which URL it tried, whose state dir has none, what to do."""
+    from grove.client import DEFAULT_URL
+
+    state = state_dir(args)
+    why = (f"and none answers at {DEFAULT_URL} (the default URL, tried for want of one)" if tried
+           else "nor ever did (it holds no API key)")
+    return Unavailable(f"no router runs on the state dir {state}, {why}; start one with `grove --state-dir {state} "
+                       "up`, or name a running router with --url or $GROVE_URL")
+
+
+def explain(args: argparse.Namespace, exc: GroveError) -> GroveError:
+    """``exc``, or :func:`no_router` if it is a refused connection to the default URL, tried because no
+    router runs on the state dir (the bare "cannot connect to 127.0.0.1:8470" names neither)."""
+    import aiohttp
+
+    refused = isinstance(exc, Unavailable) and isinstance(exc.__cause__, aiohttp.ClientConnectionError | TimeoutError)
+    return no_router(args) if refused and _to_default(args) else exc
 
 
 def texty(value: Any) -> Any:
@@ -63,3 +100,22 @@ def key_values(items: list[str], flag: str) -> dict[str, str]:
             raise Invalid(f"{flag} takes K=V, got {item!r}")
         out[key] = value
     return out
+
+
+def utc(epoch: float | None) -> str:
+    """A Unix time as a person reads it: ``2025-05-01 12:03:04`` (UTC); ``-`` for none."""
+    if epoch is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(epoch))
+
+
+def age(seconds: float) -> str:
+    """A duration in its two largest units: ``45s``, ``4m12s``, ``3h05m``, ``2d04h``."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"

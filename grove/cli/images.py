@@ -1,4 +1,5 @@
-"""``grove image import|pull|build-debian|ls|rm``: the local backend's images (works on the state dir directly)."""
+"""``grove image import|pull|build-debian|export|ls|rm``: the local backend's images (works on the state dir
+directly)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ import argparse
 import getpass
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +32,16 @@ def cmd_image(args: argparse.Namespace) -> int:
     if args.image_cmd == "pull":
         return _pull(store, args)
     if args.image_cmd == "build-debian":
-        from router.backends.local.debian import build_debian
+        return _build_debian(store, args)
+    if args.image_cmd == "export":
+        from router.backends.local.image_export import export_image
 
-        packages = [p for p in args.packages.split(",") if p]
-        image = build_debian(store, args.name, packages, suite=args.suite, mirror=args.mirror)
-        print(f"built {image.name} {image.digest}")
+        image = export_image(store, args.name, args.file)
+        count = len(image.lowers)
+        where = "stdout" if args.file == "-" else args.file
+        print(f"exported {image.name} {image.digest} to {where} ({count} layer{'s' if count != 1 else ''}; "
+              f"`grove image import NAME {args.file if args.file != '-' else 'FILE'}` or `docker load` takes it back)",
+              file=sys.stderr)
         return 0
     if args.image_cmd == "rm":
         for name in args.names:
@@ -68,6 +78,59 @@ def _pull(store: Any, args: argparse.Namespace) -> int:
     store.collect_retired(_digests_in_use(StateDir(state_dir(args)).sandboxes))
     print(f"pulled {image.name} {image.digest} ({len(image.layers)} layer{'s' if len(image.layers) != 1 else ''})")
     return 0
+
+
+def _build_debian(store: Any, args: argparse.Namespace) -> int:
+    from router.backends.local.debian import build_debian, host_mirror
+
+    packages = [p for p in args.packages.split(",") if p]
+    mirror = args.mirror or host_mirror()
+    print(f"building image {args.name}: Debian {args.suite} (minbase{' + ' + ', '.join(packages) if packages else ''}) "
+          f"from {mirror} with mmdebstrap; about 20 s with a nearby mirror, minutes without", file=sys.stderr,
+          flush=True)
+    started = time.monotonic()
+    with _progress(store.root, started):
+        image = build_debian(store, args.name, packages, suite=args.suite, mirror=mirror)
+    print(f"built {image.name} {image.digest} in {time.monotonic() - started:.0f}s")
+    return 0
+
+
+_TICK_S = 5.0
+
+
+@contextmanager
+def _progress(images: Path, started: float) -> Iterator[None]:
+    """A line on stderr every few seconds while a Debian image builds: how long so far, and at which stage
+    (read from the build's working files in the image store: mmdebstrap runs quiet, and for a minute or more)."""
+    done = threading.Event()
+
+    def tick() -> None:
+        while not done.wait(_TICK_S):
+            print(f"  {time.monotonic() - started:4.0f}s  {_stage(images)}", file=sys.stderr, flush=True)
+
+    ticker = threading.Thread(target=tick, name="grove-build-progress", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+
+
+def _stage(images: Path) -> str:
+    """Where the newest Debian build in the image store stands."""
+    try:
+        builds = sorted(images.glob(".debian-*"), key=lambda p: p.stat().st_mtime)
+        if not builds:
+            return "checking the request"
+        if any(images.glob(".tmp-*")):
+            return "importing the root filesystem into the image store"
+        tar = builds[-1] / "rootfs.tar"
+        if (builds[-1] / "versions").exists() and tar.exists():
+            return f"packing the root filesystem ({_mib(tar.stat().st_size)})"
+    except OSError:  # a working file came or went while looked at: the next tick says
+        return "working"
+    return "mmdebstrap: fetching the package lists, downloading and installing packages"
 
 
 def _digests_in_use(sandboxes: Path) -> set[str]:
@@ -132,6 +195,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     deb.add_argument("--packages", default="", help="comma-separated packages to include, e.g. python3,git")
     deb.add_argument("--suite", default="bookworm")
     deb.add_argument("--mirror", help="Debian mirror URL (default: this host's apt sources)")
+    exp = isub.add_parser("export", parents=[common],
+                          help="write an image as a docker save tarball (`image import` or `docker load` takes it)")
+    exp.add_argument("name")
+    exp.add_argument("file", help="the tarball to write (.tar, or .tar.gz / .tgz compressed; - for stdout)")
     isub.add_parser("ls", parents=[common], help="list images with digest, size and shared bytes")
     irm = isub.add_parser("rm", parents=[common], help="remove images (sandboxes made from one keep their copy)")
     irm.add_argument("names", nargs="+")

@@ -19,6 +19,18 @@ def _row(pool: dict[str, Any]) -> str:
 _HEADER = f"{'NAME':<20} {'IMAGE':<16} {'SIZE':>5} {'READY':>6} {'STARTING':>9} {'CLAIMS':>7}  RESOURCES"
 
 
+def _made(pool: dict[str, Any]) -> str:
+    """What ``pool create`` made, in words: name, size, the spec its sandboxes have, what happens next."""
+    res, net = pool["resources"], pool["network"]
+    egress = "no egress" if net["egress"] == "deny" else (
+        f"egress to {', '.join(net['allow'])}" if net["allow"] else "egress anywhere")
+    return (f"created pool {pool['name']}: {pool['size']} sandbox(es) of image {pool['image']} kept ready, each "
+            f"cpu={res['cpu']:g} memory={res['memory_mb']}MiB pids={res['pids_max']} disk={res['disk_mb']}MiB, "
+            f"{egress}, workdir {pool['workdir']}\n"
+            f"filling in the background (`grove pool get {pool['name']}` shows how far); "
+            f"`grove create --pool {pool['name']}` claims one")
+
+
 def cmd_pool(args: argparse.Namespace) -> int:
     """Define, list, show, resize and delete warm pools."""
     with client(args) as grove:
@@ -27,6 +39,8 @@ def cmd_pool(args: argparse.Namespace) -> int:
                                            ("pids_max", args.pids_max), ("disk_mb", args.disk_mb)) if v is not None}
             network: dict[str, Any] = {"egress": "allow", "allow": args.allow} if args.allow is not None else {}
             shown = grove.create_pool(args.name, args.image, size=args.size, resources=resources, network=network)
+            print(json.dumps(shown, indent=2) if args.json else _made(shown))
+            return 0
         elif args.pool_cmd == "ls":
             rows = grove.pools()
             if args.json:

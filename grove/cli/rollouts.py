@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
+import signal
+import sys
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from grove.cli.common import api_key, router_url
+from grove.cli.common import router_and_key
+
+INTERRUPTED = 130
+"""The exit code of a run stopped with Ctrl-C (128 + SIGINT, as a shell reports it)."""
+STOP_GRACE_S = 10.0
+"""How long a Ctrl-C'd run may take to stop its attempts in flight (deleting their sandboxes) before it just exits:
+the run directory's journal is written durably as it goes, and a resume cleans up whatever was left."""
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run (or resume) a rollout run and print its report."""
-    from grove.rollouts import Policy, RunConfig, run_rollouts
+    from grove.rollouts import Policy, RunConfig
 
     if args.bar == (args.attempts is not None):
         raise SystemExit("grove rollouts run: give either --attempts N or --bar --max-attempts M")
@@ -26,16 +37,97 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise SystemExit(f"grove rollouts run: {exc}") from exc
     models: list[str | None] = list(args.model) if args.model else [None]
     variants = [(h, m) for h in args.harness for m in models]
+    url, key = router_and_key(args)
     config = RunConfig(tasks=Path(args.tasks), out=Path(args.out), variants=variants, policy=policy,
                        concurrency=args.concurrency, max_infra_retries=args.max_infra_retries,
-                       url=router_url(args), api_key=api_key(args), upload=not args.no_upload, quiet=args.quiet,
+                       url=url, api_key=key, upload=not args.no_upload, quiet=args.quiet,
                        tasks_root=Path(args.tasks_root) if args.tasks_root else None)
-    summary = run_rollouts(config)
+    summary = _run_stoppably(config)
+    if summary is None:
+        print(f"\ngrove rollouts: interrupted; rerun the same command to resume ({args.out} keeps what is done)",
+              file=sys.stderr, flush=True)
+        return INTERRUPTED
     print((Path(args.out) / "report.md").read_text(), end="")
     print(f"\nresults in {args.out}/ (results.jsonl, groups.jsonl, summary.json, report.md)"
           + (f"; {len(summary.get('uploaded', []))} files in S3 under runs/{summary['run_id']}/"
              if summary.get("uploaded") else ""))
     return 0
+
+
+def _run_stoppably(config: Any) -> dict[str, Any] | None:
+    """Run the rollouts; the summary, or None if Ctrl-C stopped them.
+
+    The first Ctrl-C cancels the run (each attempt in flight deletes its sandbox on the way out) and gives it
+    :data:`STOP_GRACE_S` to stop; a second one, or the grace running out, ends the process at once. The signal
+    is handled here, not by asyncio (which would raise KeyboardInterrupt out of the loop and leave aiohttp's
+    sessions to be reported unclosed), and in the main thread, so that it is heard even while the loop waits.
+    """
+    from grove.rollouts import arun_rollouts
+
+    main: list[asyncio.Task[Any]] = []
+    stopping = threading.Event()
+
+    async def run() -> dict[str, Any]:
+        me = asyncio.current_task()
+        assert me is not None
+        main.append(me)
+        try:
+            return await arun_rollouts(config)
+        finally:
+            if stopping.is_set():  # the attempts cancelled with the run are deleting their sandboxes: let them
+                others = asyncio.all_tasks() - {me}
+                if others:
+                    await asyncio.wait(others, timeout=STOP_GRACE_S)
+
+    def quit_now() -> None:
+        print("\ngrove rollouts: interrupted; rerun the same command to resume", file=sys.stderr, flush=True)
+        os._exit(INTERRUPTED)
+
+    with asyncio.Runner() as runner:
+        loop = runner.get_loop()
+
+        def on_sigint(signum: int, frame: object) -> None:
+            if stopping.is_set():
+                quit_now()
+            stopping.set()
+            print("\ngrove rollouts: stopping the attempts in flight (Ctrl-C again to quit at once) ...",
+                  file=sys.stderr, flush=True)
+            loop.set_exception_handler(lambda _loop, _context: None)  # what a stopped run leaves unclosed goes with it
+            if not main:
+                quit_now()  # nothing started yet: nothing to stop
+            loop.call_soon_threadsafe(_cancel, loop, main[0])
+            watchdog = threading.Timer(STOP_GRACE_S, quit_now)
+            watchdog.daemon = True
+            watchdog.start()
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            return runner.run(run())
+        except BaseException:
+            if stopping.is_set():
+                return None  # cancelled, or whatever the attempts raised on the way out: the journal has the rest
+            raise
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _cancel(loop: asyncio.AbstractEventLoop, main: asyncio.Task[Any]) -> None:
+    """Cancel the attempts in flight, and the run once they are done: each attempt stops its harness thread and
+    deletes its sandbox on the way out. The run, which waits for the harness threads as it unwinds (a blocking
+    join on the loop), must not get there before every attempt has told its thread to stop: cancelled first, it
+    would wait on threads that wait on the loop."""
+    attempts = asyncio.all_tasks(loop) - {main}
+    for task in attempts:
+        task.cancel()
+    if attempts:
+        loop.create_task(_cancel_after(attempts, main))
+    else:
+        main.cancel()
+
+
+async def _cancel_after(attempts: set[asyncio.Task[Any]], main: asyncio.Task[Any]) -> None:
+    await asyncio.wait(attempts)
+    main.cancel()  # a no-op if the run ended with its attempts, as it does when it was waiting on them
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -56,8 +148,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"variants: {', '.join(h + (' / ' + m if m else '') for h, m in run['spec']['variants'])}")
     print(f"attempts finished: {len(state.done)}  (pass {outcomes['pass']}, fail {outcomes['fail']}, "
           f"lost to infra faults {outcomes['infra_error']})")
+    print(f"harness errors: {outcomes['harness_error']}" + ("  (never scored; see report.md's \"Harness errors\")"
+                                                          if outcomes["harness_error"] else ""))
     print(f"tries under way or left by a stopped runner: {len(state.open_tries)}")
     print("infra faults: " + (", ".join(f"{k} {v}" for k, v in sorted(faults.items())) or "none"))
+    if state.unreachable:
+        print(f"router unreachable: {state.unreachable} time(s); the runner waited for it and went on")
     finished = (out / "summary.json").exists() and not state.open_tries
     print("state: " + ("finished (report.md written)" if finished else "incomplete: rerun the same command to resume"))
     return 0

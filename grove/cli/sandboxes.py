@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from grove.cli.common import client, key_values
+from grove.cli.common import age, client, key_values, utc
 from grove.core.errors import GroveError
 
 
@@ -20,10 +21,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'ID':<20} {'STATUS':<8} {'IMAGE':<16} {'TASK':<20} CREATED")
+    now = time.time()
+    print(f"{'ID':<20} {'STATUS':<8} {'IMAGE':<16} {'TASK':<20} {'CREATED (UTC)':<19} {'AGE':>7} {'IDLE':>7}")
     for row in rows:
         task = row["metadata"].get("task_id") or "-"
-        print(f"{row['id']:<20} {row['status']:<8} {row['image']:<16} {task:<20} {row['created_at']:.0f}")
+        idle = age(now - row["last_activity"]) if row.get("last_activity") else "-"
+        print(f"{row['id']:<20} {row['status']:<8} {row['image']:<16} {task:<20} {utc(row['created_at']):<19} "
+              f"{age(now - row['created_at']):>7} {idle:>7}")
     return 0
 
 
@@ -36,7 +40,10 @@ def create_options(args: argparse.Namespace) -> dict[str, Any]:
         options["env"] = key_values(args.env, "--env")
     if args.pool:
         options["pool"] = args.pool
-    meta = {k: v for k, v in (("task_id", args.task), ("model", args.model), ("harness", args.harness)) if v}
+    meta: dict[str, Any] = {k: v for k, v in (("task_id", args.task), ("model", args.model),
+                                              ("harness", args.harness)) if v}
+    if args.label:
+        meta["labels"] = key_values(args.label, "--label")
     if meta:
         options["metadata"] = meta
     return options
@@ -116,9 +123,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     create.add_argument("--ttl", type=float, help="lifetime in seconds (default 6 h)")
     create.add_argument("--idle-timeout", type=float, help="scale to zero after this many idle seconds (default 600)")
     create.add_argument("--env", action="append", default=[], help="K=V (repeatable)")
-    create.add_argument("--task")
-    create.add_argument("--model")
-    create.add_argument("--harness")
+    create.add_argument("--task", help="metadata.task_id (recorded in the trajectory; `ls --label task_id=...`)")
+    create.add_argument("--model", help="metadata.model")
+    create.add_argument("--harness", help="metadata.harness")
+    create.add_argument("--label", action="append", default=[], metavar="K=V",
+                        help="a free label in metadata.labels (repeatable; `ls --label K=V` filters on it)")
     create.set_defaults(func=cmd_create)
 
     ex = sub.add_parser("exec", parents=[common], help="run a command: grove exec ID -- CMD...")

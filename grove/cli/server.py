@@ -11,12 +11,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from grove.cli import images
 from grove.cli.common import client, state_dir
-from grove.core.errors import Invalid, Unavailable
+from grove.core.errors import Invalid, NotFound, Unavailable
 from grove.runfile import RunningRouter, running_router
 from grove.statedir import StateDir
 
@@ -26,13 +27,15 @@ STOP_WAIT_S = 60.0
 def cmd_up(args: argparse.Namespace) -> int:
     """Start the router in the foreground."""
     from router.auth import load_or_create
-    from router.server import serve
+    from router.server import listen_socket, serve
     from router.settings import RouterSettings
 
     state = state_dir(args)
     if (running := running_router(state)) is not None:
         raise Invalid(f"a router (pid {running.pid}) already serves {state} at {running.url}; "
                       f"stop it first (`grove --state-dir {state} down`) or pick another --state-dir")
+    # Bound first: a busy port is said at once, and before a first start's key is made (and never shown).
+    sock = listen_socket(args.host, args.port)
     StateDir(state).make_private()  # before the key file is written into it
     keys, new_key = load_or_create(state, os.environ.get("GROVE_API_KEY"))
     settings = RouterSettings(
@@ -50,7 +53,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         insecure_registries=tuple(args.insecure_registry or ()),
         image_limits=images.unpack_limits(args),
     ).with_env(os.environ)
-    asyncio.run(serve(settings, new_key=new_key, ready_file=args.ready_file))
+    asyncio.run(serve(settings, new_key=new_key, ready_file=args.ready_file, sock=sock))
     return 0
 
 
@@ -95,33 +98,88 @@ def _s3_config(args: argparse.Namespace) -> Any:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    """Delete every sandbox of a state dir (storing its trajectory), then stop its router and S3 server.
+    """Delete every sandbox of a state dir (storing its trajectory) and every warm pool's unclaimed members, then
+    stop its router and S3 server; the pools stay defined, at their sizes, for the next ``grove up``.
 
     With no router running, one is started on a free loopback port just for this (local backend), so
     sandboxes left by a stopped or killed router are still deleted and recorded, and an embedded S3
     server a killed router left behind is stopped with it.
     """
+    from artifacts.s3proc import live_weed_pid
+
     state = state_dir(args)
     running = running_router(state)
     started = None
     if running is None:
-        from artifacts.s3proc import live_weed_pid
-
         if not _has_records(state) and live_weed_pid(StateDir(state).s3) is None:
             print(f"grove down: nothing runs on {state}")
             return 0
         started, running = _start_router(state)
     args.url = running.url
+    embedded_s3 = live_weed_pid(StateDir(state).s3) is not None
     deleted = 0
     with client(args) as grove:
+        drained = _drain_pools(grove)
         for row in grove.list():
             grove.request("DELETE", f"/v1/sandboxes/{row['id']}")
             deleted += 1
-    _stop(running)
+    try:
+        _stop(running)
+    except Unavailable as exc:
+        sizes = ", ".join(f"{p.name} {p.size}" for p in drained)
+        raise Unavailable(f"{exc.message}; its warm pools were emptied first: `grove pool resize NAME SIZE` sets "
+                          f"them back ({sizes})" if drained else exc.message) from exc
     if started is not None:
         started.wait(timeout=STOP_WAIT_S)
-    print(f"grove down: deleted {deleted} sandbox(es) (trajectories stored), stopped the router (pid {running.pid})")
+    _restore_sizes(state, drained)
+    for pool in drained:
+        if pool.members:
+            print(f"grove down: stopped the {pool.members} unclaimed sandbox(es) of warm pool {pool.name} (the pool "
+                  f"stays defined: the next `grove up` refills it to {pool.size}; `grove pool rm {pool.name}` "
+                  "forgets it)")
+    print(f"grove down: deleted {deleted} sandbox(es) (trajectories stored)")
+    s3 = " and its embedded S3 server" if embedded_s3 else ""
+    print(f"grove down: stopped the router (pid {running.pid}){s3}")
     return 0
+
+
+@dataclass(frozen=True)
+class Drained:
+    """A warm pool ``grove down`` emptied (through the API, so that each member is deleted like any sandbox)."""
+
+    name: str
+    size: int
+    """Its size before: set back in its definition once the router is down, so that the next start refills it."""
+    members: int
+    """The unclaimed sandboxes it had, ready or starting."""
+
+
+def _drain_pools(grove: Any) -> list[Drained]:
+    """Resize every pool to 0, waiting until its members are gone (claimed sandboxes are listed, and go after)."""
+    drained = []
+    for pool in grove.pools():
+        members = pool["ready"] + pool["starting"]
+        if pool["size"] == 0 and members == 0:
+            continue
+        shown = grove.resize_pool(pool["name"], 0)
+        deadline = time.monotonic() + STOP_WAIT_S
+        while shown["ready"] + shown["starting"] and time.monotonic() < deadline:
+            time.sleep(0.1)  # a member starting when the resize came is deleted once its start is done
+            shown = grove.pool(pool["name"])
+        drained.append(Drained(pool["name"], pool["size"], members))
+    return drained
+
+
+def _restore_sizes(state: Path, drained: list[Drained]) -> None:
+    """Write each drained pool's size back into its definition (the router that emptied them is gone)."""
+    from router.pools.files import PoolFiles
+
+    files = PoolFiles(state)
+    for pool in drained:
+        try:
+            files.save(replace(files.definition(pool.name), size=pool.size))
+        except NotFound:  # removed meanwhile (`grove pool rm` while down ran): nothing to set back
+            continue
 
 
 def _has_records(state: Path) -> bool:
@@ -220,7 +278,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     up.set_defaults(func=cmd_up)
 
     down = sub.add_parser("down", parents=[common],
-                          help="delete every sandbox (storing its trajectory) and stop the router")
+                          help="delete every sandbox (storing its trajectory) and warm pool member, stop the router "
+                               "and its S3 server (pool definitions stay)")
     down.set_defaults(func=cmd_down)
 
     key = sub.add_parser("key", parents=[common],

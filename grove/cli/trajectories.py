@@ -7,35 +7,55 @@ import json
 import sys
 from typing import Any
 
-from grove.cli.common import client, texty
+from grove.cli.common import client, texty, utc
+
+OUTCOMES = ("pass", "fail", "infra_error")
 
 
 def cmd_trajectories(args: argparse.Namespace) -> int:
     """``ls`` (filtered), ``get ID`` (JSON), ``export`` (chat-messages JSONL for SFT)."""
-    from artifacts.export import write_jsonl
-
-    params = {k: v for k, v in (("task_id", args.task), ("model", args.model), ("harness", args.harness)) if v}
     with client(args) as grove:
         if args.traj_cmd == "get":
             print(json.dumps(texty(grove.request("GET", f"/v1/trajectories/{args.id}")), indent=2))
             return 0
-        items = grove.request("GET", "/v1/trajectories", params=params)["trajectories"]
+        items = _listed(grove, args)
         if args.traj_cmd == "ls":
-            print(f"{'SANDBOX':<20} {'TASK':<24} {'MODEL':<16} {'HARNESS':<14} {'RESULT':<11} STEPS")
-            for it in items:
-                print(
-                    f"{it['sandbox_id']:<20} {it.get('task_id') or '-'!s:<24} {it.get('model') or '-'!s:<16} "
-                    f"{it.get('harness') or '-'!s:<14} {it.get('result') or '-'!s:<11} {it.get('steps', '-')}"
-                )
+            _print_table(items)
             return 0
-        records = (grove.request("GET", f"/v1/trajectories/{it['sandbox_id']}") for it in items)
-        out = open(args.output, "w", encoding="utf-8") if args.output != "-" else sys.stdout  # noqa: SIM115
-        try:
-            count = write_jsonl(records, out)
-        finally:
-            if out is not sys.stdout:
-                out.close()
-    print(f"exported {count} trajectories to {args.output}", file=sys.stderr)
+        return _export(grove, items, args.output)
+
+
+def _listed(grove: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The stored trajectories' summaries the filters pick: task, model and harness by the router (its index),
+    run and outcome here (``GET /v1/trajectories`` filters on neither; the summaries carry both)."""
+    params = {k: v for k, v in (("task_id", args.task), ("model", args.model), ("harness", args.harness)) if v}
+    items: list[dict[str, Any]] = grove.request("GET", "/v1/trajectories", params=params)["trajectories"]
+    return [it for it in items
+            if (args.run is None or it.get("run_id") == args.run)
+            and (args.outcome is None or it.get("result") == args.outcome)]
+
+
+def _print_table(items: list[dict[str, Any]]) -> None:
+    print(f"{'SANDBOX':<20} {'CREATED (UTC)':<19} {'TASK':<24} {'MODEL':<16} {'HARNESS':<14} {'RESULT':<11} STEPS")
+    for it in items:
+        print(
+            f"{it['sandbox_id']:<20} {utc(it.get('created_at')):<19} {it.get('task_id') or '-'!s:<24} "
+            f"{it.get('model') or '-'!s:<16} {it.get('harness') or '-'!s:<14} {it.get('result') or '-'!s:<11} "
+            f"{it.get('steps', '-')}"
+        )
+
+
+def _export(grove: Any, items: list[dict[str, Any]], output: str) -> int:
+    from artifacts.export import write_jsonl
+
+    records = (grove.request("GET", f"/v1/trajectories/{it['sandbox_id']}") for it in items)
+    out = open(output, "w", encoding="utf-8") if output != "-" else sys.stdout  # noqa: SIM115
+    try:
+        count = write_jsonl(records, out)
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    print(f"exported {count} trajectories to {output}", file=sys.stderr)
     return 0
 
 
@@ -46,9 +66,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     for name in ("ls", "export"):
         p = tsub.add_parser(name, parents=[common],
                             help="list" if name == "ls" else "export chat-messages JSONL for SFT")
-        p.add_argument("--task")
-        p.add_argument("--model")
-        p.add_argument("--harness")
+        p.add_argument("--task", help="only this task_id's")
+        p.add_argument("--model", help="only this model's")
+        p.add_argument("--harness", help="only this harness's")
+        p.add_argument("--run", metavar="RUN_ID",
+                       help="only this rollout run's (the sandboxes' labels.run_id; filtered here, not by the router)")
+        p.add_argument("--outcome", choices=OUTCOMES,
+                       help="only those with this result (filtered here, not by the router)")
         if name == "export":
             p.add_argument("-o", "--output", default="-", help="file to write (default stdout)")
     tget = tsub.add_parser("get", parents=[common], help="one trajectory as JSON")

@@ -6,7 +6,9 @@ scripted agent (no model needed: it reads the code, runs the visible test, patch
 the task's odds, runs the test again) in Balanced Adaptive Rollout groups: two attempts at a time per
 task until the group holds both a pass and a fail; a group still all-pass or all-fail after four is
 filtered as easy or impossible for this policy. Hidden tests grade each
-attempt after the agent is done. The run's groups, pass@k and report are printed; everything is cleaned up.
+attempt after the agent is done. The run's groups, pass@k and report are printed; every sandbox is deleted.
+The state (images, trajectories, the run's files) stays in ``.state/demo`` of the checkout; the demo's last lines
+say how to look at it (CLI and viewer) and how to remove it.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from aiohttp import web
 
 from grove.client import AsyncGrove
+from grove.demo.state import afterwards, demo_state_dir, shown
 from grove.demo.tasks import task_lines
 from grove.rollouts import Policy, RunConfig, arun_rollouts
 from router.app import create_app
@@ -51,7 +53,7 @@ async def run_demo(count: int, state_dir: Path, *, warm: bool = False) -> int:
     keys, _ = load_or_create(state_dir, None)
     settings = RouterSettings(state_dir=state_dir, api_keys=tuple(keys), port=0)
     runner = web.AppRunner(create_app(settings), access_log=None)
-    print(f"grove demo: starting a router (local backend, state dir {state_dir}) ...", flush=True)
+    print(f"grove demo: starting a router (local backend, state dir {shown(state_dir)}) ...", flush=True)
     t0 = time.monotonic()
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -94,9 +96,8 @@ async def run_demo(count: int, state_dir: Path, *, warm: bool = False) -> int:
     kept = [t for t in stored["trajectories"] if t["sandbox_id"] in ours]
     print(f"  {summary['attempts']} attempts in {elapsed:.1f}s; {len(kept)} trajectories in the embedded S3 server "
           f"(labelled run_id={summary['run_id']}); run files in S3 under runs/{summary['run_id']}/ "
-          f"and locally in {run_dir}; sandboxes left behind: {len(left)}")
-    print(f"  browse: .venv/bin/grove --state-dir {state_dir} up --port 8471 &  then "
-          f".venv/bin/grove --state-dir {state_dir} trajectories ls --harness scripted")
+          f"and locally in {shown(run_dir)}; sandboxes left behind: {len(left)}")
+    print(afterwards(state_dir, keys[0], filters=f"--run {summary['run_id']}"))
     return 1 if left or summary["lost_attempts"] or len(kept) < summary["attempts"] else 0
 
 
@@ -105,7 +106,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="grove-demo", description=__doc__)
     parser.add_argument("--tasks", "--sandboxes", dest="tasks", type=int, default=10,
                         help="how many tasks (default 10)")
-    parser.add_argument("--state-dir", default=os.environ.get("GROVE_DEMO_STATE_DIR"))
+    parser.add_argument("--state-dir", help="where the demo's router keeps its state (default $GROVE_DEMO_STATE_DIR, "
+                                            "else .state/demo of the current directory: `make demo` runs in the "
+                                            "checkout)")
     parser.add_argument("--harness", choices=("scripted", "mini-swe-agent"), default="scripted",
                         help="who drives the tasks: the built-in scripted agent, or mini-swe-agent's real agent loop "
                              "with its deterministic model")
@@ -114,7 +117,7 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("grove demo: the local backend needs root (namespaces, cgroups, overlay mounts); run it as root")
-    state = Path(args.state_dir or Path(tempfile.gettempdir()) / "grove-demo").resolve()
+    state = demo_state_dir(args.state_dir)
     if args.harness == "mini-swe-agent":
         from grove.demo import mini
 

@@ -23,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from grove.client import AsyncGrove
+from grove.demo.state import afterwards
 from grove.demo.tasks import Task, make_tasks
 from router.app import create_app
 from router.auth import load_or_create
@@ -158,6 +159,7 @@ async def run_mini_demo(count: int, state_dir: Path) -> int:
         print(f"  {o.task_id:<28}{o.exit_status or '-':<12}{mark}")
     print(f"\n  trajectories (harness mini-swe-agent {minisweagent.__version__}) are in the embedded S3 server; "
           f"e.g. {kept[0]['key'] if kept else '-'}")
+    print(afterwards(state_dir, keys[0], filters="--harness mini-swe-agent"))
     return 1 if errors or left or len(kept) < count else 0
 
 

@@ -39,6 +39,7 @@ class Pool:
     """Why the last start failed (cleared by the next that succeeds)."""
     failed_at: float = 0.0
     claims: int = 0
+    """Creates that took a ready member (counted across restarts: :mod:`router.pools.files`)."""
     misses: int = 0
     """Creates that named the pool while it had no ready member (they got a fresh sandbox)."""
 

@@ -1,27 +1,27 @@
 """Warm pools: sandboxes started ahead of time and handed out by creates that name the pool.
 
-A pool's definition is a file under ``<state>/pools`` (it survives restarts); its members are ordinary
-sandbox records with ``pool`` set, hidden from the API until claimed. One filler task starts members one
-at a time, and only while no user's create waits, so refilling never competes with working sandboxes.
+A pool's definition and its claim counters are files under ``<state>/pools`` (:mod:`router.pools.files`), so
+they survive restarts; its members are ordinary sandbox records with ``pool`` set, hidden from the API until
+claimed. One filler task starts members one at a time, and only while no user's create waits, so refilling
+never competes with working sandboxes.
 What a claim applies and guarantees is :meth:`router.lifecycle.claims.Claims.claim`'s business; this module keeps the
 pools: definitions, their members, the filling.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
 import logging
 import re
-import time
 from pathlib import Path
 from typing import Any
 
-from grove.core.errors import Conflict, GroveError, Invalid, NotFound
-from grove.core.schema import parse
-from grove.statedir import StateDir
+from grove.core.errors import Conflict, Invalid, NotFound
 from router.models import CreateRequest, PoolRequest
+from router.pools.files import Counts, PoolFiles
 from router.pools.filler import Filler, Pool, PoolHost, made_with
 from router.records.registry import SandboxRecord, new_id
 
@@ -29,6 +29,9 @@ log = logging.getLogger("grove.router")
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 # Fields of a create that a pool fixes; a create naming the pool may leave them out or repeat them.
 POOL_FIELDS = ("image", "cpu", "memory_mb", "pids_max", "disk_mb", "network")
+# How often changed claim and miss counters are written: a burst's thousand claims cost one write, and a
+# killed router loses at most this much of its counting.
+_COUNTS_EVERY_S = 1.0
 
 
 class Pools:
@@ -36,32 +39,39 @@ class Pools:
 
     def __init__(self, service: PoolHost, state_dir: Path) -> None:
         self._service = service
-        self._dir = StateDir(state_dir).pools
+        self._files = PoolFiles(state_dir)
         self._pools: dict[str, Pool] = {}
+        self._saved: dict[str, Counts] = {}
+        """Each pool's counters as last written."""
         self._filler = Filler(self.all, service)
+        self._counting: asyncio.Task[None] | None = None
 
     # -- definitions ---------------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Read the definitions an earlier router left (unreadable ones are set aside, never deleted)."""
-        if not self._dir.is_dir():
-            return
-        for path in sorted(self._dir.glob("*.json")):
-            try:
-                definition = parse(PoolRequest, json.loads(path.read_text()))
-            except (ValueError, GroveError) as exc:
-                path.rename(path.with_suffix(f".corrupt-{int(time.time())}"))
-                log.warning("set aside unreadable pool definition %s: %s", path.name, exc)
-                continue
-            self._pools[definition.name] = Pool(definition)
+        """Read the definitions and counters an earlier router left (unreadable definitions are set aside,
+        never deleted)."""
+        for definition in self._files.definitions():
+            counts = self._files.counts(definition.name)
+            self._pools[definition.name] = Pool(definition, claims=counts.claims, misses=counts.misses)
+            self._saved[definition.name] = counts
 
     def start(self) -> None:
-        """Start keeping the pools filled (:mod:`router.pools.filler`)."""
+        """Start keeping the pools filled (:mod:`router.pools.filler`) and their counters saved."""
         self._filler.start()
+        self._counting = asyncio.create_task(self._save_counts_forever())
 
     async def close(self) -> None:
-        """Stop filling."""
+        """Stop filling; write the counters one last time."""
         await self._filler.close()
+        if self._counting is not None:
+            self._counting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._counting
+        try:
+            self._save_counts()
+        except OSError as exc:  # a full state disk must not stop the router from stopping
+            log.warning("could not save warm pool counters: %s", exc)
 
     async def create(self, definition: PoolRequest) -> dict[str, Any]:
         """Define a pool and start filling it."""
@@ -75,8 +85,10 @@ class Pools:
         await self._service.backend.image_digest(definition.image)  # NotFound names the images there are
         member = SandboxRecord(id=new_id(), request=made_with(definition), token="", created_at=0.0)
         self._service.backend.check(member.spec())  # a malformed allow-list: 422 naming the entry
-        self._save(definition)
+        self._files.remove(definition.name)  # counters an earlier pool of this name left are not this one's
+        self._files.save(definition)
         self._pools[definition.name] = Pool(definition)
+        self._saved[definition.name] = Counts()
         self._filler.wake()
         return self.show(definition.name)
 
@@ -85,7 +97,7 @@ class Pools:
         pool = self.get(name)
         self._check_size(size)
         pool.definition = dataclasses.replace(pool.definition, size=size)
-        self._save(pool.definition)
+        self._files.save(pool.definition)
         members = sorted(self._service.registry.pooled(name), key=lambda r: (r.status == "ready", r.created_at))
         for record in members[: max(0, len(members) - size)]:
             await self._service.delete(record.id, reason=f"pool {name} resized to {size}")
@@ -96,8 +108,8 @@ class Pools:
         """Forget a pool and delete its unclaimed members (claimed sandboxes are their users')."""
         shown = self.show(name)
         del self._pools[name]
-        with contextlib.suppress(FileNotFoundError):
-            (self._dir / f"{name}.json").unlink()
+        self._saved.pop(name, None)
+        self._files.remove(name)
         for record in self._service.registry.pooled(name):
             await self._service.delete(record.id, reason=f"pool {name} deleted")
         return {**shown, "size": 0, "ready": 0, "starting": 0}
@@ -131,11 +143,24 @@ class Pools:
         """Every pool's name, sorted."""
         return sorted(self._pools)
 
-    def _save(self, definition: PoolRequest) -> None:
-        self._dir.mkdir(parents=True, exist_ok=True)
-        tmp = self._dir / f".tmp-{definition.name}"
-        tmp.write_text(json.dumps(dataclasses.asdict(definition)))
-        tmp.replace(self._dir / f"{definition.name}.json")
+    # -- counters ------------------------------------------------------------------------------------
+
+    async def _save_counts_forever(self) -> None:
+        while True:
+            await asyncio.sleep(_COUNTS_EVERY_S)
+            try:
+                # On the loop, not in a thread: pools come and go there. A few small files, once a second.
+                self._save_counts()
+            except OSError as exc:  # a full state disk: counting goes on in memory, and is saved once it can be
+                log.warning("could not save warm pool counters: %s", exc)
+
+    def _save_counts(self) -> None:
+        """Write the counters of every pool whose claims or misses changed since they were last written."""
+        for name, pool in self._pools.items():
+            counts = Counts(claims=pool.claims, misses=pool.misses)
+            if self._saved.get(name) != counts:
+                self._files.save_counts(name, counts)
+                self._saved[name] = counts
 
     # -- claims --------------------------------------------------------------------------------------
 

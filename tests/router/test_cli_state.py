@@ -103,3 +103,15 @@ def test_a_cli_piped_into_head_ends_quietly() -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=30) != 0
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_up_on_a_state_dir_too_long_for_sandbox_sockets_says_so_before_it_starts(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every local sandbox listens on ``<state>/sandboxes/<id>/executor.sock``: on a state dir past the kernel's
+    socket-path limit each create used to fail alike with "AF_UNIX path too long". ``grove up`` refuses it."""
+    state = tmp_path_factory.mktemp("long") / ("d" * 80)
+    done = subprocess.run([GROVE_BIN, "--state-dir", str(state), "up", "--port", "0"], capture_output=True,
+                          text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+    assert done.returncode != 0, done.stdout
+    assert "too long a path" in done.stderr and "choose a shorter --state-dir" in done.stderr, done.stderr
+    assert not (state / "sandboxes").exists() and running_router(state) is None

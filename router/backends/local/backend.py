@@ -100,6 +100,7 @@ class LocalBackend:
         for path in (self._state,):
             if any(c in str(path.resolve()) for c in ",:"):
                 raise Invalid(f"the state dir {path} may not contain ',' or ':' (overlayfs cannot take such paths)")
+        StateDir(self._state).check_socket_room()
         self._sandboxes.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(disk.check_host)
         await asyncio.to_thread(raise_file_max)
