@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.grove-installed
+# Test files run on this many workers: most of a test's time is waiting on sandboxes, routers and servers.
+TEST_WORKERS ?= 2
 # python3-pytest: task checks in the default image (the host's /usr) run pytest, as most repositories' tests do.
 DEB_PACKAGES := busybox-static iproute2 nftables zstd e2fsprogs chromium chromium-driver skopeo docker-registry apache2-utils mmdebstrap linux-libc-dev python3-pytest
 
@@ -28,7 +30,7 @@ demo-mini: install
 	$(BIN)/python -m grove.demo --harness mini-swe-agent
 
 test: install lint typecheck
-	$(BIN)/pytest -q --durations=25 tests
+	$(BIN)/pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile tests
 
 # The fast tier for quick edits: pure logic only (schemas, egress parsing, layouts, export), well under a minute.
 test-fast: install
