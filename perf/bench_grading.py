@@ -68,7 +68,7 @@ def measure(count: int, attempts: int, rounds: int) -> dict[str, Any]:
 
 def _section(report: dict[str, Any], rows: list[Target]) -> str:
     m, r = report["median"], report["isolated_over_in_place"]
-    lines = [SECTION, "", machine_line(report), "",
+    lines = [SECTION, "", machine_line(report["machine"]), "",
              f"The demo's {report['tasks']} tasks, {report['attempts']} attempts each, scripted agent, 2 at a time; "
              f"{report['rounds']} runs of each mode, alternating; medians. Raw figures: `perf/results/grading.json`.",
              "", "| per attempt | isolated | in-place | isolated / in-place |", "|---|---|---|---|"]
