@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import io
 import threading
 from collections.abc import Iterable, Iterator
@@ -319,3 +320,80 @@ def _reason(exc: BaseException) -> str:
     # urllib3 wraps the OS error (e.g. connection refused) in MaxRetryError.reason; show the root.
     reason: Any = getattr(exc, "reason", None)
     return str(reason or exc)
+
+
+class ScopedStore(ObjectStore):
+    """The same bucket seen under a key prefix (a project's ``projects/<name>/``): every key its callers give
+    is taken below the prefix, every key it lists comes back without it, so code written for a whole bucket
+    works on one project's part of it and cannot reach past it. It shares its base's connections."""
+
+    def __init__(self, base: ObjectStore, prefix: str) -> None:
+        if not prefix.endswith("/") or prefix.startswith("/"):
+            raise ValueError(f"a scope is a key prefix ending in '/', got {prefix!r}")
+        self.__dict__.update(base.__dict__)
+        self.prefix = prefix
+        """Where this view's keys live in the bucket."""
+
+    def full_key(self, key: str) -> str:
+        """``key`` as the bucket knows it."""
+        return self.prefix + key
+
+    def _inner(self, key: str) -> str:
+        return key[len(self.prefix):] if key.startswith(self.prefix) else key
+
+    def put_stream(self, key: str, stream: Readable | Iterable[bytes], length: int = -1,
+                   content_type: str = "application/octet-stream") -> str | None:
+        return super().put_stream(self.prefix + key, stream, length, content_type)
+
+    def get_stream(self, key: str, offset: int = 0, length: int = 0) -> ObjectReader:
+        return super().get_stream(self.prefix + key, offset, length)
+
+    def stat(self, key: str) -> ObjectInfo:
+        return dataclasses.replace(super().stat(self.prefix + key), key=key)
+
+    def exists(self, key: str) -> bool:
+        return super().exists(self.prefix + key)
+
+    def delete(self, key: str) -> None:
+        super().delete(self.prefix + key)
+
+    def presign_get(self, key: str, expires: float | timedelta = 3600.0) -> str:
+        return super().presign_get(self.prefix + key, expires)
+
+    def presign_put(self, key: str, expires: float | timedelta = 3600.0) -> str:
+        return super().presign_put(self.prefix + key, expires)
+
+    def start_multipart(self, key: str) -> str:
+        return super().start_multipart(self.prefix + key)
+
+    def presign_part(self, key: str, upload_id: str, number: int, expires: float | timedelta = 3600.0) -> str:
+        return super().presign_part(self.prefix + key, upload_id, number, expires)
+
+    def complete_multipart(self, key: str, upload_id: str, etags: builtins.list[str]) -> str | None:
+        return super().complete_multipart(self.prefix + key, upload_id, etags)
+
+    def uploaded_bytes(self, key: str, upload_id: str) -> int:
+        return super().uploaded_bytes(self.prefix + key, upload_id)
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        super().abort_multipart(self.prefix + key, upload_id)
+
+    def incomplete_uploads(self, prefix: str) -> builtins.list[tuple[str, str]]:
+        return [(self._inner(k), u) for k, u in super().incomplete_uploads(self.prefix + prefix)]
+
+    def prefixes(self, prefix: str) -> builtins.list[str]:
+        return [self._inner(p) for p in super().prefixes(self.prefix + prefix)]
+
+    def list(self, prefix: str = "", *, recursive: bool = True) -> builtins.list[ObjectInfo]:
+        return [dataclasses.replace(info, key=self._inner(info.key))
+                for info in super().list(self.prefix + prefix, recursive=recursive)]
+
+    def list_after(self, prefix: str, after: str | None = None) -> Iterator[str]:
+        for key in super().list_after(self.prefix + prefix, None if after is None else self.prefix + after):
+            yield self._inner(key)
+
+    def lifecycle(self) -> LifecycleConfig | None:
+        raise NotImplementedError("lifecycle rules are the whole bucket's: ask the base store")
+
+    def set_lifecycle(self, config: LifecycleConfig | None) -> None:
+        raise NotImplementedError("lifecycle rules are the whole bucket's: ask the base store")

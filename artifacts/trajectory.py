@@ -103,6 +103,7 @@ def summary(record: dict[str, Any]) -> dict[str, Any]:
     steps = record.get("steps") or []
     return {
         "sandbox_id": sandbox_id(record),
+        "project": sandbox.get("project"),
         "key": trajectory_key(record),
         "task_id": meta(record, "task_id"),
         "model": meta(record, "model"),

@@ -8,6 +8,7 @@ layout is spelled once::
     <state>/router.log                  the router's output when a harness starts it
     <state>/records/<id>.json           one record per sandbox (re-adoption after a restart)
     <state>/pools/<name>.json           one warm pool definition per file (kept across restarts)
+    <state>/projects/<name>.json        one project per file: its quotas and retention
     <state>/journals/<id>.msgpack       each sandbox's trajectory steps, appended as they happen
     <state>/activity.json               each sandbox's last API call or heartbeat (across restarts)
     <state>/spool/                      trajectories waiting for S3
@@ -85,6 +86,11 @@ class StateDir:
     def pools(self) -> Path:
         """One JSON warm-pool definition per pool."""
         return self.root / "pools"
+
+    @property
+    def projects(self) -> Path:
+        """Project definitions: quotas and retention, one JSON file each."""
+        return self.root / "projects"
 
     def record(self, sandbox_id: str) -> Path:
         """A sandbox's record."""

@@ -8,9 +8,10 @@ import fcntl
 import logging
 import os
 import signal
+import tempfile
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from artifacts import retention, s3proc
@@ -19,8 +20,9 @@ from artifacts.artifact_index import ArtifactIndex
 from artifacts.retention import Retention
 from artifacts.s3config import S3Config
 from artifacts.s3server import EmbeddedS3
-from artifacts.store import ObjectStore
+from artifacts.store import ObjectStore, ScopedStore
 from grove.core.errors import Conflict, GroveError, Unavailable
+from router.projects.model import DEFAULT, object_prefix
 from router.settings import RouterSettings
 
 log = logging.getLogger("grove.router")
@@ -29,11 +31,34 @@ _RETENTION_RETRY_S = 10.0
 
 @dataclass(frozen=True)
 class Storage:
-    """The router's object storage, open: the bucket, its trajectory archive and its artifact index."""
+    """The router's object storage, open: the bucket, its trajectory archive and its artifact index, as the
+    default project sees them (:meth:`of` gives another project's part)."""
 
     objects: ObjectStore
     trajectories: TrajectoryArchive
     artifacts: ArtifactIndex
+    spool_root: Path | None = None
+    """The default project's spool; another project's is ``<spool_root>/projects/<name>``."""
+    _views: dict[str, Storage] = field(default_factory=dict, repr=False, compare=False)
+
+    def of(self, project: str) -> Storage:
+        """What ``project`` keeps: its own part of the bucket (``projects/<name>/``, the default project's at the
+        top), its own spool. Nothing reached through it is another project's."""
+        if project == DEFAULT:
+            return self
+        view = self._views.get(project)
+        if view is None:
+            objects = ScopedStore(self.objects, object_prefix(project))
+            spool = (self.spool_root or Path(tempfile.gettempdir())) / "projects" / project
+            view = Storage(objects, TrajectoryArchive(objects, spool), ArtifactIndex(objects), None)
+            self._views[project] = view
+        return view
+
+    def spooled_projects(self) -> list[str]:
+        """Projects other than the default with a spool folder (whose records may wait for S3)."""
+        if self.spool_root is None or not (self.spool_root / "projects").is_dir():
+            return []
+        return sorted(p.name for p in (self.spool_root / "projects").iterdir() if p.is_dir())
 
 
 @contextlib.asynccontextmanager
@@ -60,7 +85,7 @@ async def open_storage(settings: RouterSettings) -> AsyncIterator[Storage]:
     try:
         if wanted.wanted() and not await _set_retention(store, wanted):
             keeper = asyncio.create_task(_keep_trying(store, wanted))
-        yield Storage(store, archive, ArtifactIndex(store))
+        yield Storage(store, archive, ArtifactIndex(store), settings.layout.spool)
     finally:
         if keeper is not None:
             keeper.cancel()

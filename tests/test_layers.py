@@ -126,7 +126,8 @@ ROUTER_LAYERS: list[set[str]] = [
     {"settings"},                             # the router's configuration
     {"backends.local", "backends.knative"},   # each backend with its parts (never each other)
     {"backends"},                             # the protocol every backend implements, egress entries
-    {"models", "auth", "logs", "connections"},  # leaves: request models, API keys, the log, connection limits
+    {"auth"},                                 # API keys and the caller each stands for
+    {"projects", "models", "logs", "connections"},  # leaves: projects, request models, the log, connection limits
 ]
 """``router``'s folders (and top-level modules) from the top down: each may import only what is below it."""
 

@@ -37,11 +37,12 @@ def api_key(args: argparse.Namespace) -> str | None:
     return os.environ.get("GROVE_API_KEY") or read_key(state_dir(args))
 
 
-def client(args: argparse.Namespace) -> Any:
-    """A synchronous SDK client for the router these arguments name."""
+def client(args: argparse.Namespace, *, project: str | None = None) -> Any:
+    """A synchronous SDK client for the router these arguments name, acting in ``project`` (else
+    ``$GROVE_PROJECT``, else the key's own project)."""
     from grove.client import Grove
 
-    return Grove(*router_and_key(args))
+    return Grove(*router_and_key(args), project=project)
 
 
 def router_and_key(args: argparse.Namespace) -> tuple[str | None, str | None]:

@@ -118,8 +118,9 @@ def cmd_down(args: argparse.Namespace) -> int:
     args.url = running.url
     embedded_s3 = live_weed_pid(StateDir(state).s3) is not None
     deleted = 0
-    with client(args) as grove:
-        drained = _drain_pools(grove)
+    # Every project's (the state dir's first key is its operator's, an admin: "*" lists across projects).
+    with client(args, project="*") as grove:
+        drained = _drain_pools(args, grove)
         for row in grove.list():
             grove.request("DELETE", f"/v1/sandboxes/{row['id']}")
             deleted += 1
@@ -148,36 +149,42 @@ class Drained:
     """A warm pool ``grove down`` emptied (through the API, so that each member is deleted like any sandbox)."""
 
     name: str
+    project: str
     size: int
     """Its size before: set back in its definition once the router is down, so that the next start refills it."""
     members: int
     """The unclaimed sandboxes it had, ready or starting."""
 
 
-def _drain_pools(grove: Any) -> list[Drained]:
-    """Resize every pool to 0, waiting until its members are gone (claimed sandboxes are listed, and go after)."""
+def _drain_pools(args: argparse.Namespace, grove: Any) -> list[Drained]:
+    """Resize every pool of every project to 0, waiting until its members are gone (claimed sandboxes are listed,
+    and go after)."""
     drained = []
     for pool in grove.pools():
         members = pool["ready"] + pool["starting"]
         if pool["size"] == 0 and members == 0:
             continue
-        shown = grove.resize_pool(pool["name"], 0)
-        deadline = time.monotonic() + STOP_WAIT_S
-        while shown["ready"] + shown["starting"] and time.monotonic() < deadline:
-            time.sleep(0.1)  # a member starting when the resize came is deleted once its start is done
-            shown = grove.pool(pool["name"])
-        drained.append(Drained(pool["name"], pool["size"], members))
+        project = pool.get("project") or "default"
+        with client(args, project=project) as owner:
+            shown = owner.resize_pool(pool["name"], 0)
+            deadline = time.monotonic() + STOP_WAIT_S
+            while shown["ready"] + shown["starting"] and time.monotonic() < deadline:
+                time.sleep(0.1)  # a member starting when the resize came is deleted once its start is done
+                shown = owner.pool(pool["name"])
+        drained.append(Drained(pool["name"], project, pool["size"], members))
     return drained
 
 
 def _restore_sizes(state: Path, drained: list[Drained]) -> None:
     """Write each drained pool's size back into its definition (the router that emptied them is gone)."""
     from router.pools.files import PoolFiles
+    from router.pools.filler import pool_key
 
     files = PoolFiles(state)
     for pool in drained:
+        key = pool_key(pool.project, pool.name)
         try:
-            files.save(replace(files.definition(pool.name), size=pool.size))
+            files.save(key, replace(files.definition(key), size=pool.size))
         except NotFound:  # removed meanwhile (`grove pool rm` while down ran): nothing to set back
             continue
 
@@ -239,13 +246,31 @@ def cmd_key(args: argparse.Namespace) -> int:
     state = state_dir(args)
     StateDir(state).make_private()
     if args.key_cmd == "add":
-        print(auth.add_key(state, " ".join(args.label)))
+        key = auth.add_key(state, " ".join(args.label), project=args.project_of_key, admin=args.admin)
+        _define_project(state, args.project_of_key)
+        role = "an admin" if args.admin else "a member"
+        print(key)
+        print(f"(shown once) {role} of project {args.project_of_key}; a running router takes it within a second",
+              file=sys.stderr)
     elif args.key_cmd == "ls":
-        for fp, label in auth.list_keys(state):
-            print(f"{fp}  {label}".rstrip())
+        rows = auth.list_keys(state)
+        width = max([len("PROJECT"), *(len(project) for _, project, _, _ in rows)])
+        print(f"{'KEY':<12}  {'PROJECT':<{width}}  {'ROLE':<6}  LABEL")
+        for fp, project, role, label in rows:
+            print(f"{fp:<12}  {project:<{width}}  {role:<6}  {label}".rstrip())
     else:
         print(f"revoked {auth.revoke_key(state, args.fingerprint)}")
     return 0
+
+
+def _define_project(state: Path, name: str) -> None:
+    """A key's project gets a definition (no quotas yet) if it has none, so `grove project ls` shows it."""
+    from router.projects.files import ProjectFiles
+    from router.projects.model import Project
+
+    files = ProjectFiles(state)
+    if name not in files.all():
+        files.create(Project(name))
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -287,6 +312,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     ksub = key.add_subparsers(dest="key_cmd", required=True)
     kadd = ksub.add_parser("add", help="create a key and print it (the only time it is shown)")
     kadd.add_argument("label", nargs="*", help="a note kept next to the key (who has it)")
+    kadd.add_argument("--project", dest="project_of_key", default="default", metavar="NAME",
+                      help="the project the key belongs to: it sees and touches only that project's sandboxes, "
+                           "pools, trajectories, artifacts and runs (default: default)")
+    kadd.add_argument("--admin", action="store_true",
+                      help="an operator's key: it may act in any project (X-Grove-Project, GROVE_PROJECT)")
     ksub.add_parser("ls", help="fingerprints and labels of the keys")
     krev = ksub.add_parser("revoke", help="remove a key by its fingerprint (or a unique prefix)")
     krev.add_argument("fingerprint")

@@ -52,8 +52,12 @@ def _resolve(url: str | None, api_key: str | None) -> tuple[str, str]:
 class AsyncGrove:
     """Async client of a grove router."""
 
-    def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout_s: float = 3600.0) -> None:
+    def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout_s: float = 3600.0,
+                 project: str | None = None) -> None:
+        """``project``: for an admin key, the project to act in (``"*"``: listings of every project); a project's
+        own key needs none (its project is the key's)."""
         self.url, self._key = _resolve(url, api_key)
+        self.project = project or os.environ.get("GROVE_PROJECT") or None
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._heartbeats: set[asyncio.TimerHandle | asyncio.Task[None]] = set()
@@ -72,7 +76,8 @@ class AsyncGrove:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
                 timeout=self._timeout,
-                headers={"Authorization": f"Bearer {self._key}"},
+                headers={"Authorization": f"Bearer {self._key}",
+                         **({"X-Grove-Project": self.project} if self.project else {})},
             )
         return self._session
 

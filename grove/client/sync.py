@@ -50,9 +50,11 @@ class _Loop:
 class Grove:
     """Synchronous client: the same calls as :class:`AsyncGrove`, usable from any thread."""
 
-    def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout_s: float = 3600.0) -> None:
+    def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout_s: float = 3600.0,
+                 project: str | None = None) -> None:
+        """``project``: for an admin key, the project to act in (``"*"``: listings of every project)."""
         self._loop = _Loop()
-        self._async = self._loop.run(_make(url, api_key, timeout_s))
+        self._async = self._loop.run(_make(url, api_key, timeout_s, project))
         self.url = self._async.url
         self.artifacts = Artifacts(self._loop, self._async.artifacts)
         """Stored artifacts of every sandbox: ``list``, ``get``, ``url``, ``pull``."""
@@ -133,8 +135,8 @@ class Grove:
         return self._loop.run(self._async.request(method, path, **kwargs))
 
 
-async def _make(url: str | None, api_key: str | None, timeout_s: float) -> AsyncGrove:
-    return AsyncGrove(url, api_key, timeout_s=timeout_s)
+async def _make(url: str | None, api_key: str | None, timeout_s: float, project: str | None) -> AsyncGrove:
+    return AsyncGrove(url, api_key, timeout_s=timeout_s, project=project)
 
 
 class Sandbox:

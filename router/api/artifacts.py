@@ -23,7 +23,7 @@ from grove.core.artifact import Artifact
 from grove.core.errors import Conflict, GroveError, NotFound, RangeNotSatisfiable
 from grove.core.schema import parse_query
 from router.api import ranges
-from router.api.appkeys import service_of
+from router.api.appkeys import service_of, storage_of, storage_of_sandbox
 from router.api.replies import reply
 from router.models import ArtifactQuery, FetchQuery, SandboxArtifactQuery
 from router.upstream.proxy import StreamAborted
@@ -41,7 +41,8 @@ async def list_sandbox_artifacts(request: web.Request) -> web.Response:
     """GET /v1/sandboxes/{id}/artifacts — one page of a sandbox's stored artifacts, live or deleted."""
     sandbox_id = request.match_info["id"]
     q = parse_query(SandboxArtifactQuery, request.query)
-    page = await asyncio.to_thread(_index(request).page, Query(sandbox_id=sandbox_id), q.limit, q.page_token)
+    page = await asyncio.to_thread(_index(request, sandbox_id).page, Query(sandbox_id=sandbox_id), q.limit,
+                                   q.page_token)
     if not page.entries and q.page_token is None:
         await _require_known(request, sandbox_id)
     return reply(request, _page_body(page))
@@ -54,13 +55,13 @@ async def get_artifact(request: web.Request) -> web.StreamResponse:
     path = catalog.normalize_path(request.match_info["path"])
     q = parse_query(FetchQuery, request.query)
     service = service_of(request)
-    entry = await asyncio.to_thread(_index(request).entry, sandbox_id, path)
+    entry = await asyncio.to_thread(_index(request, sandbox_id).entry, sandbox_id, path)
     headers = {"X-Grove-Sha256": entry.sha256, "X-Grove-Size": str(entry.size), "Cache-Control": "no-store"}
     if q.redirect:
         expires = q.expires_s or service.settings.artifact_url_expires_s
-        url = await asyncio.to_thread(_store(request).presign_get, entry.key, expires)
+        url = await asyncio.to_thread(_store(request, sandbox_id).presign_get, entry.key, expires)
         return web.Response(status=307, headers={**headers, "Location": url})
-    return await _stream(request, _store(request), entry, headers)
+    return await _stream(request, _store(request, sandbox_id), entry, headers)
 
 
 async def _stream(
@@ -121,14 +122,15 @@ async def _require_known(request: web.Request, sandbox_id: str) -> None:
         return  # deleted: known, just without artifacts
     except NotFound as exc:
         missing = exc
-    if not await asyncio.to_thread(_store(request).exists, tj.by_id_key(sandbox_id)):
+    if not await asyncio.to_thread(_store(request, sandbox_id).exists, tj.by_id_key(sandbox_id)):
         raise missing
 
 
-def _index(request: web.Request) -> ArtifactIndex:
-    return service_of(request).artifacts
+def _index(request: web.Request, sandbox_id: str | None = None) -> ArtifactIndex:
+    """The artifact index of the call's project (of the sandbox's, for one the router knows)."""
+    return (storage_of(request) if sandbox_id is None else storage_of_sandbox(request, sandbox_id)).artifacts
 
 
-def _store(request: web.Request) -> ObjectStore:
-    return service_of(request).objects
+def _store(request: web.Request, sandbox_id: str) -> ObjectStore:
+    return storage_of_sandbox(request, sandbox_id).objects
 

@@ -31,7 +31,7 @@ from aiohttp import web
 
 from grove.core import wire
 from grove.core.errors import BadRequest
-from router.api.appkeys import service_of
+from router.api.appkeys import project_of, service_of
 from router.api.batch_items import items_of
 from router.api.batch_stream import produce, stream_sandboxes
 from router.api.datapath import read_capped
@@ -49,7 +49,7 @@ async def create_sandboxes(request: web.Request) -> web.StreamResponse:
         if not isinstance(value, bool):
             raise BadRequest(f"'{name}' must be true or false")
     if stream:
-        return await stream_sandboxes(request, service, items)
+        return await stream_sandboxes(request, service, items, project_of(request))
     what = f"{request.method} {request.path}"
     answered = asyncio.Event()
     held = HAND_OVER_AFTER.set(answered)  # the items' tasks, made below, inherit it
@@ -64,7 +64,7 @@ async def create_sandboxes(request: web.Request) -> web.StreamResponse:
                 i = item.pop("index")
                 answers[i] = {**shared, **item}
 
-        await asyncio.shield(produce(service, items, what, gather))
+        await asyncio.shield(produce(service, items, what, gather, project_of(request)))
         response = reply(request, _shared(answers) if shared else {"sandboxes": answers})
         with contextlib.suppress(ConnectionError):  # gone: aiohttp sees it again as it finishes the response
             await response.prepare(request)

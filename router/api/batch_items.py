@@ -85,12 +85,12 @@ class Alike:
 
 
 def alike(service: SandboxService, items: Items, answers: list[dict[str, Any] | None],
-           what: str) -> tuple[list[Alike], list[tuple[int, CreateRequest, frozenset[str]]]]:
+          what: str, project: str) -> tuple[list[Alike], list[tuple[int, CreateRequest, frozenset[str]]]]:
     """The items parsed: runs of items alike but for new request ids, and the items to create on their own
     (a request id used before or twice in the batch: :meth:`SandboxService.create` finds its first
     sandbox). An item that does not parse gets its error in ``answers``."""
     if isinstance(items, Template):
-        return _of_template(service, items, answers, what)
+        return _of_template(service, items, answers, what, project)
     groups: list[Alike] = []
     alone: list[tuple[int, CreateRequest, frozenset[str]]] = []
     seen: set[str] = set()
@@ -108,7 +108,7 @@ def alike(service: SandboxService, items: Items, answers: list[dict[str, Any] | 
                 group = Alike(rest or {}, req, frozenset(item))
                 groups.append(group)
                 request_id = req.request_id
-            if not service.is_new_request(request_id) or request_id in seen:
+            if not service.is_new_request(request_id, project) or request_id in seen:
                 alone.append((i, group.req.with_request_id(request_id), group.given))
                 continue
             if request_id is not None:
@@ -121,12 +121,12 @@ def alike(service: SandboxService, items: Items, answers: list[dict[str, Any] | 
 
 
 def _of_template(service: SandboxService, template: Template, answers: list[dict[str, Any] | None],
-                 what: str) -> tuple[list[Alike], list[tuple[int, CreateRequest, frozenset[str]]]]:
+                 what: str, project: str) -> tuple[list[Alike], list[tuple[int, CreateRequest, frozenset[str]]]]:
     """:func:`alike` for a template: one group of its items (a request id twice, or used before, alone)."""
     req = template.req
     group = Alike(template.body, req, frozenset([*template.body, "request_id"]))
     alone: list[tuple[int, CreateRequest, frozenset[str]]] = []
-    if _all_plain_new(service, template.request_ids):  # what create_many sends: checked as a whole
+    if _all_plain_new(service, template.request_ids, project):  # what create_many sends: checked as a whole
         group.indexes, group.request_ids = list(range(len(template))), list(template.request_ids)
         return [group], alone
     seen: set[str] = set()
@@ -142,7 +142,7 @@ def _of_template(service: SandboxService, template: Template, answers: list[dict
             except GroveError as exc:
                 answers[i] = item_error(service, type(exc)(f"request_ids[{i}]: {exc.message}"), i, what)
                 continue
-        if request_id in seen or not is_new(request_id):
+        if request_id in seen or not is_new(request_id, project):
             alone.append((i, req.with_request_id(request_id), group.given))
             continue
         seen.add(request_id)
@@ -151,7 +151,7 @@ def _of_template(service: SandboxService, template: Template, answers: list[dict
     return ([group] if group.indexes else []), alone
 
 
-def _all_plain_new(service: SandboxService, request_ids: list[Any]) -> bool:
+def _all_plain_new(service: SandboxService, request_ids: list[Any], project: str) -> bool:
     """Whether every request id is a string that passes the field's check as it is (:data:`_PLAIN_ID`), none
     is given twice and none was used before: checked with one pattern and set operations over all of them
     (1,000 ids one by one took ~0.7 ms of a batch's answer)."""
@@ -159,14 +159,14 @@ def _all_plain_new(service: SandboxService, request_ids: list[Any]) -> bool:
         return False
     unique = set(request_ids)
     return (len(unique) == len(request_ids) and _PLAIN_IDS.fullmatch("\n".join(request_ids)) is not None
-            and service.all_new_requests(unique))
+            and service.all_new_requests(unique, project))
 
 
 async def create_one(service: SandboxService, req: CreateRequest, given: frozenset[str], index: int,
-                  what: str) -> dict[str, Any]:
+                     what: str, project: str) -> dict[str, Any]:
     """One item on its own: its public record, or its error body."""
     try:
-        return (await service.create(req, given)).public()
+        return (await service.create(req, given, project)).public()
     except Exception as exc:
         return item_error(service, exc, index, what)
 

@@ -49,7 +49,8 @@ _USUALLY_ALIKE = ("status", "image_digest", "ended_at", "end_reason", "error")
 Write = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-async def stream_sandboxes(request: web.Request, service: SandboxService, items: Items) -> web.StreamResponse:
+async def stream_sandboxes(request: web.Request, service: SandboxService, items: Items,
+                           project: str) -> web.StreamResponse:
     """The streamed answer (the body is already checked as a whole: :func:`router.api.batch_items.items_of`)."""
     as_msgpack = wire.is_msgpack(request.headers.get("Accept"))
     encode: Callable[[Any], bytes] = (
@@ -72,7 +73,7 @@ async def stream_sandboxes(request: web.Request, service: SandboxService, items:
         with contextlib.suppress(ConnectionError):
             await response.prepare(request)
         # Its own task, shielded: a client gone mid-batch cuts no create off half-way.
-        producer = asyncio.ensure_future(produce(service, items, f"{request.method} {request.path}", write))
+        producer = asyncio.ensure_future(produce(service, items, f"{request.method} {request.path}", write, project))
         await asyncio.shield(producer)
         if not gone:
             with contextlib.suppress(ConnectionError):
@@ -83,17 +84,17 @@ async def stream_sandboxes(request: web.Request, service: SandboxService, items:
     return response
 
 
-async def produce(service: SandboxService, items: Items, what: str, write: Write) -> None:
+async def produce(service: SandboxService, items: Items, what: str, write: Write, project: str) -> None:
     """Every item answered through ``write``, part by part, then ``{"done": N}`` (the plain answer is these
     parts gathered: :mod:`router.api.batch`)."""
     errors: list[dict[str, Any] | None] = [None] * len(items)
-    groups, alone = alike(service, items, errors, what)
+    groups, alone = alike(service, items, errors, what, project)
     if bad := [{"index": i, **answer} for i, answer in enumerate(errors) if answer is not None]:
         await write({"shared": {}, "sandboxes": bad})
     for group in groups:
         digest = None
         try:
-            pool = service.pools.pool_for(group.req, group.given)
+            pool = service.pools.pool_for(group.req, group.given, project)
             if pool is not None:
                 req = service.pools.as_create(pool, group.req)
                 digest = await service.claims.digest_for(pool, req)
@@ -107,7 +108,8 @@ async def produce(service: SandboxService, items: Items, what: str, write: Write
         await _claim_parts(service, pool, req, digest, group, what, write, alone)
 
     async def one(i: int, req: CreateRequest, given: frozenset[str]) -> None:
-        await write({"shared": {}, "sandboxes": [{"index": i, **await create_one(service, req, given, i, what)}]})
+        answer = await create_one(service, req, given, i, what, project)
+        await write({"shared": {}, "sandboxes": [{"index": i, **answer}]})
 
     await asyncio.gather(*(one(i, req, given) for i, req, given in alone))
     await write({"done": len(items)})

@@ -14,7 +14,7 @@ from grove.core.errors import (
     RequestTimeout,
     TooLarge,
 )
-from router.api.appkeys import SERVICE
+from router.api.appkeys import CALLER, SERVICE, check_sandbox_ids
 from router.api.openapi import canonical_path
 from router.api.replies import error_of, reply
 from router.api.routes import ROUTES, Handler
@@ -77,7 +77,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         alternative = _KEY_HEADERS.get((request.method, canonical))
         if header is None and alternative and alternative in request.headers:
             header = f"Bearer {request.headers[alternative]}"
-        request.app[KEYS].check(header)
+        request[CALLER] = request.app[KEYS].check(header)
     return await handler(request)
 
 
@@ -96,4 +96,13 @@ async def ids_middleware(request: web.Request, handler: Handler) -> web.StreamRe
     return await handler(request)
 
 
-MIDDLEWARES = [errors_middleware, auth_middleware, ids_middleware]
+@web.middleware
+async def projects_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A sandbox named in a route must be the caller's project's (:func:`check_sandbox_ids`); the viewer's
+    guard makes the same check for its routes, whose caller comes from the session."""
+    if CALLER in request:
+        check_sandbox_ids(request)
+    return await handler(request)
+
+
+MIDDLEWARES = [errors_middleware, auth_middleware, ids_middleware, projects_middleware]

@@ -1,5 +1,6 @@
-"""Rollout runs' files in S3 (``runs/<run_id>/<name>``): results, summaries, reports and plots that a
-runner uploads next to the trajectories, through the router so S3 credentials never leave it."""
+"""Rollout runs' files in S3 (``runs/<run_id>/<name>``, in the project's part of the bucket): results, summaries,
+reports and plots that a runner uploads next to the trajectories, through the router so S3 credentials never
+leave it."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
-from grove.core.errors import BadRequest, Unavailable
-from router.api.appkeys import service_of
+from grove.core.errors import BadRequest
+from router.api.appkeys import storage_of
 from router.api.replies import reply
 
 RUNS_PREFIX = "runs/"
@@ -28,10 +29,8 @@ def _names(request: web.Request) -> tuple[str, str | None]:
 
 
 def _store(request: web.Request) -> Any:
-    store = service_of(request).objects
-    if store is None:
-        raise Unavailable("object storage is not ready yet", retry_after=1)
-    return store
+    """The call's project's part of the bucket: a run's files are its project's (``runs/`` under it)."""
+    return storage_of(request).objects
 
 
 async def put_run_file(request: web.Request) -> web.Response:

@@ -9,7 +9,7 @@ from aiohttp import web
 from grove.core import wire
 from grove.core.errors import BadRequest, InternalError
 from grove.core.schema import parse
-from router.api.appkeys import SERVICE, service_of
+from router.api.appkeys import SERVICE, in_view, project_of, sandbox_of, service_of
 from router.api.datapath import read_capped
 from router.api.replies import reply
 from router.lifecycle.keepwarm import keep_warm
@@ -29,14 +29,14 @@ async def read_model(request: web.Request, model: type[Any]) -> Any:
 
 
 def _record(request: web.Request) -> SandboxRecord:
-    return service_of(request).registry.get(request.match_info["id"])
+    return sandbox_of(request, request.match_info["id"])
 
 
 async def create_sandbox(request: web.Request) -> web.Response:
     body = await read_body(request)
     req = parse(CreateRequest, body)
     # Which fields the body set: a create naming a pool may leave out (or repeat) the pool's own.
-    record = await service_of(request).create(req, frozenset(body))
+    record = await service_of(request).create(req, frozenset(body), project_of(request))
     return reply(request, record.public(), status=201)
 
 
@@ -49,14 +49,15 @@ async def list_sandboxes(request: web.Request) -> web.Response:
         labels[key] = value
     status = request.query.get("status")
     live = service_of(request).registry.claimed()
-    records = [r for r in live if r.matches(labels) and (not status or r.status == status)]
+    records = [r for r in live if in_view(request, r.project) and r.matches(labels)
+               and (not status or r.status == status)]
     return reply(request, {"sandboxes": [r.public() for r in sorted(records, key=lambda r: r.created_at)]})
 
 
 async def get_sandbox(request: web.Request) -> web.Response:
     sandbox_id = request.match_info["id"]
     registry = service_of(request).registry
-    record = registry.lookup(sandbox_id)
+    record = registry.lookup(sandbox_id)  # the middleware checked whose it is
     if record is None:
         registry.get(sandbox_id)  # raises the right NotFound
         raise InternalError("unreachable")

@@ -10,13 +10,14 @@ from aiohttp import web
 
 from artifacts.trajectory import MAX_EVENT_DEPTH
 from grove.core import wire
-from grove.core.errors import BadRequest, Invalid
+from grove.core.errors import BadRequest, Invalid, NotFound
 from grove.core.schema import parse
-from router.api.appkeys import service_of
+from router.api.appkeys import caller_of, service_of, storage_of, storage_of_sandbox
 from router.api.datapath import read_capped
 from router.api.events import check_event
 from router.api.replies import reply
 from router.models import EventsRequest, PushRequest
+from router.projects.model import DEFAULT
 
 
 class TrajectoryReader(Protocol):
@@ -55,8 +56,8 @@ async def get_live_trajectory(request: web.Request) -> web.Response:
 
 
 async def list_trajectories(request: web.Request) -> web.Response:
-    """GET /v1/trajectories?task_id=&model=&harness= — stored trajectories, from S3."""
-    reader = _reader(request)
+    """GET /v1/trajectories?task_id=&model=&harness= — the project's stored trajectories, from S3."""
+    reader: TrajectoryReader = storage_of(request).trajectories
     q = request.query
     items = await asyncio.to_thread(reader.list, q.get("task_id"), q.get("model"), q.get("harness"))
     return reply(request, {"trajectories": items})
@@ -67,12 +68,12 @@ async def get_trajectory(request: web.Request) -> web.Response:
     service = service_of(request)
     sandbox_id = request.match_info["sandbox_id"]
     if service.journal.exists(sandbox_id):
-        return reply(request, await asyncio.to_thread(service.journal.record, sandbox_id))
-    return reply(request, await asyncio.to_thread(_reader(request).get, sandbox_id))
-
-
-def _reader(request: web.Request) -> TrajectoryReader:
-    return service_of(request).trajectories
+        record = await asyncio.to_thread(service.journal.record, sandbox_id)
+        if caller_of(request).may_see(str((record.get("sandbox") or {}).get("project") or DEFAULT)):
+            return reply(request, record)
+        raise NotFound(f"no trajectory for sandbox {sandbox_id}")
+    reader: TrajectoryReader = storage_of_sandbox(request, sandbox_id).trajectories
+    return reply(request, await asyncio.to_thread(reader.get, sandbox_id))
 
 
 async def post_artifacts(request: web.Request) -> web.Response:

@@ -21,6 +21,7 @@ from router.backends.base import Endpoint
 from router.lifecycle.starting import InFlight, StartHost
 from router.models import CreateRequest
 from router.pools.filler import Pool, same_image
+from router.projects.model import request_key
 from router.records.registry import SandboxRecord
 
 HAND_OVER_AFTER: contextvars.ContextVar[asyncio.Event | None] = contextvars.ContextVar("hand_over_after",
@@ -219,7 +220,7 @@ class Claims(InFlight):
         record.request = req if req.request_id == request_id else req.with_request_id(request_id)
         record.token, record.pool = token, None
         record.created_at = record.last_activity = now
-        service.registry.claimed_from(pool.definition.name, record)
+        service.registry.claimed_from(pool.key, record)
         return record, previous
 
     def _drop(self, record: SandboxRecord) -> None:
@@ -235,7 +236,7 @@ class Claims(InFlight):
     def _ready(self, record: SandboxRecord, now: float) -> None:
         """A claim durable on disk: findable by its request id, and ready."""
         if record.request.request_id:
-            self._service.registry.by_request_id[record.request.request_id] = record.id
+            self._service.registry.by_request_id[request_key(record.project, record.request.request_id)] = record.id
         record.status, record.ready_at = "ready", now
 
     async def _hand_over(self, record: SandboxRecord, previous: Endpoint, after: asyncio.Event | None) -> None:

@@ -16,9 +16,6 @@ import weakref
 from collections.abc import Coroutine, Iterator
 from typing import Any
 
-from artifacts.archive import TrajectoryArchive
-from artifacts.artifact_index import ArtifactIndex
-from artifacts.store import ObjectStore
 from grove.core.errors import Conflict, Invalid, Unavailable
 from router.backends.base import Backend, Endpoint, Started
 from router.lifecycle.claims import Claims, GroupClaim
@@ -28,6 +25,7 @@ from router.lifecycle.starting import Starts
 from router.models import CreateRequest
 from router.pools.filler import Pool
 from router.pools.warm import Pools
+from router.projects.model import DEFAULT, request_key
 from router.records.activity import ActivityClocks, restored
 from router.records.registry import Registry, SandboxRecord
 from router.records.statedisk import is_no_space
@@ -74,10 +72,8 @@ class SandboxService:
         self.upstreams = upstreams
         self.recorder = recorder
         self.journal = recorder.journal
-        self.objects: ObjectStore = storage.objects
-        self.trajectories: TrajectoryArchive = storage.trajectories
-        self.artifacts: ArtifactIndex = storage.artifacts
-        """The artifact index in the same bucket."""
+        self.storage = storage
+        """Object storage: ``storage.of(project)`` is what one project keeps (trajectories, artifacts, runs)."""
         # A backend that keeps state in object storage (Knative's snapshots) presigns with it.
         backend.attach_storage(storage.objects)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -104,7 +100,7 @@ class SandboxService:
         """Sandboxes starting, and re-adoption after a restart (router/lifecycle/starting.py)."""
         self.claims = Claims(self)
         """Claims of pool members and their hand-overs (router/lifecycle/claims.py)."""
-        self.stored = TrajectoryStore(self.journal, self.trajectories, settings.state_dir)
+        self.stored = TrajectoryStore(self.journal, storage, settings.state_dir)
         """Where finished journals go (router/trajectory/store.py)."""
         self.scaling = Scaling(self)
         """Scaling to zero and back, and executors lost (router/lifecycle/scaling.py)."""
@@ -149,27 +145,30 @@ class SandboxService:
 
     # -- lifecycle calls -----------------------------------------------------------------------------
 
-    async def create(self, req: CreateRequest, given: frozenset[str] = frozenset()) -> SandboxRecord:
-        """Create a sandbox (idempotent by ``request_id``); wait for it unless ``wait`` is false. A create
-        naming a pool (``given``: the fields its body set) or matching one's spec claims a ready member."""
+    async def create(self, req: CreateRequest, given: frozenset[str] = frozenset(),
+                     project: str = DEFAULT) -> SandboxRecord:
+        """Create a sandbox of ``project`` (idempotent by ``request_id`` within the project); wait for it unless
+        ``wait`` is false. A create naming one of the project's pools (``given``: the fields its body set) or
+        matching one's spec claims a ready member."""
+        key = request_key(project, req.request_id) if req.request_id else None
         # A create with this request_id still writing its record: this one is its retry, or a duplicate.
-        while req.request_id and (first := self._requests.get(req.request_id)) is not None:
+        while key and (first := self._requests.get(key)) is not None:
             with contextlib.suppress(BaseException):
                 await asyncio.shield(first)
-        if req.request_id and (existing := self.registry.by_request_id.get(req.request_id)):
+        if key and (existing := self.registry.by_request_id.get(key)):
             record = self.registry.get(existing)
-            if self.pools.as_made(req) != dataclasses.replace(record.request, wait=req.wait):
+            if self.pools.as_made(req, project) != dataclasses.replace(record.request, wait=req.wait):
                 raise Conflict(f"request_id {req.request_id!r} was already used to create {record.id} with another "
                                "body; a retry must send the same body, a new sandbox needs a new request_id")
         else:
             written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            if req.request_id:
-                self._requests[req.request_id] = written
+            if key:
+                self._requests[key] = written
             try:
-                record = await self._create_new(req, given)
+                record = await self._create_new(req, given, project)
             finally:
-                if req.request_id:
-                    del self._requests[req.request_id]
+                if key:
+                    del self._requests[key]
                 written.set_result(None)
         task = self.starts.pending(record.id)
         if req.wait and task is not None:
@@ -180,22 +179,27 @@ class SandboxService:
             raise Unavailable(f"sandbox {record.id} failed to start: {record.error}", retry_after=1)
         return record
 
-    async def _create_new(self, req: CreateRequest, given: frozenset[str]) -> SandboxRecord:
+    async def _create_new(self, req: CreateRequest, given: frozenset[str], project: str) -> SandboxRecord:
         """A claimed pool member, or a new sandbox starting."""
-        if (pool := self.pools.pool_for(req, given)) is not None:
+        if (pool := self.pools.pool_for(req, given, project)) is not None:
             if (claimed := await self.claims.claim(pool, self.pools.as_create(pool, req))) is not None:
                 return claimed
             req = self.pools.as_create(pool, req)
-        return await self.starts.create(req)
+        return await self.starts.create(req, project)
 
-    def is_new_request(self, request_id: str | None) -> bool:
-        """Whether no create with this ``request_id`` made a sandbox or is making one (None: not idempotent)."""
-        return request_id is None or (request_id not in self._requests
-                                      and request_id not in self.registry.by_request_id)
+    def is_new_request(self, request_id: str | None, project: str = DEFAULT) -> bool:
+        """Whether no create of ``project`` with this ``request_id`` made a sandbox or is making one (None: not
+        idempotent)."""
+        if request_id is None:
+            return True
+        key = request_key(project, request_id)
+        return key not in self._requests and key not in self.registry.by_request_id
 
-    def all_new_requests(self, request_ids: set[str]) -> bool:
+    def all_new_requests(self, request_ids: set[str], project: str = DEFAULT) -> bool:
         """:meth:`is_new_request` of every one of these ids, as set operations (a batch's thousand)."""
-        return request_ids.isdisjoint(self._requests) and request_ids.isdisjoint(self.registry.by_request_id)
+        keys = request_ids if project == DEFAULT and not any("\x00" in r for r in request_ids) else \
+            {request_key(project, r) for r in request_ids}
+        return keys.isdisjoint(self._requests) and keys.isdisjoint(self.registry.by_request_id)
 
     def begin_claims(self, pool: Pool, req: CreateRequest, request_ids: list[str | None], digest: str) -> Claiming:
         """Claims from ``pool`` for many creates that differ only in their ``request_id``, each new
@@ -206,14 +210,15 @@ class SandboxService:
         what :meth:`Claims.digest_for` gave): the members taken, their records queued for the log. Every
         one begun must be ended (:meth:`end_claims`)."""
         # Checked again here, not only by the caller: a create with one of the ids may have come in since.
+        project = pool.project
         named = {request_id for request_id in request_ids if request_id is not None}
-        if self.all_new_requests(named):  # the usual case, checked as a whole
+        if self.all_new_requests(named, project):  # the usual case, checked as a whole
             fresh = [True] * len(request_ids)
         else:
-            fresh = [self.is_new_request(request_id) for request_id in request_ids]
+            fresh = [self.is_new_request(request_id, project) for request_id in request_ids]
         new = [request_id for request_id, ok in zip(request_ids, fresh, strict=True) if ok]
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        ids = [request_id for request_id in new if request_id]
+        ids = [request_key(project, request_id) for request_id in new if request_id]
         group = self.claims.begin_group(pool, req, new, digest)
         for request_id in ids:
             self._requests[request_id] = written

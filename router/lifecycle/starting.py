@@ -18,6 +18,7 @@ from grove.core.errors import GroveError, Invalid, Unavailable
 from router.backends.base import Backend, Started
 from router.models import CreateRequest
 from router.pools.warm import Pools
+from router.projects.model import DEFAULT
 from router.records.registry import Registry, SandboxRecord, new_id
 from router.records.statedisk import storage_error
 from router.settings import RouterSettings
@@ -67,15 +68,17 @@ class Starts(InFlight):
         self._writing = 0
         """Fresh creates writing their records (not yet counted in the registry)."""
 
-    async def create(self, req: CreateRequest) -> SandboxRecord:
-        """A new sandbox: its record written (the only step the create waits for), its start begun."""
+    async def create(self, req: CreateRequest, project: str = DEFAULT) -> SandboxRecord:
+        """A new sandbox of ``project``: its record written (the only step the create waits for), its start
+        begun."""
         service = self._service
         # Creates still writing their records count too: the limit holds however many arrive at once.
         if service.registry.count() + self._writing >= service.settings.max_sandboxes:
             raise Unavailable(f"this router already runs {service.settings.max_sandboxes} sandboxes", retry_after=5)
         if not req.workdir.startswith("/"):
             raise Invalid("'workdir' must be an absolute path")
-        record = SandboxRecord(id=new_id(), request=req, token=secrets.token_urlsafe(32), created_at=time.time())
+        record = SandboxRecord(id=new_id(), request=req, token=secrets.token_urlsafe(32), created_at=time.time(),
+                               project=project)
         service.backend.check(record.spec())
         self._writing += 1
         try:
@@ -109,7 +112,7 @@ class Starts(InFlight):
             # A member kept only while it still runs as made: a half-made or stopped one is cheaper to
             # replace than to vouch for (the filler starts another), and a pool deleted meanwhile wants none.
             running = record.status == "ready" and await service.backend.is_running(record.id, record.handle)
-            if not running or record.pool not in service.pools.names():
+            if not running or record.pool not in service.pools.pool_keys():
                 await service.delete(record.id, reason="pool member not running after a router restart")
             return
         if record.status in ("pending", "ready") and service.recorder.journal.unused(record.id):

@@ -1,6 +1,7 @@
 """``<state>/pools``: what of the warm pools outlives a router — each pool's definition and its counters.
 
-``<name>.json`` is the definition (a ``POST /v1/pools`` body); ``<name>.counts`` holds its ``claims`` and
+``<key>.json`` is the definition (a ``POST /v1/pools`` body; the key is the pool's name in the default project,
+``<project>.<name>`` in another); ``<key>.counts`` holds its ``claims`` and
 ``misses`` so far, so that a restarted router goes on counting instead of starting again at zero. The
 counters are kept apart (and not named ``*.json``) so that a definition file stays exactly a
 ``PoolRequest``, which any router version reads.
@@ -21,6 +22,7 @@ from grove.core.errors import GroveError, NotFound
 from grove.core.schema import parse
 from grove.statedir import StateDir
 from router.models import PoolRequest
+from router.projects.model import DEFAULT
 
 log = logging.getLogger("grove.router")
 
@@ -41,27 +43,32 @@ class PoolFiles:
     def __init__(self, state_dir: Path) -> None:
         self.dir = StateDir(state_dir).pools
 
-    def definitions(self) -> Iterator[PoolRequest]:
-        """Every readable definition, by name; an unreadable one is set aside (renamed), never deleted."""
+    def definitions(self) -> Iterator[tuple[str, PoolRequest]]:
+        """Every readable definition with its project, by key; an unreadable one is set aside (renamed), never
+        deleted."""
         if not self.dir.is_dir():
             return
         for path in sorted(self.dir.glob("*.json")):
+            project, _, name = path.stem.rpartition(".")
             try:
-                yield parse(PoolRequest, json.loads(path.read_text()))
+                definition = parse(PoolRequest, json.loads(path.read_text()))
+                if definition.name != name:
+                    raise ValueError(f"it defines pool {definition.name!r}, not {name!r}")
+                yield project or DEFAULT, definition
             except (ValueError, GroveError) as exc:
                 path.rename(path.with_suffix(f".corrupt-{int(time.time())}"))
                 log.warning("set aside unreadable pool definition %s: %s", path.name, exc)
 
-    def definition(self, name: str) -> PoolRequest:
+    def definition(self, key: str) -> PoolRequest:
         """One pool's definition (NotFound if it has none here)."""
         try:
-            return parse(PoolRequest, json.loads((self.dir / f"{name}.json").read_text()))
+            return parse(PoolRequest, json.loads((self.dir / f"{key}.json").read_text()))
         except FileNotFoundError:
-            raise NotFound(f"no pool {name!r} in {self.dir}") from None
+            raise NotFound(f"no pool {key!r} in {self.dir}") from None
 
-    def save(self, definition: PoolRequest) -> None:
+    def save(self, key: str, definition: PoolRequest) -> None:
         """Write a definition (atomically: a reader sees the old one or the new one)."""
-        self._write(f"{definition.name}.json", dataclasses.asdict(definition))
+        self._write(f"{key}.json", dataclasses.asdict(definition))
 
     def counts(self, name: str) -> Counts:
         """A pool's counters as last saved (zero if never, or unreadable: they are statistics, not state)."""

@@ -18,6 +18,7 @@ from typing import Protocol
 from grove.core.errors import GroveError, NotFound
 from router.backends.base import Backend, Started
 from router.models import CreateRequest, PoolRequest
+from router.projects.model import DEFAULT
 from router.records.registry import Registry, SandboxRecord, new_id
 from router.settings import RouterSettings
 from router.trajectory.journal import Journal
@@ -30,11 +31,18 @@ _BUSY_POLL_S = 0.05
 _MOST_DEFERRED_S = 2.0
 
 
+def pool_key(project: str, name: str) -> str:
+    """A pool's key in the router (its members' ``record.pool``, its files' names): its name in the default
+    project, ``<project>.<name>`` in another (names hold no '.': two projects' pools of one name never meet)."""
+    return name if project == DEFAULT else f"{project}.{name}"
+
+
 @dataclasses.dataclass
 class Pool:
-    """One pool: its definition and what the filler last ran into."""
+    """One pool: its definition, its project, and what the filler last ran into."""
 
     definition: PoolRequest
+    project: str = DEFAULT
     error: str | None = None
     """Why the last start failed (cleared by the next that succeeds)."""
     failed_at: float = 0.0
@@ -42,6 +50,11 @@ class Pool:
     """Creates that took a ready member (counted across restarts: :mod:`router.pools.files`)."""
     misses: int = 0
     """Creates that named the pool while it had no ready member (they got a fresh sandbox)."""
+
+    @property
+    def key(self) -> str:
+        """:func:`pool_key`."""
+        return pool_key(self.project, self.definition.name)
 
 
 class PoolHost(Protocol):
@@ -90,9 +103,9 @@ class Filler:
         self._wake_event.set()
 
     @staticmethod
-    def _member(definition: PoolRequest) -> SandboxRecord:
-        return SandboxRecord(id=new_id(), request=made_with(definition), token=secrets.token_urlsafe(32),
-                             created_at=time.time(), pool=definition.name)
+    def _member(pool: Pool) -> SandboxRecord:
+        return SandboxRecord(id=new_id(), request=made_with(pool.definition), token=secrets.token_urlsafe(32),
+                             created_at=time.time(), pool=pool.key, project=pool.project)
 
     def _wanting(self) -> Pool | None:
         """A pool short of members, if the router has room for another sandbox."""
@@ -103,7 +116,7 @@ class Filler:
         for pool in self._all():
             if pool.error is not None and now - pool.failed_at < _RETRY_AFTER_FAILURE_S:
                 continue  # tried again later: the image may be back, the disk freed
-            if service.registry.pool_count(pool.definition.name) < pool.definition.size:
+            if service.registry.pool_count(pool.key) < pool.definition.size:
                 return pool
         return None
 
@@ -132,7 +145,7 @@ class Filler:
 
     def _failed(self, pool: Pool, error: str) -> None:
         if error != pool.error:
-            log.warning("filling pool %s failed: %s", pool.definition.name, error)
+            log.warning("filling pool %s failed: %s", pool.key, error)
         pool.error, pool.failed_at = error, time.monotonic()
 
     async def _check_images(self) -> None:
@@ -144,13 +157,13 @@ class Filler:
             except NotFound as exc:
                 self._failed(pool, f"its image is gone: {exc.message}")
                 digest = None
-            for record in self._service.registry.pooled(pool.definition.name):
+            for record in self._service.registry.pooled(pool.key):
                 if record.status == "ready" and not same_image(record.image_digest, digest):
                     await self._service.delete(record.id, reason="its pool's image was removed or replaced")
 
     async def _fill_one(self, pool: Pool) -> None:
         service = self._service
-        record = self._member(pool.definition)
+        record = self._member(pool)
         try:
             record.image_digest = await service.backend.image_digest(record.request.image)
         except NotFound as exc:
@@ -183,7 +196,7 @@ class Filler:
         """Whether the pool is still defined as it was (not deleted, nor deleted and made anew) and short."""
         service = self._service
         return (any(p is pool for p in self._all())
-                and service.registry.pool_count(pool.definition.name) < pool.definition.size)
+                and service.registry.pool_count(pool.key) < pool.definition.size)
 
 
 @functools.lru_cache(maxsize=256)

@@ -22,7 +22,8 @@ from typing import Any
 from grove.core.errors import Conflict, Invalid, NotFound
 from router.models import CreateRequest, PoolRequest
 from router.pools.files import Counts, PoolFiles
-from router.pools.filler import Filler, Pool, PoolHost, made_with
+from router.pools.filler import Filler, Pool, PoolHost, made_with, pool_key
+from router.projects.model import DEFAULT
 from router.records.registry import SandboxRecord, new_id
 
 log = logging.getLogger("grove.router")
@@ -51,10 +52,12 @@ class Pools:
     def load(self) -> None:
         """Read the definitions and counters an earlier router left (unreadable definitions are set aside,
         never deleted)."""
-        for definition in self._files.definitions():
-            counts = self._files.counts(definition.name)
-            self._pools[definition.name] = Pool(definition, claims=counts.claims, misses=counts.misses)
-            self._saved[definition.name] = counts
+        for project, definition in self._files.definitions():
+            pool = Pool(definition, project)
+            counts = self._files.counts(pool.key)
+            pool.claims, pool.misses = counts.claims, counts.misses
+            self._pools[pool.key] = pool
+            self._saved[pool.key] = counts
 
     def start(self) -> None:
         """Start keeping the pools filled (:mod:`router.pools.filler`) and their counters saved."""
@@ -73,11 +76,12 @@ class Pools:
         except OSError as exc:  # a full state disk must not stop the router from stopping
             log.warning("could not save warm pool counters: %s", exc)
 
-    async def create(self, definition: PoolRequest) -> dict[str, Any]:
-        """Define a pool and start filling it."""
+    async def create(self, definition: PoolRequest, project: str = DEFAULT) -> dict[str, Any]:
+        """Define a pool of ``project`` and start filling it."""
         if not NAME_RE.match(definition.name):
             raise Invalid(f"pool name {definition.name!r}: use lower-case letters, digits and '-' (at most 63)")
-        if definition.name in self._pools:
+        key = pool_key(project, definition.name)
+        if key in self._pools:
             raise Conflict(f"pool {definition.name} exists; resize it or delete it first")
         if not definition.workdir.startswith("/"):
             raise Invalid("'workdir' must be an absolute path")
@@ -85,32 +89,33 @@ class Pools:
         await self._service.backend.image_digest(definition.image)  # NotFound names the images there are
         member = SandboxRecord(id=new_id(), request=made_with(definition), token="", created_at=0.0)
         self._service.backend.check(member.spec())  # a malformed allow-list: 422 naming the entry
-        self._files.remove(definition.name)  # counters an earlier pool of this name left are not this one's
-        self._files.save(definition)
-        self._pools[definition.name] = Pool(definition)
-        self._saved[definition.name] = Counts()
+        self._files.remove(key)  # counters an earlier pool of this name left are not this one's
+        self._files.save(key, definition)
+        self._pools[key] = Pool(definition, project)
+        self._saved[key] = Counts()
         self._filler.wake()
-        return self.show(definition.name)
+        return self.show(definition.name, project)
 
-    async def resize(self, name: str, size: int) -> dict[str, Any]:
+    async def resize(self, name: str, size: int, project: str = DEFAULT) -> dict[str, Any]:
         """Change how many members a pool keeps; members beyond it are deleted (starting ones first)."""
-        pool = self.get(name)
+        pool = self.get(name, project)
         self._check_size(size)
         pool.definition = dataclasses.replace(pool.definition, size=size)
-        self._files.save(pool.definition)
-        members = sorted(self._service.registry.pooled(name), key=lambda r: (r.status == "ready", r.created_at))
+        self._files.save(pool.key, pool.definition)
+        members = sorted(self._service.registry.pooled(pool.key), key=lambda r: (r.status == "ready", r.created_at))
         for record in members[: max(0, len(members) - size)]:
             await self._service.delete(record.id, reason=f"pool {name} resized to {size}")
         self._filler.wake()
-        return self.show(name)
+        return self.show(name, project)
 
-    async def delete(self, name: str) -> dict[str, Any]:
+    async def delete(self, name: str, project: str = DEFAULT) -> dict[str, Any]:
         """Forget a pool and delete its unclaimed members (claimed sandboxes are their users')."""
-        shown = self.show(name)
-        del self._pools[name]
-        self._saved.pop(name, None)
-        self._files.remove(name)
-        for record in self._service.registry.pooled(name):
+        shown = self.show(name, project)
+        key = pool_key(project, name)
+        del self._pools[key]
+        self._saved.pop(key, None)
+        self._files.remove(key)
+        for record in self._service.registry.pooled(key):
             await self._service.delete(record.id, reason=f"pool {name} deleted")
         return {**shown, "size": 0, "ready": 0, "starting": 0}
 
@@ -120,27 +125,31 @@ class Pools:
             raise Invalid(f"a pool of {size} exceeds this router's limit of {limit} sandboxes "
                           "(pool members count toward it)")
 
-    def get(self, name: str) -> Pool:
-        """A pool by name (``NotFound`` naming the pools there are)."""
-        pool = self._pools.get(name)
+    def get(self, name: str, project: str = DEFAULT) -> Pool:
+        """A pool of ``project`` by name (``NotFound`` naming the project's pools: another's are not there)."""
+        pool = self._pools.get(pool_key(project, name))
         if pool is None:
-            raise NotFound(f"no pool {name!r}; pools: {', '.join(sorted(self._pools)) or 'none'}")
+            names = sorted(p.definition.name for p in self._pools.values() if p.project == project)
+            raise NotFound(f"no pool {name!r}; pools: {', '.join(names) or 'none'}")
         return pool
 
-    def show(self, name: str) -> dict[str, Any]:
+    def show(self, name: str, project: str = DEFAULT) -> dict[str, Any]:
         """A pool as the API shows it."""
-        pool = self.get(name)
-        members = self._service.registry.pooled(name)
+        return self.shown(self.get(name, project))
+
+    def shown(self, pool: Pool) -> dict[str, Any]:
+        """A pool as the API shows it."""
+        members = self._service.registry.pooled(pool.key)
         ready = sum(1 for r in members if r.status == "ready")
-        return {**dataclasses.asdict(pool.definition), "ready": ready, "starting": len(members) - ready,
-                "claims": pool.claims, "misses": pool.misses, "error": pool.error}
+        return {**dataclasses.asdict(pool.definition), "project": pool.project, "ready": ready,
+                "starting": len(members) - ready, "claims": pool.claims, "misses": pool.misses, "error": pool.error}
 
     def all(self) -> list[Pool]:
-        """Every pool."""
+        """Every pool, of every project."""
         return list(self._pools.values())
 
-    def names(self) -> list[str]:
-        """Every pool's name, sorted."""
+    def pool_keys(self) -> list[str]:
+        """Every pool's key (:func:`~router.pools.filler.pool_key`), sorted."""
         return sorted(self._pools)
 
     # -- counters ------------------------------------------------------------------------------------
@@ -164,11 +173,11 @@ class Pools:
 
     # -- claims --------------------------------------------------------------------------------------
 
-    def pool_for(self, req: CreateRequest, given: frozenset[str]) -> Pool | None:
-        """The pool a create draws on: the one it names (its fields must agree with the pool's), else one
-        whose spec it matches exactly."""
+    def pool_for(self, req: CreateRequest, given: frozenset[str], project: str = DEFAULT) -> Pool | None:
+        """The pool of ``project`` a create draws on: the one it names (its fields must agree with the pool's),
+        else one whose spec it matches exactly."""
         if req.pool is not None:
-            pool = self.get(req.pool)
+            pool = self.get(req.pool, project)
             wanted = self.made_with(pool)
             for name in POOL_FIELDS:
                 if name in given and getattr(req, name) != getattr(wanted, name):
@@ -176,6 +185,8 @@ class Pools:
                                    f"not {_show(getattr(req, name))}; leave '{name}' out or create without the pool")
             return pool
         for pool in self._pools.values():
+            if pool.project != project:
+                continue
             wanted = self.made_with(pool)
             if all(getattr(req, name) == getattr(wanted, name) for name in POOL_FIELDS):
                 return pool
@@ -190,11 +201,11 @@ class Pools:
         wanted = self.made_with(pool)
         return dataclasses.replace(req, **{name: getattr(wanted, name) for name in POOL_FIELDS})
 
-    def as_made(self, req: CreateRequest) -> CreateRequest:
+    def as_made(self, req: CreateRequest, project: str = DEFAULT) -> CreateRequest:
         """What a create naming a pool becomes (to compare a retry with the first call's request)."""
-        if req.pool is None or req.pool not in self._pools:
+        if req.pool is None or (pool := self._pools.get(pool_key(project, req.pool))) is None:
             return req
-        return self.as_create(self._pools[req.pool], req)
+        return self.as_create(pool, req)
 
     def take(self, pool: Pool, *, count_miss: bool = True) -> SandboxRecord | None:
         """Take a ready member out of the pool (no await: two claims never get the same one); none there
@@ -207,7 +218,7 @@ class Pools:
     def take_many(self, pool: Pool, count: int) -> list[SandboxRecord]:
         """Take up to ``count`` ready members out of the pool, oldest first (no await), in one pass over it."""
         taken = []
-        for record in self._service.registry.members(pool.definition.name):
+        for record in self._service.registry.members(pool.key):
             if record.status == "ready":
                 record.status = "pending"  # taken: no other claim, no reaper, no resize touches it now
                 taken.append(record)

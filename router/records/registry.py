@@ -19,6 +19,7 @@ from grove.core.errors import Conflict, GroveError, NotFound
 from grove.statedir import StateDir
 from router.backends.base import Endpoint, SandboxSpec
 from router.models import CreateRequest, Metadata, NetworkModel
+from router.projects.model import DEFAULT, request_key
 from router.records import log as recordlog
 from router.records.files import RecordFiles
 
@@ -52,6 +53,8 @@ class SandboxRecord:
     error: str | None = None
     pool: str | None = None
     """The warm pool this sandbox waits in, unclaimed (None: a user's sandbox). Hidden from the API."""
+    project: str = DEFAULT
+    """The project it belongs to (its creator's key's); records from before projects are the default's."""
     # Not persisted: after a restart every sandbox counts as just used.
     last_activity: float = field(default_factory=time.time)
     inflight: int = 0
@@ -89,6 +92,7 @@ class SandboxRecord:
         (a batch's alike claims share one)."""
         return {
             "id": self.id,
+            "project": self.project,
             "status": self.status,
             "image_digest": self.image_digest,
             "created_at": self.created_at,
@@ -145,6 +149,7 @@ class Registry:
         self._pooled: dict[str, dict[str, SandboxRecord]] = {}
         """Per pool, its unclaimed members (every claim looks there: no scan of all records)."""
         self.by_request_id: dict[str, str] = {}
+        """Sandbox ids by :func:`~router.projects.model.request_key` (a project's own request ids)."""
 
     def load(self) -> list[SandboxRecord]:
         """Read every record left by an earlier router (unreadable ones are set aside, never deleted)."""
@@ -168,7 +173,7 @@ class Registry:
         if record.pool is not None:
             self._pooled.setdefault(record.pool, {})[record.id] = record
         if record.request.request_id:
-            self.by_request_id[record.request.request_id] = record.id
+            self.by_request_id[request_key(record.project, record.request.request_id)] = record.id
 
     def save(self, record: SandboxRecord) -> None:
         """Write the record atomically (temp file, fsync, rename), on the calling thread."""
@@ -228,7 +233,7 @@ class Registry:
         self._records.pop(record.id, None)
         self._unpool(record.pool, record)
         if record.request.request_id:
-            self.by_request_id.pop(record.request.request_id, None)
+            self.by_request_id.pop(request_key(record.project, record.request.request_id), None)
         self._files.discard(record.id)
         self._ended[record.id] = record
         while len(self._ended) > _TOMBSTONES:

@@ -70,7 +70,7 @@ class FullOutputs:
     def __init__(self, budget: ByteBudget, storage: Storage, upstreams: Upstreams, endpoint_of: EndpointOf,
                  recorder: Recorder) -> None:
         self.budget = budget
-        self._objects, self._index = storage.objects, storage.artifacts
+        self._storage = storage
         self._upstreams, self._endpoint_of, self._recorder = upstreams, endpoint_of, recorder
 
     async def store(self, record: SandboxRecord, outputs: list[FullOutput]) -> None:
@@ -93,7 +93,8 @@ class FullOutputs:
                                              "stored": False, "error": reason})
 
     async def _store(self, record: SandboxRecord, output: FullOutput) -> None:
-        store, index = self._objects, self._index
+        own = self._storage.of(record.project)  # the sandbox's project's part of the bucket
+        store, index = own.objects, own.artifacts
         path = catalog.normalize_path(output.path)
         key = catalog.artifact_key(record.id, path)
         url = await asyncio.to_thread(store.presign_put, key)

@@ -27,7 +27,7 @@ class ArtifactPushes:
                  executor_reaches_storage: bool, url_expires_s: float) -> None:
         """``executor_reaches_storage``: the backend's sandboxes can reach the store themselves (Knative);
         ``url_expires_s``: the lifetime of the GET URLs handed back."""
-        self._objects, self._index = storage.objects, storage.artifacts
+        self._storage = storage
         self._upstreams, self._endpoint_of = upstreams, endpoint_of
         self._executor_reaches_storage, self._url_expires_s = executor_reaches_storage, url_expires_s
 
@@ -45,7 +45,8 @@ class ArtifactPushes:
         7). Where the store's address is the sandbox's own loopback (the local backend) the executor is not
         asked at all.
         """
-        store, index = self._objects, self._index
+        own = self._storage.of(record.project)  # the sandbox's project's part of the bucket
+        store, index = own.objects, own.artifacts
         # Keys name the absolute path, so "out/x" and "/workspace/out/x" are one artifact, not two.
         full = {p: catalog.normalize_path(posixpath.join(record.request.workdir, p)) for p in paths}
         keys = {p: catalog.artifact_key(record.id, full[p]) for p in paths}

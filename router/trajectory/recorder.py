@@ -64,6 +64,7 @@ class Recorder:
         meta = summary.pop("metadata")
         return {
             "id": record.id,
+            "project": record.project,
             **{k: meta[k] for k in ("task_id", "model", "harness", "harness_version")},
             "labels": meta["labels"],
             **summary,

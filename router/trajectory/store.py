@@ -11,7 +11,9 @@ import logging
 from pathlib import Path
 
 from artifacts.archive import Stored, TrajectoryArchive
+from router.projects.model import DEFAULT
 from router.records.statedisk import storage_error
+from router.storage import Storage
 from router.trajectory.journal import Journal
 
 log = logging.getLogger("grove.router")
@@ -21,9 +23,10 @@ _FLUSH_EVERY_S = 10.0
 class TrajectoryStore:
     """Stores the journals of ended sandboxes; storing never fails a delete (the journal is kept instead)."""
 
-    def __init__(self, journal: Journal, trajectories: TrajectoryArchive, state_dir: Path) -> None:
+    def __init__(self, journal: Journal, storage: Storage | None, state_dir: Path) -> None:
         self._journal = journal
-        self._trajectories = trajectories
+        self._storage = storage
+        self._trajectories = storage.trajectories if storage is not None else None
         self._state_dir = state_dir
         self._last_flush = 0.0
 
@@ -55,7 +58,14 @@ class TrajectoryStore:
         self._journal.flush_held()
         if self._trajectories is not None and now - self._last_flush > _FLUSH_EVERY_S:
             self._last_flush = now
-            await asyncio.to_thread(self._trajectories.flush_spool)
+            await asyncio.to_thread(self._flush_spools)
+
+    def _flush_spools(self) -> None:
+        """Upload what waits in the spools: the default project's, then each other project's."""
+        assert self._storage is not None
+        self._storage.trajectories.flush_spool()
+        for project in self._storage.spooled_projects():
+            self._storage.of(project).trajectories.flush_spool()
 
     def _store_journal(self, trajectories: TrajectoryArchive, sandbox_id: str) -> Stored | None:
         """Read, store and drop a journal, in one worker thread (each step may wait for a disk or S3, none
@@ -67,6 +77,8 @@ class TrajectoryStore:
             return None
         record = self._journal.record(sandbox_id)
         record["sandbox"].setdefault("id", sandbox_id)  # a journal torn before its header still names it
+        if self._storage is not None:  # into its project's part of the bucket
+            trajectories = self._storage.of(str(record["sandbox"].get("project") or DEFAULT)).trajectories
         where = trajectories.store(record)
         self._journal.remove(sandbox_id)
         return where

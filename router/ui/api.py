@@ -17,7 +17,8 @@ from aiohttp import web
 
 from artifacts import trajectory as tj
 from grove.core.errors import BadRequest, NotFound
-from router.api.appkeys import service_of
+from router.api.appkeys import caller_of, service_of, storage_of
+from router.projects.model import DEFAULT
 from router.records.registry import SandboxRecord
 from router.ui.files import is_file_step, views
 from router.ui.phases import PHASES
@@ -83,7 +84,7 @@ async def delete_sandbox(request: web.Request) -> web.StreamResponse:
 async def trajectories(request: web.Request) -> web.StreamResponse:
     """GET /ui/api/trajectories?task_id=&model=&harness=&outcome=&run_id=&date_from=&date_to=&after=&limit="""
     q = request.query
-    objects = service_of(request).objects
+    objects = storage_of(request).objects
 
     def text(name: str) -> str | None:
         value = q.get(name, "").strip()
@@ -96,7 +97,12 @@ async def trajectories(request: web.Request) -> web.StreamResponse:
 
 
 async def _record(request: web.Request) -> tuple[dict[str, Any], bool]:
-    return await load(service_of(request), request.app[TRAJECTORIES], request.match_info["sandbox_id"])
+    """The page's record, if it is the caller's project's (another project's answers as one that never was)."""
+    sandbox_id = request.match_info["sandbox_id"]
+    record, live = await load(service_of(request), storage_of(request), request.app[TRAJECTORIES], sandbox_id)
+    if not caller_of(request).may_see(str((record.get("sandbox") or {}).get("project") or DEFAULT)):
+        raise NotFound(f"no trajectory for sandbox {sandbox_id}")
+    return record, live
 
 
 def _step(record: dict[str, Any], request: web.Request) -> Any:
@@ -169,7 +175,7 @@ async def full_output(request: web.Request) -> web.StreamResponse:
     key = found.get(f"{stream}_artifact") if isinstance(found, dict) else None
     if not isinstance(key, str) or not key.startswith("artifacts/"):
         raise NotFound(f"this step's {stream} was not truncated: the page has all of it")
-    objects = service_of(request).objects
+    objects = storage_of(request).objects
     if not await asyncio.to_thread(objects.exists, key):
         raise NotFound(f"the full {stream} is not in S3 (yet): the router stores it in the background, "
                        "or the sandbox was deleted before it could")
@@ -180,7 +186,8 @@ async def full_output(request: web.Request) -> web.StreamResponse:
 async def raw(request: web.Request) -> web.StreamResponse:
     """GET /ui/api/trajectories/{sandbox_id}/raw — the record as msgpack, as a download."""
     sandbox_id = request.match_info["sandbox_id"]
-    data = await raw_record(service_of(request), sandbox_id)
+    await _record(request)  # whose it is, checked
+    data = await raw_record(service_of(request), storage_of(request), sandbox_id)
     name = f"{tj.segment(sandbox_id)}.msgpack"
     return web.Response(body=data, content_type="application/msgpack",
                         headers={"Content-Disposition": f'attachment; filename="{name}"'})

@@ -14,6 +14,8 @@ from urllib.parse import quote
 from aiohttp import web
 
 from grove.core.errors import BadRequest, Forbidden, Unauthorized
+from router.api.appkeys import CALLER, check_sandbox_ids
+from router.api.middleware import KEYS
 from router.ui.sessions import COOKIE, LIFETIME_S, Session, Sessions
 
 SESSIONS = web.AppKey("ui_sessions", Sessions)
@@ -52,10 +54,20 @@ def page(handler: Handler) -> Handler:
         if session is None:
             return redirect(f"/ui/login?next={quote(request.path_qs, safe='')}")
         request["session"] = session
+        _set_caller(request, session)
         return await handler(request)
 
     guarded.__name__ = handler.__name__
     return guarded
+
+
+def _set_caller(request: web.Request, session: Session) -> None:
+    """The session's key's caller, as the API's key check sets it: a page sees what its key may see."""
+    caller = request.app[KEYS].caller(session.key)
+    if caller is None:  # revoked between the session's check and now
+        raise Unauthorized("the session's API key is no longer valid (log in again at /ui/login)")
+    request[CALLER] = caller
+    check_sandbox_ids(request)
 
 
 def api(handler: Handler) -> Handler:
@@ -68,6 +80,7 @@ def api(handler: Handler) -> Handler:
         if request.method not in ("GET", "HEAD"):
             check_csrf(request, session, request.headers.get(CSRF_HEADER))
         request["session"] = session
+        _set_caller(request, session)
         return await handler(request)
 
     guarded.__name__ = handler.__name__

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from artifacts.store import ObjectInfo, ObjectStore
 from grove.core.errors import BadRequest, NotFound
-from router.api.appkeys import service_of
+from router.api.appkeys import storage_of
 from router.api.runs import RUNS_PREFIX
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -129,7 +129,7 @@ def _unique(values: Iterable[str]) -> list[str]:
 
 
 def _objects(request: web.Request) -> ObjectStore:
-    return service_of(request).objects
+    return storage_of(request).objects
 
 
 def _name(value: str, what: str) -> str:

@@ -18,6 +18,7 @@ import msgpack
 from artifacts import trajectory as tj
 from grove.core.errors import NotFound
 from router.lifecycle.service import SandboxService
+from router.storage import Storage
 from router.trajectory.journal import Journal
 
 CACHED = 4
@@ -69,8 +70,10 @@ class TrajectoryCache:
                 self._items.popitem(last=False)
 
 
-async def load(service: SandboxService, cache: TrajectoryCache, sandbox_id: str) -> tuple[dict[str, Any], bool]:
-    """The record and whether it is live (still journalled); NotFound with a reason otherwise."""
+async def load(service: SandboxService, storage: Storage, cache: TrajectoryCache,
+               sandbox_id: str) -> tuple[dict[str, Any], bool]:
+    """The record and whether it is live (still journalled), else stored in ``storage`` (the caller's project's);
+    NotFound with a reason otherwise. The caller checks the record's project: a live journal is anyone's."""
     if service.journal.exists(sandbox_id):
         try:
             return await asyncio.to_thread(cache.live, service.journal, sandbox_id), True
@@ -79,16 +82,16 @@ async def load(service: SandboxService, cache: TrajectoryCache, sandbox_id: str)
     hit = cache.get(sandbox_id)
     if hit is not None:
         return hit, False
-    record: dict[str, Any] = await asyncio.to_thread(service.trajectories.get, sandbox_id)
+    record: dict[str, Any] = await asyncio.to_thread(storage.trajectories.get, sandbox_id)
     cache.put(sandbox_id, record)
     return record, False
 
 
-async def raw(service: SandboxService, sandbox_id: str) -> bytes:
+async def raw(service: SandboxService, storage: Storage, sandbox_id: str) -> bytes:
     """The record as stored (msgpack): the object itself, or the journal's record encoded the same way."""
     if service.journal.exists(sandbox_id):
         record = await asyncio.to_thread(service.journal.record, sandbox_id)
         return bytes(msgpack.packb(record, use_bin_type=True, default=str))
-    record = await asyncio.to_thread(service.trajectories.get, sandbox_id)
-    data: bytes = await asyncio.to_thread(service.objects.get_bytes, tj.trajectory_key(record))
+    record = await asyncio.to_thread(storage.trajectories.get, sandbox_id)
+    data: bytes = await asyncio.to_thread(storage.objects.get_bytes, tj.trajectory_key(record))
     return data
