@@ -8,7 +8,11 @@ A record is one dict per sandbox::
                  "metadata": {"task_id": …, "model": …, "harness": …, "harness_version": …, "labels": {…}}},
      "steps": [...],          # in order; shapes in artifacts.export
      "outcome": {"result": "pass"|"fail"|"infra_error", "reward": float|None, "reason": str|None,
-                 "infra_errors"?: [{"t": <epoch s>, "reason": str}]} | None}
+                 "infra_errors"?: [{"t": <epoch s>, "reason": str}]} | None,
+     "cost": {"cpu_s", "memory_gb_s", "memory_peak_mb", "disk_bytes", "s3_bytes", "running_s"} | None}
+
+``cost`` is what the sandbox cost over its life (``grove.core.cost.Cost``), written when it ended; None in a
+record of a sandbox still running or stored before costs were recorded.
 
 ``sandbox`` is the router's public view of the sandbox; task_id, model, harness and harness_version
 are read from ``sandbox.metadata`` (or, failing that, from ``sandbox`` itself).
@@ -41,6 +45,8 @@ from grove.core.errors import Invalid
 VERSION = 1
 TRAJECTORY_PREFIX = "trajectories/"
 INDEX_PREFIX = "index/"
+RUNS_PREFIX = "runs/"
+"""Rollout runs' files (results, summaries, reports, plots): ``runs/<run_id>/<name>``, beside the trajectories."""
 # Index name → the summary field it lists by.
 INDEXES = {"by-task": "task_id", "by-model": "model", "by-harness": "harness"}
 NONE_SEGMENT = "_none"
@@ -118,6 +124,7 @@ def summary(record: dict[str, Any]) -> dict[str, Any]:
         "reward": outcome.get("reward"),
         "infra_errors": len(outcome.get("infra_errors") or []),
         "steps": len(steps),
+        "cost": cost if isinstance(cost := record.get("cost"), dict) else None,
     }
 
 

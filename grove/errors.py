@@ -14,6 +14,7 @@ from grove.core.errors import (
     Invalid,
     MethodNotAllowed,
     NotFound,
+    QuotaExceeded,
     RangeNotSatisfiable,
     RequestTimeout,
     TooLarge,
@@ -26,7 +27,8 @@ from grove.core.errors import (
 
 __all__ = [
     "BadGateway", "BadRequest", "BatchFailed", "ChecksumMismatch", "Conflict", "Forbidden", "GroveError",
-    "InsufficientStorage", "InternalError", "Invalid", "MethodNotAllowed", "NotFound", "RangeNotSatisfiable",
+    "InsufficientStorage", "InternalError", "Invalid", "MethodNotAllowed", "NotFound", "QuotaExceeded",
+    "RangeNotSatisfiable",
     "RequestTimeout", "TooLarge", "Unauthorized", "Unavailable", "Unreachable", "UpstreamTimeout",
     "error_from_body",
 ]

@@ -34,7 +34,7 @@ RESULTS_DIR = HERE / "results"
 README = HERE / "README.md"
 REPO = HERE.parent
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-CGROUP_CONTROLLERS = ("memory", "pids", "cpu")
+CGROUP_CONTROLLERS = ("memory", "pids", "cpu", "unified")  # as router/backends/local/cgroups.py HIERARCHIES
 MIB = 1024 * 1024
 
 # -- statistics ------------------------------------------------------------------------------------------

@@ -36,6 +36,11 @@ class RouterSettings:
     its stdin; file and archive bodies are streamed, capped by the executor)."""
     max_sandboxes: int = 5000
     """Most live sandboxes at once (503 with Retry-After beyond)."""
+    memory_reserve_mb: float | None = None
+    """Local backend: memory the host keeps for itself; a create is admitted only while the host's available
+    memory, less what the starts in flight take, stays above it (None: 5 % of the host's, at least 1 GiB)."""
+    disk_reserve_mb: float | None = None
+    """Local backend: free space the state dir's file system keeps (None: 5 % of it, at least 2 GiB)."""
     full_output_bytes_per_s: float = 8 * 1024 * 1024
     """Pace at which the full outputs of truncated commands are stored, all sandboxes together: storing
     costs host CPU outside the sandboxes' quotas (see ``router/trajectory/outflow.py``)."""
@@ -47,6 +52,9 @@ class RouterSettings:
     bucket's rules alone."""
     trajectory_retention_days: int | None = None
     """The same for trajectory records and their index entries (their own rule: usually longer, or none)."""
+    gc_interval_h: float = 6.0
+    """Hours between the router's own collection passes: what is past its project's ``retention_days`` and
+    owned by nothing live, and image layers nothing uses (:mod:`router.housekeeping`); 0: never."""
     artifact_url_expires_s: float = 3600.0
     """Lifetime of the presigned GET URLs the router hands out (after a push, and for ``?redirect=1``)."""
     header_timeout_s: float = 30.0

@@ -11,6 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 # Component fixtures live in tests/support/; list each module here once.
+# Plain helper modules whose asserts should fail as informatively as a test's own (pytest rewrites them).
+pytest.register_assert_rewrite("tests.support.project_world", "tests.security.project_routes")
+
 pytest_plugins = [
     "tests.support.executor_fixtures",
     "tests.support.s3_fixtures",  # before router_fixtures, which imports it (pytest rewrites its asserts first)

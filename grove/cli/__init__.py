@@ -1,5 +1,5 @@
 """The ``grove`` command: ``up``/``down``, sandboxes (``ls``, ``create``, ``exec``, ``cp``, ``rm``), ``image``,
-``pool``, ``trajectories``, ``artifacts``, ``rollouts``, ``key`` and ``knative``.
+``pool``, ``trajectories``, ``artifacts``, ``rollouts``, ``key``, ``project``, ``storage`` and ``knative``.
 
 Each group of subcommands lives in its own module with a ``register(sub, common)`` function; server
 modules are imported only by the commands that run them.
@@ -12,11 +12,11 @@ import os
 import sys
 from collections.abc import Sequence
 
-from grove.cli import artifacts, images, pools, rollouts, sandboxes, server, trajectories
+from grove.cli import artifacts, images, pools, projects, rollouts, sandboxes, server, storage, trajectories
 from grove.cli.common import DEFAULT_STATE, explain, state_dir
 from grove.core.errors import GroveError
 
-COMMANDS = (server, sandboxes, images, pools, trajectories, artifacts, rollouts)
+COMMANDS = (server, projects, sandboxes, images, pools, trajectories, artifacts, rollouts, storage)
 
 
 def _common_options(default: object) -> argparse.ArgumentParser:

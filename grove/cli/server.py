@@ -49,9 +49,13 @@ def cmd_up(args: argparse.Namespace) -> int:
         artifact_retention_days=_days(args.artifact_retention_days, "GROVE_ARTIFACT_RETENTION_DAYS"),
         trajectory_retention_days=_days(args.trajectory_retention_days, "GROVE_TRAJECTORY_RETENTION_DAYS"),
         artifact_url_expires_s=args.artifact_url_expires,
+        gc_interval_h=args.gc_interval_h,
         pull_missing=args.pull_missing,
         insecure_registries=tuple(args.insecure_registry or ()),
         image_limits=images.unpack_limits(args),
+        max_sandboxes=args.max_sandboxes,
+        memory_reserve_mb=args.memory_reserve_mb,
+        disk_reserve_mb=args.disk_reserve_mb,
     ).with_env(os.environ)
     asyncio.run(serve(settings, new_key=new_key, ready_file=args.ready_file, sock=sock))
     return 0
@@ -293,6 +297,19 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                          "$GROVE_TRAJECTORY_RETENTION_DAYS, else left alone: kept for ever)")
     up.add_argument("--artifact-url-expires", type=float, default=3600.0, metavar="SECONDS",
                     help="lifetime of the presigned GET URLs the router hands out (default 3600)")
+    up.add_argument("--gc-interval-h", type=float, default=6.0, metavar="HOURS",
+                    help="hours between the router's own storage collections: what is past its project's "
+                         "retention_days and owned by nothing live, and image layers nothing uses (default 6; "
+                         "0: never; `grove storage gc` runs one now)")
+    up.add_argument("--max-sandboxes", type=int, default=5000, metavar="N",
+                    help="most live sandboxes at once, warm-pool members included (default 5000)")
+    up.add_argument("--memory-reserve-mb", type=float, metavar="MIB",
+                    help="local backend: memory the host keeps; creates wait (503 + Retry-After) while the host's "
+                         "available memory, less what starting sandboxes take, is below it (default 5%% of the "
+                         "host's, at least 1024)")
+    up.add_argument("--disk-reserve-mb", type=float, metavar="MIB",
+                    help="local backend: free space the state dir's file system keeps the same way (default 5%% "
+                         "of it, at least 2048)")
     up.add_argument("--pull-missing", action="store_true",
                     help="local backend: a create naming a registry image not in the store pulls it first")
     up.add_argument("--insecure-registry", action="append", metavar="HOST:PORT",

@@ -41,6 +41,14 @@ _RETRIES = 4
 
 
 
+def _retry_after(header: str | None) -> float | None:
+    """A ``Retry-After`` header's seconds (grove sends whole seconds), or None."""
+    try:
+        return max(0.0, float(header)) if header is not None else None
+    except ValueError:
+        return None
+
+
 def _resolve(url: str | None, api_key: str | None) -> tuple[str, str]:
     url = url or os.environ.get("GROVE_URL") or DEFAULT_URL
     key = api_key or os.environ.get("GROVE_API_KEY")
@@ -117,8 +125,10 @@ class AsyncGrove:
                     body = await resp.read()
                     if resp.status >= 400:
                         err = error_from_body(resp.status, _decode(body, resp.content_type))
+                        if (wait := _retry_after(resp.headers.get("Retry-After"))) is not None:
+                            err.retry_after = wait
                         if retry and isinstance(err, Unavailable) and attempt + 1 < attempts:
-                            await asyncio.sleep(float(resp.headers.get("Retry-After", "1")))
+                            await asyncio.sleep(err.retry_after or 1.0)
                             continue
                         raise err
                     if raw:

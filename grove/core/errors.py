@@ -117,6 +117,15 @@ class Unreachable(Unavailable):
     code = "unreachable"
 
 
+class QuotaExceeded(Unavailable):
+    """A project's quota is reached (429): the call names which; retry after ``retry_after`` seconds, once some of
+    the project's sandboxes (or bytes) are gone. A kind of :class:`Unavailable`: a client that waits out
+    back-pressure waits this out too."""
+
+    code = "quota_exceeded"
+    status = 429
+
+
 class UpstreamTimeout(GroveError):
     """The sandbox did not answer in time."""
 
@@ -182,6 +191,7 @@ _BY_CODE: dict[str, type[GroveError]] = {
         ChecksumMismatch,  # before BadGateway: a bare 502 stays a BadGateway
         BadGateway,
         Unavailable,
+        QuotaExceeded,
         UpstreamTimeout,
         InsufficientStorage,
         InternalError,

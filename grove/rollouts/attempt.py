@@ -1,4 +1,5 @@
-"""One try of one attempt: a fresh sandbox, the task's setup, the harness, its changes graded, delete.
+"""One try of one attempt: a fresh sandbox, the task's setup, the harness, its changes graded, delete — and what
+its sandboxes cost (the agent's and its grader's, :mod:`grove.rollouts.costs`).
 
 Anything the environment got wrong — the sandbox did not start, the executor was lost, a 5xx, S3, a
 broken setup or check, a fault the router noted in the trajectory while the harness swallowed it — ends
@@ -21,6 +22,7 @@ from grove.client.sync import _Loop
 from grove.core.errors import BadGateway, GroveError, InsufficientStorage, Unavailable, Unreachable, UpstreamTimeout
 from grove.rollouts import isolated
 from grove.rollouts.changes import Manifest, capture
+from grove.rollouts.costs import Bill
 from grove.rollouts.grading import BrokenCheck, Grade, cpu_seconds, run_check, stop_processes
 from grove.rollouts.harnesses import Harness, InfraFault, PolicyError
 from grove.rollouts.isolated import mark_dropped
@@ -119,6 +121,7 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
     sandbox = AsyncSandbox(client, info)
     sandbox.start_heartbeat()
     out: dict[str, Any] = {"sandbox_id": sandbox.id, "trajectory_id": sandbox.id}
+    bill = Bill()
     try:
         t_setup = time.monotonic()
         base = await setup(sandbox, task, prompt=True)  # the state after setup: what the agent's changes are against
@@ -142,18 +145,19 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
         grader_body = {**body, "metadata": {**body["metadata"], "harness": "grove-grader",
                                             "labels": {**body["metadata"]["labels"], "role": "grader",
                                                        "graded_sandbox": sandbox.id}}}
-        verdict = await _grade(client, create, grader_body, sandbox, task, base)
+        verdict = await _grade(client, create, grader_body, sandbox, task, base, bill)
         out.update(outcome="pass" if verdict.passed else "fail", reward=verdict.reward, cpu_s=verdict.cpu_s,
                    grading_s=round(time.monotonic() - t_grade, 3), check=verdict.detail, grading=verdict.mode)
     finally:
         with contextlib.suppress(GroveError):  # else reaped by its TTL; the result stands
-            await sandbox.close()
+            await bill.close(sandbox)
         out["wall_s"] = out["sandbox_s"] = round(time.monotonic() - t0, 3)
+        out.update(bill.fields())
     return out
 
 
 async def _grade(client: AsyncGrove, create: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]],
-                 grader_body: dict[str, Any], sandbox: AsyncSandbox, task: Task, base: Manifest) -> Grade:
+                 grader_body: dict[str, Any], sandbox: AsyncSandbox, task: Task, base: Manifest, bill: Bill) -> Grade:
     """The agent is done: stop what it left running, take its changes, grade them (isolated, or in place), and
     record the changes, the verdict and the grading in its trajectory."""
     mode = task.check.grading
@@ -165,7 +169,7 @@ async def _grade(client: AsyncGrove, create: Callable[[dict[str, Any]], Coroutin
     grader: str | None = None
     if mode == "isolated":
         mark_dropped(task, changes)
-        verdict, grader = await isolated.grade(client, create, grader_body, task, changes, base)
+        verdict, grader = await isolated.grade(client, create, grader_body, task, changes, base, bill=bill)
     else:
         verdict = await run_check(sandbox, task)  # what the agent left is what is graded
         for change in changes:

@@ -24,6 +24,7 @@ from grove.client import AsyncGrove, AsyncSandbox
 from grove.core.errors import GroveError, NotFound
 from grove.rollouts import swebench
 from grove.rollouts.changes import FileChange, Manifest, as_tar, compare, diff, drop_protected
+from grove.rollouts.costs import Bill
 from grove.rollouts.grading import Grade, run_check
 from grove.rollouts.harnesses import InfraFault
 from grove.rollouts.setup import setup
@@ -50,14 +51,15 @@ def mark_dropped(task: Task, changes: list[FileChange]) -> None:
 
 
 async def grade(client: AsyncGrove, create: Create, body: dict[str, Any], task: Task, changes: list[FileChange],
-                base: Manifest) -> tuple[Grade, str | None]:
+                base: Manifest, *, bill: Bill) -> tuple[Grade, str | None]:
     """Grade ``changes`` (taken against ``base``, the agent's state after setup) in a fresh sandbox; the grade
-    and the grader's id. ``body`` is the create body of the grader (the agent's, relabelled)."""
+    and the grader's id. ``body`` is the create body of the grader (the agent's, relabelled); ``bill``: where
+    each grader's cost goes once it is deleted (those that failed too)."""
     failures: list[str] = []
     for attempt in range(TRIES):
         try:
             return await _grade_once(client, create, {**body, "request_id": f"{body['request_id']}-g{attempt}"},
-                                     task, changes, base)
+                                     task, changes, base, bill)
         except (GroveError, OSError) as exc:
             if isinstance(exc, InfraFault) and exc.code == "check_broken":
                 raise  # the check itself gives no verdict: not the grader's doing, no use retrying it
@@ -67,7 +69,7 @@ async def grade(client: AsyncGrove, create: Create, body: dict[str, Any], task: 
 
 
 async def _grade_once(client: AsyncGrove, create: Create, body: dict[str, Any], task: Task,
-                      changes: list[FileChange], base: Manifest) -> tuple[Grade, str]:
+                      changes: list[FileChange], base: Manifest, bill: Bill) -> tuple[Grade, str]:
     info = await create(body)
     grader = AsyncSandbox(client, info)
     grader.start_heartbeat()
@@ -87,7 +89,7 @@ async def _grade_once(client: AsyncGrove, create: Create, body: dict[str, Any], 
                                             "pass" if verdict.passed else "fail", "reward": verdict.reward})
         return verdict, grader.id
     finally:
-        await grader.close()
+        await bill.close(grader)
 
 
 async def _diffs(grader: AsyncSandbox, workdir: str, changes: list[FileChange]) -> None:

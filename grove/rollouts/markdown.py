@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -75,6 +76,67 @@ def _pass_notes(variants: list[dict[str, Any]], names: list[str]) -> list[str]:
     return lines
 
 
+def _size(value: float) -> str:
+    """Bytes, readably (decimal units)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value:.0f} B"
+
+
+_COST_ROWS: tuple[tuple[str, str, Callable[[float], str]], ...] = (
+    ("CPU-seconds", "cpu_s", "{:.1f}".format), ("memory reserved, GiB-seconds", "memory_gb_s", "{:.1f}".format),
+    ("largest memory peak of one sandbox, MiB", "memory_peak_mb", "{:.1f}".format),
+    ("disk held at the end", "disk_bytes", _size), ("object storage", "s3_bytes", _size),
+    ("running time, sandbox-seconds", "running_s", "{:.1f}".format))
+
+
+def _cost_cell(cost: dict[str, Any], key: str, show: Callable[[float], str]) -> str:
+    value = cost["total"].get(key)
+    return "-" if value is None else show(value)
+
+
+def _cost_section(summary: dict[str, Any], names: list[str]) -> list[str]:
+    """The run's cost per variant, in all and per project, and what each figure is."""
+    overall = summary.get("cost")
+    if overall is None:  # a summary from a grove before costs
+        return []
+    columns = [v["cost"] for v in summary["variants"]] + [overall]
+    lines = ["", "## Cost", "", "What the router measured of the attempts' sandboxes (each agent's and its isolated "
+             "grader's), added up.", "", "| | " + " | ".join([*names, "all"]) + " |", "|---|" + "---|" * len(columns)]
+    for label, key, show in _COST_ROWS:
+        lines.append(f"| {label} | " + " | ".join(_cost_cell(c, key, show) for c in columns) + " |")
+    lines.append("| sandboxes | " + " | ".join(str(c["sandboxes"]) for c in columns) + " |")
+    projects = summary.get("cost_by_project") or {}
+    if projects:
+        lines += ["", "Per project (the router key's):", "",
+                  "| project | " + " | ".join(label for label, _, _ in _COST_ROWS) + " | sandboxes |",
+                  "|---|" + "---|" * (len(_COST_ROWS) + 1)]
+        for project, cost in projects.items():
+            lines.append(f"| {project} | " + " | ".join(_cost_cell(cost, key, show) for _, key, show in _COST_ROWS)
+                         + f" | {cost['sandboxes']} |")
+    lines += ["", "CPU-seconds: user and system time of every process of the sandboxes, their executors' own "
+              "included, from each sandbox's cgroup. Memory reserved: each sandbox's memory limit in GiB times the "
+              "seconds it ran. Largest memory peak: the most one sandbox held at once (its processes and the page "
+              "cache of its files). Disk: what the sandboxes' writable layers held when they ended. Object storage: "
+              "their trajectory records, artifacts and commands' full outputs. Running time: from ready (or claimed "
+              "from a warm pool) to scaled to zero or deleted, over every run; a sandbox scaled to zero costs no "
+              "running time, memory or CPU while it sleeps. '-': not measured (the Knative backend reads no CPU "
+              "time, memory peak or disk of its pods).",
+              "",
+              "Only the sandboxes of each attempt's last try are counted: tries lost to infrastructure faults are "
+              "not. The headline's sandbox-seconds are the tries' wall time as the runner saw it (from create to "
+              "delete, faulted tries included), and its CPU-seconds what the processes of the agent's sandbox had used "
+              "when grading began, read from /proc inside it (the grader not included)."]
+    if overall["unknown"]:
+        lines += ["", f"{overall['unknown']} sandboxes' cost is not in the figures above: their delete failed (their "
+                  "TTL reaps them), or the router no longer remembered them when asked (a restart)."]
+    if overall["attempts_without"]:
+        lines += ["", f"{overall['attempts_without']} attempts carry no cost (lost to infrastructure faults, or run "
+                  "by a grove that did not record costs)."]
+    return lines
+
+
 def render(summary: dict[str, Any], plots: list[str]) -> str:
     """The report: pass@1 and unbiased pass@k per variant side by side, per task, group yield, faults."""
     variants = summary["variants"]
@@ -99,6 +161,7 @@ def render(summary: dict[str, Any], plots: list[str]) -> str:
               "| task | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for task, row in summary["tasks"].items():
         lines.append(f"| {task} | " + " | ".join(row) + " |")
+    lines += _cost_section(summary, names)
     lines += ["", "## Infrastructure faults", ""]
     if summary["infra_faults"]:
         lines += [f"Fault rate: {_fmt(summary['infra_fault_rate'])} per try. Each faulted try was retried in a "

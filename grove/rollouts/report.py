@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from grove.rollouts import costs
 from grove.rollouts.estimates import estimate, groups_from_results, policy_of
 from grove.rollouts.journal import RUN_FILE, UNSCORED, read_journal
 from grove.rollouts.metrics import advantages, informative
@@ -73,6 +74,7 @@ def summarize(run: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, A
             "groups": sum(g["variant"] == v for g in groups),
             "informative_groups": sum(g["variant"] == v and g["informative"] for g in groups),
             "mean_reward": _round(sum(float(r["reward"]) for r in scored) / len(scored)) if scored else None,
+            "cost": costs.summarize(mine),
         }
     faults = Counter(reason for r in results for reason in r.get("infra_errors") or [])
     tries = sum(int(r.get("tries") or 1) for r in results)
@@ -93,6 +95,9 @@ def summarize(run: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, A
         "infra_faults": dict(faults), "infra_fault_rate": _round(sum(faults.values()) / tries) if tries else None,
         "sandbox_seconds": round(sum(float(r.get("sandbox_s") or 0) for r in results), 1),
         "cpu_seconds": round(sum(float(r.get("cpu_s") or 0) for r in results), 1),
+        # What the router measured of every attempt's sandboxes (grove/rollouts/costs.py), in all and per project.
+        "cost": costs.summarize(results),
+        "cost_by_project": costs.by_project(results),
         "variants": list(variants.values()),
         "tasks": _per_task(results, len(variants)),
     }

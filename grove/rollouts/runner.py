@@ -136,10 +136,26 @@ class Runner:
         per_attempt = 2 if any(t.check.grading == "isolated" for t in self.tasks.values()) else 1
         health = await self.client.request("GET", "/healthz")
         most = health.get("max_sandboxes") if isinstance(health, dict) else None
+        holder = "the router holds"
+        quota = await self._sandbox_quota()
+        if quota is not None and (not isinstance(most, int) or quota < most):
+            most, holder = quota, "the key's project may hold"
         if isinstance(most, int) and self.concurrency * per_attempt > most:
             self.concurrency = max(1, most // per_attempt)
-            self.progress.say(f"the router holds at most {most} sandboxes and each attempt needs {per_attempt} "
+            self.progress.say(f"{holder} at most {most} sandboxes and each attempt needs {per_attempt} "
                               f"(its own and, while it grades, a grader's): running {self.concurrency} at a time")
+
+    async def _sandbox_quota(self) -> int | None:
+        """The ``sandboxes`` quota of the key's project, if it has one (a router from before projects: None)."""
+        try:
+            body = await self.client.request("GET", "/v1/projects")
+        except GroveError:
+            return None
+        projects = body.get("projects") if isinstance(body, dict) else None
+        if not isinstance(projects, list) or len(projects) != 1:
+            return None
+        quota = (projects[0].get("quotas") or {}).get("sandboxes")
+        return quota if isinstance(quota, int) else None
 
     async def _check_images(self) -> None:
         """Every image the tasks name exists, or can be pulled, before anything runs (a missing one is the task

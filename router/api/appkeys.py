@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from grove.core.errors import Forbidden, InternalError, NotFound
 from router.lifecycle.service import SandboxService
-from router.projects.model import ALL, PROJECT_HEADER, Caller, check_name
+from router.projects.model import ALL, DEFAULT, PROJECT_HEADER, Caller, check_name
 from router.records.registry import SandboxRecord
 from router.storage import Storage
 
@@ -63,12 +65,33 @@ def storage_of(request: web.Request) -> Storage:
     return service_of(request).storage.of(project_of(request))
 
 
+def unknown_sandbox(sandbox_id: str) -> NotFound:
+    """What every route answers for a sandbox that is not the caller's to see: one that never existed and one
+    of another project alike, word for word (whether another project's id exists does not leak either)."""
+    return NotFound(f"no sandbox {sandbox_id}")
+
+
+def knows(request: web.Request, sandbox_id: str) -> bool:
+    """Whether the router knows this sandbox (live, ended, or a pool's) as one the caller may see. A route
+    whose lookup of something stored found nothing answers :func:`unknown_sandbox` unless this holds."""
+    record = service_of(request).registry.lookup(sandbox_id, pooled=True)
+    return record is not None and caller_of(request).may_see(record.project)
+
+
+def project_of_record(record: dict[str, Any]) -> str:
+    """The project a trajectory record (a journal's or a stored one) says it belongs to; records from before
+    projects are the default project's."""
+    sandbox = record.get("sandbox")
+    project = sandbox.get("project") if isinstance(sandbox, dict) else None
+    return project if isinstance(project, str) and project else DEFAULT
+
+
 def sandbox_of(request: web.Request, sandbox_id: str) -> SandboxRecord:
     """A live sandbox of the call's project: ``NotFound`` for one of another project, exactly as for one that
     never existed (ids of other projects do not leak), ``Conflict`` for a deleted one of its own."""
     record = service_of(request).registry.lookup(sandbox_id)
     if record is not None and not caller_of(request).may_see(record.project):
-        raise NotFound(f"no sandbox {sandbox_id}")
+        raise unknown_sandbox(sandbox_id)
     return service_of(request).registry.get(sandbox_id)
 
 
@@ -88,14 +111,18 @@ def check_sandbox_ids(request: web.Request) -> None:
         if (value := request.match_info.get(part)) is not None:
             record = registry.lookup(value, pooled=True)
             if record is not None and record.project != caller.project:
-                raise NotFound(f"no sandbox {value}")
+                raise unknown_sandbox(value)
+
+
+def project_of_sandbox(request: web.Request, sandbox_id: str) -> str:
+    """The project whose storage holds a sandbox's things: its own, if the router still knows it as one the
+    caller may see, else the call's project (what the router forgot is looked for only there)."""
+    record = service_of(request).registry.lookup(sandbox_id, pooled=True)
+    if record is not None and caller_of(request).may_see(record.project):
+        return record.project
+    return project_of(request)
 
 
 def storage_of_sandbox(request: web.Request, sandbox_id: str) -> Storage:
-    """The object storage a sandbox's things are in: its project's, if the router still knows it (the route's
-    check made sure the caller may see it), else the call's project's (what the router forgot is found only
-    there)."""
-    record = service_of(request).registry.lookup(sandbox_id, pooled=True)
-    if record is not None and caller_of(request).may_see(record.project):
-        return service_of(request).storage.of(record.project)
-    return storage_of(request)
+    """The object storage a sandbox's things are in (:func:`project_of_sandbox`'s)."""
+    return service_of(request).storage.of(project_of_sandbox(request, sandbox_id))

@@ -23,7 +23,7 @@ from grove.core.artifact import Artifact
 from grove.core.errors import Conflict, GroveError, NotFound, RangeNotSatisfiable
 from grove.core.schema import parse_query
 from router.api import ranges
-from router.api.appkeys import service_of, storage_of, storage_of_sandbox
+from router.api.appkeys import knows, service_of, storage_of, storage_of_sandbox, unknown_sandbox
 from router.api.replies import reply
 from router.models import ArtifactQuery, FetchQuery, SandboxArtifactQuery
 from router.upstream.proxy import StreamAborted
@@ -55,7 +55,12 @@ async def get_artifact(request: web.Request) -> web.StreamResponse:
     path = catalog.normalize_path(request.match_info["path"])
     q = parse_query(FetchQuery, request.query)
     service = service_of(request)
-    entry = await asyncio.to_thread(_index(request, sandbox_id).entry, sandbox_id, path)
+    try:
+        entry = await asyncio.to_thread(_index(request, sandbox_id).entry, sandbox_id, path)
+    except NotFound:
+        if not await _known(request, sandbox_id):  # nothing of it anywhere the caller may look: as any unknown id
+            raise unknown_sandbox(sandbox_id) from None
+        raise
     headers = {"X-Grove-Sha256": entry.sha256, "X-Grove-Size": str(entry.size), "Cache-Control": "no-store"}
     if q.redirect:
         expires = q.expires_s or service.settings.artifact_url_expires_s
@@ -124,6 +129,14 @@ async def _require_known(request: web.Request, sandbox_id: str) -> None:
         missing = exc
     if not await asyncio.to_thread(_store(request, sandbox_id).exists, tj.by_id_key(sandbox_id)):
         raise missing
+
+
+async def _known(request: web.Request, sandbox_id: str) -> bool:
+    """Whether the sandbox is the caller's to know of: the router knows it so, or its record is stored in the
+    caller's part of the bucket (the router forgot it)."""
+    if knows(request, sandbox_id):
+        return True
+    return await asyncio.to_thread(_store(request, sandbox_id).exists, tj.by_id_key(sandbox_id))
 
 
 def _index(request: web.Request, sandbox_id: str | None = None) -> ArtifactIndex:

@@ -14,9 +14,11 @@ from router.api.datapath import exec_handler, transfer
 from router.api.images import get_image
 from router.api.openapi import build_spec
 from router.api.pools import create_pool, delete_pool, get_pool, list_pools, resize_pool
+from router.api.projects import get_project, list_projects
 from router.api.runs import get_run_file, list_run_files, put_run_file
 from router.api.sandboxes import create_sandbox, delete_sandbox, get_sandbox, healthz, heartbeat, list_sandboxes
 from router.api.snapshots import snapshot_upload
+from router.api.storage import GcRequest, storage_gc, storage_report
 from router.api.swerex import swerex_handler
 from router.api.trajectories import (
     get_live_trajectory,
@@ -77,6 +79,10 @@ ROUTES: list[Route] = [
     Route("DELETE", "/v1/sandboxes/{id}", delete_sandbox, "Delete a sandbox and everything in it"),
     Route("GET", "/v1/images/{name:.+}", get_image,
           "Whether the backend has an image (or can pull it): its digest, or 404 naming the known ones"),
+    Route("GET", "/v1/projects", list_projects,
+          "Projects: quotas and retention against what each holds (a key: its own; an admin's X-Grove-Project: *, "
+          "all)"),
+    Route("GET", "/v1/projects/{name}", get_project, "One project: its quotas, retention and use"),
     Route("POST", "/v1/pools", create_pool, "Define a warm pool of ready sandboxes", body=PoolRequest),
     Route("GET", "/v1/pools", list_pools, "List warm pools"),
     Route("GET", "/v1/pools/{name}", get_pool, "A warm pool: size, ready, starting, claims, misses"),
@@ -112,6 +118,12 @@ ROUTES: list[Route] = [
           "Store a rollout run's file in S3 under runs/<run_id>/<name>", raw_body="application/octet-stream"),
     Route("GET", "/v1/runs/{run_id}/files", list_run_files, "A rollout run's stored files"),
     Route("GET", "/v1/runs/{run_id}/files/{name}", get_run_file, "One stored file of a rollout run"),
+    Route("GET", "/v1/storage", storage_report,
+          "What each project stores: trajectories, pushed files, full outputs, run files (count, bytes), records "
+          "spooled; for an admin, this host's image layers and how much nothing uses"),
+    Route("POST", "/v1/storage/gc", storage_gc,
+          "Collect what is past its project's retention and owned by nothing live (dry_run: only list it); an "
+          "admin's X-Grove-Project: * covers every project and this host's unused image layers", body=GcRequest),
     # The executor's, not the users': it authenticates with its sandbox's upload token, not an API key.
     Route("POST", "/v1/sandboxes/{id}/snapshot-upload", snapshot_upload,
           "Executors only (Knative): start, extend, complete or abort a workspace snapshot's multipart upload",

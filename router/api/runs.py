@@ -10,11 +10,11 @@ from typing import Any
 
 from aiohttp import web
 
+from artifacts.trajectory import RUNS_PREFIX
 from grove.core.errors import BadRequest
-from router.api.appkeys import storage_of
+from router.api.appkeys import project_of, service_of, storage_of
 from router.api.replies import reply
 
-RUNS_PREFIX = "runs/"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TYPES = {".json": "application/json", ".jsonl": "application/x-ndjson", ".md": "text/markdown",
           ".png": "image/png"}
@@ -41,6 +41,7 @@ async def put_run_file(request: web.Request) -> web.Response:
     key = f"{RUNS_PREFIX}{run_id}/{name}"
     suffix = name[name.rfind("."):] if "." in name else ""
     await asyncio.to_thread(_store(request).put_bytes, key, data, _TYPES.get(suffix, "application/octet-stream"))
+    service_of(request).housekeeping.usage.add(project_of(request), len(data))  # the stored_bytes quota
     return reply(request, {"key": key, "size": len(data)}, status=201)
 
 

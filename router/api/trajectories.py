@@ -12,12 +12,19 @@ from artifacts.trajectory import MAX_EVENT_DEPTH
 from grove.core import wire
 from grove.core.errors import BadRequest, Invalid, NotFound
 from grove.core.schema import parse
-from router.api.appkeys import caller_of, service_of, storage_of, storage_of_sandbox
+from router.api.appkeys import (
+    caller_of,
+    knows,
+    project_of_record,
+    service_of,
+    storage_of,
+    storage_of_sandbox,
+    unknown_sandbox,
+)
 from router.api.datapath import read_capped
 from router.api.events import check_event
 from router.api.replies import reply
 from router.models import EventsRequest, PushRequest
-from router.projects.model import DEFAULT
 
 
 class TrajectoryReader(Protocol):
@@ -69,11 +76,17 @@ async def get_trajectory(request: web.Request) -> web.Response:
     sandbox_id = request.match_info["sandbox_id"]
     if service.journal.exists(sandbox_id):
         record = await asyncio.to_thread(service.journal.record, sandbox_id)
-        if caller_of(request).may_see(str((record.get("sandbox") or {}).get("project") or DEFAULT)):
+        if caller_of(request).may_see(project_of_record(record)):
             return reply(request, record)
-        raise NotFound(f"no trajectory for sandbox {sandbox_id}")
+        raise unknown_sandbox(sandbox_id)
     reader: TrajectoryReader = storage_of_sandbox(request, sandbox_id).trajectories
-    return reply(request, await asyncio.to_thread(reader.get, sandbox_id))
+    try:
+        stored = await asyncio.to_thread(reader.get, sandbox_id)
+    except NotFound:
+        if not knows(request, sandbox_id):  # nothing of it anywhere the caller may look: as any unknown id
+            raise unknown_sandbox(sandbox_id) from None
+        raise
+    return reply(request, stored)
 
 
 async def post_artifacts(request: web.Request) -> web.Response:

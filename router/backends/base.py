@@ -8,7 +8,7 @@ from typing import Any, Protocol
 from router.models import CreateRequest
 from router.models import NetworkModel as Network
 
-__all__ = ["Backend", "Endpoint", "Network", "SandboxSpec", "Started"]
+__all__ = ["Backend", "Endpoint", "Network", "RunUsage", "SandboxSpec", "Started"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,19 @@ class Started:
     """Opaque, JSON-serialisable; stored in the router's record and handed back to the backend."""
 
 
+@dataclass(frozen=True)
+class RunUsage:
+    """What a sandbox used in its current run (since the start its handle describes), as far as its backend can
+    read it; None where it cannot."""
+
+    cpu_s: float | None = None
+    """CPU-seconds its processes used (user and system), its executor's own included."""
+    memory_peak_mb: float | None = None
+    """The most memory (MiB) it held at once: its processes and the page cache of its files."""
+    disk_bytes: int | None = None
+    """What its writable layer holds now (None once its processes are gone, where only they could tell)."""
+
+
 class SnapshotUploads(Protocol):
     """The broker of executors' snapshot uploads (``POST /v1/sandboxes/{id}/snapshot-upload``)."""
 
@@ -98,6 +111,12 @@ class Backend(Protocol):
     def attach_storage(self, storage: Any) -> None:
         """Object storage (``artifacts.store.ObjectStore``) for a backend that keeps state there (Knative's
         workspace snapshots); called once, before :meth:`open`. A backend that keeps none ignores it."""
+    start_slots: int
+    """How many sandboxes it starts at once: the router shares these out fairly between projects
+    (:mod:`router.lifecycle.fairness`), so a burst of one project's creates waits in its own line."""
+    host_admission: bool
+    """Whether sandboxes run on this host, so a create is admitted only while the host has the memory and disk
+    for it (the local backend); a cluster's scheduler does that for its own nodes (Knative)."""
     warm_by_traffic: bool
     """Whether only traffic keeps a sandbox running (Knative's autoscaler sees requests, not the router's
     records): then a heartbeat is also sent to the executor, so "no API call and no heartbeat this long:
@@ -129,6 +148,10 @@ class Backend(Protocol):
 
     async def is_running(self, sandbox_id: str, handle: dict[str, Any]) -> bool:
         """Whether the sandbox's executor process still exists (for re-adoption and crash detection)."""
+
+    async def usage(self, sandbox_id: str, handle: dict[str, Any]) -> RunUsage | None:
+        """What the sandbox's current run used so far, read just before it is scaled to zero or deleted (the
+        router keeps the sums across runs); None from a backend that can read nothing of it."""
 
     async def own_fault(self, sandbox_id: str, handle: dict[str, Any], *, rebase: bool = False) -> str | None:
         """Why the sandbox's executor was lost through the sandbox's own doing (its processes used all of

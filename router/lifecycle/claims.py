@@ -238,6 +238,7 @@ class Claims(InFlight):
         if record.request.request_id:
             self._service.registry.by_request_id[request_key(record.project, record.request.request_id)] = record.id
         record.status, record.ready_at = "ready", now
+        record.spent.began(now)  # its time in the pool is nobody's run (its start, already done, is the claimant's)
 
     async def _hand_over(self, record: SandboxRecord, previous: Endpoint, after: asyncio.Event | None) -> None:
         """Make a claimed member its claimant's: the backend relabels it and keeps the claim's secrets for

@@ -10,6 +10,7 @@ from typing import Protocol
 
 from grove.core.errors import Conflict, InternalError
 from router.backends.base import Backend, Endpoint
+from router.lifecycle.metering import run_ended
 from router.records.registry import Registry, SandboxRecord
 from router.records.statedisk import is_no_space
 from router.trajectory.recorder import Recorder
@@ -52,6 +53,7 @@ class Scaling:
                 started = await service.backend.resume(record.spec(), record.handle)
                 record.handle, record.endpoint_url, record.status = started.handle, started.endpoint.url, "ready"
                 record.error = None
+                record.spent.began(time.time())
                 try:
                     await service.registry.store(record)
                 except OSError as exc:
@@ -59,6 +61,7 @@ class Scaling:
                         raise
                     # Unrecorded, a restarted router would start a second tree over the same layer.
                     await service.upstreams.drop(record.endpoint_url)
+                    await run_ended(service.backend, record)
                     record.handle = await service.backend.stop(record.id, started.handle)
                     record.status, record.endpoint_url = "idle", None
                     raise
@@ -105,6 +108,7 @@ class Scaling:
             if record.status != "ready":
                 return
             await service.upstreams.drop(record.endpoint_url)
+            await run_ended(service.backend, record)  # before its processes (and their view of its layer) are gone
             record.handle = await service.backend.stop(record.id, record.handle)
             record.status, record.endpoint_url, record.error = "idle", None, error
             await service.registry.store(record)

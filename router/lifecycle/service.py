@@ -18,13 +18,18 @@ from typing import Any
 
 from grove.core.errors import Conflict, Invalid, Unavailable
 from router.backends.base import Backend, Endpoint, Started
+from router.housekeeping.keeper import Housekeeping
+from router.lifecycle.admission import Admission
 from router.lifecycle.claims import Claims, GroupClaim
+from router.lifecycle.fairness import FairStarts
+from router.lifecycle.metering import run_ended
 from router.lifecycle.reaper import Reaper
 from router.lifecycle.scaling import Scaling
 from router.lifecycle.starting import Starts
 from router.models import CreateRequest
 from router.pools.filler import Pool
 from router.pools.warm import Pools
+from router.projects.files import ProjectFiles
 from router.projects.model import DEFAULT, request_key
 from router.records.activity import ActivityClocks, restored
 from router.records.registry import Registry, SandboxRecord
@@ -87,6 +92,17 @@ class SandboxService:
         """Data-path calls (exec, files, ...) being answered, across sandboxes (pool filling waits for none)."""
         self.last_call_ended = 0.0
         """``time.monotonic()`` when the last one ended."""
+        self.projects = ProjectFiles(settings.state_dir)
+        """Project definitions: quotas and retention (``<state>/projects``, re-read as the CLI changes them)."""
+        self.housekeeping = Housekeeping(settings, storage, registry, self.journal, self.projects, backend)
+        """What each project stores, and collecting it past retention now and then (router/housekeeping)."""
+        self.admission = Admission(registry, self.projects, settings.state_dir, host=backend.host_admission,
+                                   memory_reserve_mb=settings.memory_reserve_mb,
+                                   disk_reserve_mb=settings.disk_reserve_mb,
+                                   stored_bytes=self.housekeeping.usage.bytes)
+        """Whether a create may start now: its project's quotas, the host's room (router/lifecycle/admission.py)."""
+        self.start_gate = FairStarts(backend.start_slots)
+        """The backend's starts, shared fairly between projects (router/lifecycle/fairness.py)."""
         self.pools = Pools(self, settings.state_dir)
         """The warm pools: members started ahead of time, handed out by creates (router/pools/warm.py)."""
         budget = ByteBudget(settings.full_output_bytes_per_s, settings.full_output_burst_bytes)
@@ -124,12 +140,14 @@ class SandboxService:
             log.warning("removed %d orphaned sandbox(es): %s", len(removed), ", ".join(removed))
         await self.stored.store_orphans(self.registry.known_ids())
         self.reaper.start()
+        self.housekeeping.start()
         self.pools.start()
 
     async def close(self) -> None:
         """Stop the reaper and wait for creations in flight; sandboxes keep running."""
         await self.pools.close()
         await self.reaper.close()
+        await self.housekeeping.close()
         self.full_outputs.budget.close()  # stores still waiting their turn are not worth a slow shutdown
         for task in [*self.starts.tasks(), *self.claims.tasks(), *self._background]:
             with contextlib.suppress(BaseException):
@@ -251,16 +269,19 @@ class SandboxService:
                 # A crash from here on leaves an orphan (and a journal) that the next start collects.
                 log.warning("deleting %s on a full state disk: its record is dropped first", sandbox_id)
                 self.registry.unlink(sandbox_id)
+            self.starts.cancel_queued(sandbox_id)  # a start still waiting for its turn is not waited for
             for task in (self.starts.pending(sandbox_id), self.claims.pending(sandbox_id)):
                 if task is not None:
                     with contextlib.suppress(BaseException):
                         await task
             await self.upstreams.drop(record.endpoint_url)
+            await run_ended(self.backend, record)  # read while its counters and its layer are still there
             await self.backend.delete(sandbox_id, record.handle)
             record.status, record.ended_at, record.endpoint_url = "deleted", time.time(), None
             if record.pool is None:  # an unclaimed member has no trajectory
-                self.recorder.ended(sandbox_id, record.ended_at, reason)
-            await self.stored.store(sandbox_id)
+                self.recorder.ended(sandbox_id, record.ended_at, reason, cost=record.cost())
+            record.spent.s3_bytes = await self.stored.store(sandbox_id)
+            self.housekeeping.usage.add(record.project, record.spent.s3_bytes or 0)  # the stored_bytes quota
             self.registry.forget(record)
         self._locks.pop(sandbox_id, None)
         return record

@@ -16,6 +16,9 @@ from typing import Any, Protocol
 
 from grove.core.errors import GroveError, Invalid, Unavailable
 from router.backends.base import Backend, Started
+from router.lifecycle.admission import Admission
+from router.lifecycle.fairness import FairStarts
+from router.lifecycle.metering import run_ended
 from router.models import CreateRequest
 from router.pools.warm import Pools
 from router.projects.model import DEFAULT
@@ -31,6 +34,8 @@ log = logging.getLogger("grove.router")
 class StartHost(Protocol):
     """What starting needs of the sandbox service (which owns the records and the backend)."""
 
+    admission: Admission
+    start_gate: FairStarts
     settings: RouterSettings
     backend: Backend
     registry: Registry
@@ -67,6 +72,10 @@ class Starts(InFlight):
         self._service = service
         self._writing = 0
         """Fresh creates writing their records (not yet counted in the registry)."""
+        self._queued: set[str] = set()
+        """Starts waiting for their turn (:class:`FairStarts`): a delete meanwhile cancels them outright."""
+        self._admitted: dict[str, tuple[str, CreateRequest]] = {}
+        """Creates admitted (:class:`Admission`) whose start is not over: by sandbox id, their project and request."""
 
     async def create(self, req: CreateRequest, project: str = DEFAULT) -> SandboxRecord:
         """A new sandbox of ``project``: its record written (the only step the create waits for), its start
@@ -80,22 +89,43 @@ class Starts(InFlight):
         record = SandboxRecord(id=new_id(), request=req, token=secrets.token_urlsafe(32), created_at=time.time(),
                                project=project)
         service.backend.check(record.spec())
+        # The project's quotas and the host's room, checked and counted with no await in between: a burst's
+        # creates all see each other.
+        service.admission.admit(project, req)
+        service.admission.started(project, req)
+        self._admitted[record.id] = (project, req)
         self._writing += 1
         try:
             record.image_digest = await service.backend.image_digest(req.image)
             # Written before anything tracks it: a full state disk fails the call here and leaves nothing.
             await service.registry.store(record)
+            try:
+                service.recorder.start(record)
+            except BaseException:
+                service.registry.unlink(record.id)
+                service.recorder.journal.remove(record.id)
+                raise
+        except BaseException:
+            self._end_admission(record.id)
+            raise
         finally:
             self._writing -= 1
-        try:
-            service.recorder.start(record)
-        except BaseException:
-            service.registry.unlink(record.id)
-            service.recorder.journal.remove(record.id)
-            raise
+            service.admission.registered(project, req)
         service.registry.add(record)
         self.bring_up(record)
         return record
+
+    def _end_admission(self, sandbox_id: str) -> None:
+        """A create's start is over (started, failed, deleted, or never begun): the admission stops counting it."""
+        admitted = self._admitted.pop(sandbox_id, None)
+        if admitted is not None:
+            self._service.admission.ended(*admitted)
+
+    def cancel_queued(self, sandbox_id: str) -> None:
+        """A sandbox deleted while its start waits for its turn: the wait ends now (nothing was started)."""
+        task = self._tasks.get(sandbox_id)
+        if sandbox_id in self._queued and task is not None:
+            task.cancel()
 
     def users_starting(self) -> bool:
         """Whether a user's sandbox is starting (a pool member's start does not count)."""
@@ -128,8 +158,12 @@ class Starts(InFlight):
         if record.status == "ready":
             if record.handle and await service.backend.is_running(record.id, record.handle):
                 record.status = "ready"
+                if record.spent.run_started is None:  # begun under a grove that kept no costs: counted from now
+                    record.spent.began(time.time())
             else:
-                # It stopped while no router watched: its files are there, the next call starts it.
+                # It stopped while no router watched: its files are there, the next call starts it. Its run is
+                # counted until now (when it ended is not known).
+                await run_ended(service.backend, record)
                 record.status = "idle"
                 record.endpoint_url = None
             try:
@@ -175,13 +209,24 @@ class Starts(InFlight):
                         record.status = "ready"
         finally:
             self._tasks.pop(record.id, None)
+            self._end_admission(record.id)
 
     async def _start(self, record: SandboxRecord) -> bool:
         """Start the sandbox (it stays ``pending`` until its record says ready, or becomes ``failed``);
         whether its record is to be written (not when it was deleted meanwhile)."""
         service = self._service
         try:
-            started = await service.backend.create(record.spec())
+            # A turn among the projects' starts (router/lifecycle/fairness.py): one project's burst waits in
+            # its own line, not in front of everyone else's creates.
+            self._queued.add(record.id)
+            try:
+                async with service.start_gate.turn(record.project):
+                    self._queued.discard(record.id)
+                    if record.status == "deleting":  # deleted while it waited for its turn: nothing to start
+                        return False
+                    started = await service.backend.create(record.spec())
+            finally:
+                self._queued.discard(record.id)
         except GroveError as exc:
             record.status, record.error, record.start_error = "failed", exc.message, exc
             service.recorder.infra_error(record, f"the sandbox failed to start: {exc.message}")
@@ -200,6 +245,7 @@ class Starts(InFlight):
                 service.recorder.note(record, {"sandbox_update": {"image_digest": started.image_digest}})
             record.image_digest = started.image_digest
             record.ready_at = time.time()
+            record.spent.began(record.ready_at)
             record.last_activity = time.time()
         return True
 
@@ -209,6 +255,7 @@ class Starts(InFlight):
         (and a restart collects whatever is left of it as an orphan)."""
         started, endpoint_url, handle = record.endpoint_url is not None, record.endpoint_url, record.handle
         # Failed before the first await: no caller may see it ready, not even while it is taken down.
+        record.spent.ended(None, time.time())  # its run ends here, unread: it served no one
         record.status, record.error, record.handle, record.endpoint_url = "failed", error, {}, None
         self._service.registry.unlink(record.id)
         self._service.recorder.infra_error(record, f"the sandbox failed to start: {error}")

@@ -18,6 +18,7 @@ from typing import Protocol
 from grove.core.errors import GroveError, NotFound
 from router.backends.base import Backend, Started
 from router.models import CreateRequest, PoolRequest
+from router.projects.files import ProjectFiles
 from router.projects.model import DEFAULT
 from router.records.registry import Registry, SandboxRecord, new_id
 from router.settings import RouterSettings
@@ -57,9 +58,17 @@ class Pool:
         return pool_key(self.project, self.definition.name)
 
 
+class Admits(Protocol):
+    """The service's admission (router/lifecycle/admission.py): its project's quotas, the host's room."""
+
+    def why_not(self, project: str, req: CreateRequest) -> str | None:
+        """Why a sandbox of ``project`` made as ``req`` may not start now, or None."""
+
+
 class PoolHost(Protocol):
     """What the pools need of the sandbox service (which owns the records and the backend)."""
 
+    projects: ProjectFiles
     settings: RouterSettings
     backend: Backend
     registry: Registry
@@ -76,6 +85,10 @@ class PoolHost(Protocol):
 
     def busy(self) -> bool:
         """Whether users' sandboxes are working."""
+
+    @property
+    def admission(self) -> Admits:
+        """Whether a sandbox may start now."""
 
 
 class Filler:
@@ -117,6 +130,10 @@ class Filler:
             if pool.error is not None and now - pool.failed_at < _RETRY_AFTER_FAILURE_S:
                 continue  # tried again later: the image may be back, the disk freed
             if service.registry.pool_count(pool.key) < pool.definition.size:
+                # Members count toward their project's quotas and take the host's room like any sandbox.
+                if (why := service.admission.why_not(pool.project, made_with(pool.definition))) is not None:
+                    self._failed(pool, f"not filling: {why}")
+                    continue
                 return pool
         return None
 

@@ -85,7 +85,7 @@ class Pools:
             raise Conflict(f"pool {definition.name} exists; resize it or delete it first")
         if not definition.workdir.startswith("/"):
             raise Invalid("'workdir' must be an absolute path")
-        self._check_size(definition.size)
+        self._check_size(definition.size, project)
         await self._service.backend.image_digest(definition.image)  # NotFound names the images there are
         member = SandboxRecord(id=new_id(), request=made_with(definition), token="", created_at=0.0)
         self._service.backend.check(member.spec())  # a malformed allow-list: 422 naming the entry
@@ -99,7 +99,7 @@ class Pools:
     async def resize(self, name: str, size: int, project: str = DEFAULT) -> dict[str, Any]:
         """Change how many members a pool keeps; members beyond it are deleted (starting ones first)."""
         pool = self.get(name, project)
-        self._check_size(size)
+        self._check_size(size, project)
         pool.definition = dataclasses.replace(pool.definition, size=size)
         self._files.save(pool.key, pool.definition)
         members = sorted(self._service.registry.pooled(pool.key), key=lambda r: (r.status == "ready", r.created_at))
@@ -119,11 +119,15 @@ class Pools:
             await self._service.delete(record.id, reason=f"pool {name} deleted")
         return {**shown, "size": 0, "ready": 0, "starting": 0}
 
-    def _check_size(self, size: int) -> None:
+    def _check_size(self, size: int, project: str) -> None:
         limit = self._service.settings.max_sandboxes
         if size > limit:
             raise Invalid(f"a pool of {size} exceeds this router's limit of {limit} sandboxes "
                           "(pool members count toward it)")
+        quota = self._service.projects.get(project).quotas.sandboxes
+        if quota is not None and size > quota:
+            raise Invalid(f"a pool of {size} exceeds project {project}'s quota of {quota} sandboxes (pool members "
+                          "count toward it, as its other sandboxes do)")
 
     def get(self, name: str, project: str = DEFAULT) -> Pool:
         """A pool of ``project`` by name (``NotFound`` naming the project's pools: another's are not there)."""

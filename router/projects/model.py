@@ -136,3 +136,24 @@ def request_key(project: str, request_id: str) -> str:
     if "\x00" in request_id:
         raise Invalid("'request_id' may not contain a NUL character")
     return request_id if project == DEFAULT else f"{project}\x00{request_id}"
+
+
+@dataclass
+class Usage:
+    """What a project holds now: its live sandboxes (warm-pool members included) and what they reserve."""
+
+    sandboxes: int = 0
+    cpu: float = 0.0
+    memory_mb: int = 0
+    disk_mb: int = 0
+
+    def add(self, cpu: float, memory_mb: int, disk_mb: int, sign: int = 1) -> None:
+        """Count one sandbox in (``sign`` 1) or out (-1)."""
+        self.sandboxes += sign
+        self.cpu += sign * cpu
+        self.memory_mb += sign * memory_mb
+        self.disk_mb += sign * disk_mb
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sandboxes": self.sandboxes, "cpu": round(self.cpu, 3), "memory_mb": self.memory_mb,
+                "disk_mb": self.disk_mb}

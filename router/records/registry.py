@@ -19,8 +19,9 @@ from grove.core.errors import Conflict, GroveError, NotFound
 from grove.statedir import StateDir
 from router.backends.base import Endpoint, SandboxSpec
 from router.models import CreateRequest, Metadata, NetworkModel
-from router.projects.model import DEFAULT, request_key
+from router.projects.model import DEFAULT, Usage, request_key
 from router.records import log as recordlog
+from router.records.cost import Spent
 from router.records.files import RecordFiles
 
 ID_RE = re.compile(r"^sb-[0-9a-f]{16}$")
@@ -55,6 +56,8 @@ class SandboxRecord:
     """The warm pool this sandbox waits in, unclaimed (None: a user's sandbox). Hidden from the API."""
     project: str = DEFAULT
     """The project it belongs to (its creator's key's); records from before projects are the default's."""
+    spent: Spent = field(default_factory=Spent)
+    """What it used over its runs so far (router/records/cost.py); its cost once it is deleted."""
     # Not persisted: after a restart every sandbox counts as just used.
     last_activity: float = field(default_factory=time.time)
     inflight: int = 0
@@ -102,7 +105,13 @@ class SandboxRecord:
             "error": self.error,
             **(summary if summary is not None else self.request.summary()),
             "last_activity": self.last_activity,
+            # Known once it ended: a live sandbox's current run is read only when it stops.
+            **({"cost": self.cost()} if self.status == "deleted" else {}),
         }
+
+    def cost(self) -> dict[str, Any]:
+        """What it cost over the runs that ended (every run, once it is deleted): the trajectory's ``cost``."""
+        return self.spent.cost(self.request.memory_mb).to_dict()
 
     def matches(self, labels: dict[str, str]) -> bool:
         """Whether every ``k=v`` filter matches a metadata field or label."""
@@ -116,6 +125,7 @@ class SandboxRecord:
         # every state change, on the event loop. Only the request nests dataclasses.
         data = {f.name: getattr(self, f.name) for f in _DISK_FIELDS}
         data["request"] = self.request.to_dict()
+        data["spent"] = self.spent.to_disk()
         return data
 
     @classmethod
@@ -124,7 +134,8 @@ class SandboxRecord:
         req = dict(data.pop("request"))
         req["network"] = NetworkModel(req["network"]["egress"], tuple(req["network"]["allow"]))
         req["metadata"] = Metadata(**req["metadata"])
-        return cls(request=CreateRequest(**req), **data)
+        spent = Spent.from_disk(data.pop("spent", None))
+        return cls(request=CreateRequest(**req), spent=spent, **data)
 
 
 _ENCODER = json.JSONEncoder(check_circular=False)
@@ -148,6 +159,8 @@ class Registry:
         self._ended: OrderedDict[str, SandboxRecord] = OrderedDict()
         self._pooled: dict[str, dict[str, SandboxRecord]] = {}
         """Per pool, its unclaimed members (every claim looks there: no scan of all records)."""
+        self._usage: dict[str, Usage] = {}
+        """Per project, what its live records hold (kept as records come and go: a create asks at once)."""
         self.by_request_id: dict[str, str] = {}
         """Sandbox ids by :func:`~router.projects.model.request_key` (a project's own request ids)."""
 
@@ -169,6 +182,8 @@ class Registry:
 
     def add(self, record: SandboxRecord) -> None:
         """Track a record (not yet written)."""
+        if record.id not in self._records:
+            self._count(record, 1)
         self._records[record.id] = record
         if record.pool is not None:
             self._pooled.setdefault(record.pool, {})[record.id] = record
@@ -215,7 +230,8 @@ class Registry:
 
     def drop(self, record: SandboxRecord) -> None:
         """Stop tracking a record that never became a sandbox (no tombstone: no one ever saw its id)."""
-        self._records.pop(record.id, None)
+        if self._records.pop(record.id, None) is not None:
+            self._count(record, -1)
         self._unpool(record.pool, record)
 
     def claimed_from(self, pool: str, record: SandboxRecord) -> None:
@@ -230,7 +246,8 @@ class Registry:
 
     def forget(self, record: SandboxRecord) -> None:
         """Drop a deleted sandbox; keep a tombstone so its id answers ``deleted`` for a while."""
-        self._records.pop(record.id, None)
+        if self._records.pop(record.id, None) is not None:
+            self._count(record, -1)
         self._unpool(record.pool, record)
         if record.request.request_id:
             self.by_request_id.pop(request_key(record.project, record.request.request_id), None)
@@ -260,6 +277,15 @@ class Registry:
     def count(self) -> int:
         """How many sandboxes are not deleted, pool members included."""
         return len(self._records)
+
+    def usage(self, project: str) -> Usage:
+        """What ``project``'s live sandboxes (pool members included) hold now (a copy)."""
+        found = self._usage.get(project)
+        return dataclasses.replace(found) if found is not None else Usage()
+
+    def _count(self, record: SandboxRecord, sign: int) -> None:
+        req = record.request
+        self._usage.setdefault(record.project, Usage()).add(req.cpu, req.memory_mb, req.disk_mb, sign)
 
     def live(self) -> list[SandboxRecord]:
         """Every sandbox not deleted, pool members included (they count toward the limits)."""

@@ -2,7 +2,7 @@
 
 A journal is a stream of msgpack objects in ``<state>/journals/<id>.msgpack``: first the sandbox's
 metadata (``{"sandbox": {...}}``), then one object per step, then possibly ``{"outcome": {...}}``,
-``{"infra_error": {...}}`` (an environment fault, see :func:`_with_infra`) and ``{"ended": {...}}``.
+``{"infra_error": {...}}`` (an environment fault, see :func:`_with_infra`) and ``{"ended": {...}, "cost": {...}}``.
 Appending costs one small write — no fsync — on the exec path; a router crash loses at most what the
 kernel had not written yet, and a restarted router continues the same file. When the sandbox ends,
 :meth:`Journal.record` assembles the trajectory record that goes to S3.
@@ -174,7 +174,8 @@ class Journal:
         return self._path(sandbox_id).exists()
 
     def record(self, sandbox_id: str) -> dict[str, Any]:
-        """The trajectory record so far: ``{"version", "sandbox", "steps", "outcome"}``."""
+        """The trajectory record so far: ``{"version", "sandbox", "steps", "outcome", "cost"}`` (``cost``: what the
+        sandbox cost, :class:`grove.core.cost.Cost`, once it ended; None before)."""
         if self._deferred:
             self._begin(sandbox_id)
         try:
@@ -184,6 +185,7 @@ class Journal:
         sandbox: dict[str, Any] = {}
         steps: list[dict[str, Any]] = []
         outcome: dict[str, Any] | None = None
+        cost: dict[str, Any] | None = None
         infra: list[dict[str, Any]] = []
         own: list[dict[str, Any]] = []
         unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
@@ -202,12 +204,13 @@ class Journal:
                     own.append(entry["sandbox_error"])
                 elif "ended" in entry:
                     sandbox.update(entry["ended"])
+                    cost = entry.get("cost", cost)
                 else:
                     steps.append(entry)
         except (ValueError, msgpack.exceptions.ExtraData):
             pass  # a torn last write after a crash: keep everything before it
         return {"version": RECORD_VERSION, "sandbox": sandbox, "steps": readable_steps(steps),
-                "outcome": _with_faults(outcome, infra, own)}
+                "outcome": _with_faults(outcome, infra, own), "cost": cost}
 
     def stamp(self, sandbox_id: str) -> tuple[int, int, int, int] | None:
         """What changes whenever :meth:`record` would (file identity, size and time, held entries); None if

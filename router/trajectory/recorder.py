@@ -74,10 +74,15 @@ class Recorder:
             "created_at": record.created_at,
         }
 
-    def ended(self, sandbox_id: str, ended_at: float | None, reason: str) -> None:
-        """The sandbox ended: say when and why; forget its request ids."""
+    def ended(self, sandbox_id: str, ended_at: float | None, reason: str, *,
+              cost: dict[str, Any] | None = None) -> None:
+        """The sandbox ended: say when and why, and what it cost (the record's ``cost``, beside its outcome;
+        :class:`grove.core.cost.Cost`, its S3 bytes added when the record is stored); forget its request ids."""
         self._requests.pop(sandbox_id, None)
-        self.journal.append(sandbox_id, {"ended": {"ended_at": ended_at, "end_reason": reason}})
+        entry: dict[str, Any] = {"ended": {"ended_at": ended_at, "end_reason": reason}}
+        if cost is not None:
+            entry["cost"] = cost
+        self.journal.append(sandbox_id, entry)
 
     def note(self, record: SandboxRecord, entry: dict[str, Any]) -> None:
         """A lifecycle entry (scale to zero, wake-up, an update of the sandbox's metadata)."""

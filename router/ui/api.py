@@ -16,10 +16,20 @@ from typing import Any
 from aiohttp import web
 
 from artifacts import trajectory as tj
-from grove.core.errors import BadRequest, NotFound
-from router.api.appkeys import caller_of, service_of, storage_of
-from router.projects.model import DEFAULT
-from router.records.registry import SandboxRecord
+from artifacts.catalog import ARTIFACT_PREFIX
+from grove.core.errors import BadRequest, GroveError, NotFound
+from router.api.appkeys import (
+    caller_of,
+    in_view,
+    knows,
+    project_of,
+    project_of_sandbox,
+    service_of,
+    storage_of,
+    storage_of_sandbox,
+    unknown_sandbox,
+)
+from router.records.registry import SAFE_ID_RE, SandboxRecord
 from router.ui.files import is_file_step, views
 from router.ui.phases import PHASES
 from router.ui.search import Query, Summaries, search
@@ -60,18 +70,29 @@ def _as_recorded(request: web.Request, record: SandboxRecord) -> dict[str, Any]:
 
 
 async def sandboxes(request: web.Request) -> web.StreamResponse:
-    """GET /ui/api/sandboxes — every live sandbox, newest first, with the router's clock."""
-    live = sorted(service_of(request).registry.claimed(), key=lambda r: r.created_at, reverse=True)
+    """GET /ui/api/sandboxes — every live sandbox of the session's project, newest first, with the router's
+    clock."""
+    live = [r for r in service_of(request).registry.claimed() if in_view(request, r.project)]
+    live.sort(key=lambda r: r.created_at, reverse=True)
     return web.json_response({"now": time.time(), "sandboxes": [_as_recorded(request, r) for r in live]})
+
+
+def sandbox_record(request: web.Request, sandbox_id: str) -> SandboxRecord:
+    """A sandbox the router knows (live, or just after its end) that the caller may see; NotFound as for an
+    unknown id otherwise."""
+    registry = service_of(request).registry
+    found = registry.lookup(sandbox_id)
+    if found is None:
+        registry.get(sandbox_id)  # the right NotFound (unknown, or gone)
+        raise unknown_sandbox(sandbox_id)
+    if not caller_of(request).may_see(found.project):
+        raise unknown_sandbox(sandbox_id)
+    return found
 
 
 async def sandbox(request: web.Request) -> web.StreamResponse:
     """GET /ui/api/sandboxes/{id} — one sandbox (also just after its end, while the router remembers it)."""
-    registry = service_of(request).registry
-    found = registry.lookup(request.match_info["id"])
-    if found is None:
-        registry.get(request.match_info["id"])  # the right NotFound (unknown, or gone)
-        raise NotFound(f"no sandbox {request.match_info['id']}")
+    found = sandbox_record(request, request.match_info["id"])
     return web.json_response({"now": time.time(), "sandbox": _as_recorded(request, found)})
 
 
@@ -93,16 +114,40 @@ async def trajectories(request: web.Request) -> web.StreamResponse:
     query = Query(task_id=text("task_id"), model=text("model"), harness=text("harness"), outcome=text("outcome"),
                   run_id=text("run_id"), date_from=text("date_from"), date_to=text("date_to"), after=text("after"),
                   limit=_int(request, "limit", 50, 1, 500)).check()
-    return web.json_response(await asyncio.to_thread(search, objects, query, request.app[SUMMARIES]))
+    summaries = request.app[SUMMARIES]
+    return web.json_response(await asyncio.to_thread(search, objects, query, summaries, project_of(request)))
+
+
+async def record_of(request: web.Request, sandbox_id: str) -> tuple[dict[str, Any], bool]:
+    """A sandbox's record and whether it is live, if the caller may see it: its project's (the router's
+    lookup, else the caller's part of the bucket); another project's answers as one that never was."""
+    project = project_of_sandbox(request, sandbox_id)
+    try:
+        return await load(service_of(request), request.app[TRAJECTORIES], caller_of(request), project, sandbox_id)
+    except NotFound:
+        if not knows(request, sandbox_id):  # nothing of it anywhere the caller may look: as any unknown id
+            raise unknown_sandbox(sandbox_id) from None
+        raise
 
 
 async def _record(request: web.Request) -> tuple[dict[str, Any], bool]:
-    """The page's record, if it is the caller's project's (another project's answers as one that never was)."""
-    sandbox_id = request.match_info["sandbox_id"]
-    record, live = await load(service_of(request), storage_of(request), request.app[TRAJECTORIES], sandbox_id)
-    if not caller_of(request).may_see(str((record.get("sandbox") or {}).get("project") or DEFAULT)):
-        raise NotFound(f"no trajectory for sandbox {sandbox_id}")
-    return record, live
+    return await record_of(request, request.match_info["sandbox_id"])
+
+
+async def page_status(request: web.Request, sandbox_id: str, *, trajectory: bool) -> int:
+    """The status of a page about a sandbox: 200 if its data call would answer (the sandbox, or with
+    ``trajectory`` its record), else that call's error status — 404 for another project's sandbox and an
+    unknown one alike. The page's script shows the reason."""
+    if not SAFE_ID_RE.fullmatch(sandbox_id):
+        return 404
+    try:
+        if trajectory:
+            await record_of(request, sandbox_id)
+        else:
+            sandbox_record(request, sandbox_id)
+    except GroveError as exc:
+        return exc.status
+    return 200
 
 
 def _step(record: dict[str, Any], request: web.Request) -> Any:
@@ -169,13 +214,16 @@ async def output(request: web.Request) -> web.StreamResponse:
 
 async def full_output(request: web.Request) -> web.StreamResponse:
     """GET /ui/api/trajectories/{sandbox_id}/steps/{n}/{stream}/full — 303 to a presigned GET of the full text."""
+    sandbox_id = request.match_info["sandbox_id"]
     record, _ = await _record(request)
     found = _step(record, request)
     stream = _stream(request)
     key = found.get(f"{stream}_artifact") if isinstance(found, dict) else None
-    if not isinstance(key, str) or not key.startswith("artifacts/"):
+    # The step's fields are partly the executor's answer (hostile): a record links only its own sandbox's
+    # outputs, in its own project's part of the bucket.
+    if not isinstance(key, str) or not key.startswith(f"{ARTIFACT_PREFIX}{sandbox_id}/"):
         raise NotFound(f"this step's {stream} was not truncated: the page has all of it")
-    objects = storage_of(request).objects
+    objects = storage_of_sandbox(request, sandbox_id).objects
     if not await asyncio.to_thread(objects.exists, key):
         raise NotFound(f"the full {stream} is not in S3 (yet): the router stores it in the background, "
                        "or the sandbox was deleted before it could")
@@ -187,7 +235,7 @@ async def raw(request: web.Request) -> web.StreamResponse:
     """GET /ui/api/trajectories/{sandbox_id}/raw — the record as msgpack, as a download."""
     sandbox_id = request.match_info["sandbox_id"]
     await _record(request)  # whose it is, checked
-    data = await raw_record(service_of(request), storage_of(request), sandbox_id)
+    data = await raw_record(service_of(request), storage_of_sandbox(request, sandbox_id), sandbox_id)
     name = f"{tj.segment(sandbox_id)}.msgpack"
     return web.Response(body=data, content_type="application/msgpack",
                         headers={"Content-Disposition": f'attachment; filename="{name}"'})

@@ -47,7 +47,9 @@ def session_of(request: web.Request) -> Session | None:
 
 
 def page(handler: Handler) -> Handler:
-    """A page: without a session, off to the login form (which comes back here after)."""
+    """A page: without a session, off to the login form (which comes back here after). A page names its
+    sandbox or run only to its script; whether the caller may see it decides the page's status
+    (:mod:`router.ui.views`), so another project's answers exactly as one that never was."""
 
     async def guarded(request: web.Request) -> web.StreamResponse:
         session = session_of(request)
@@ -67,7 +69,6 @@ def _set_caller(request: web.Request, session: Session) -> None:
     if caller is None:  # revoked between the session's check and now
         raise Unauthorized("the session's API key is no longer valid (log in again at /ui/login)")
     request[CALLER] = caller
-    check_sandbox_ids(request)
 
 
 def api(handler: Handler) -> Handler:
@@ -81,6 +82,7 @@ def api(handler: Handler) -> Handler:
             check_csrf(request, session, request.headers.get(CSRF_HEADER))
         request["session"] = session
         _set_caller(request, session)
+        check_sandbox_ids(request)
         return await handler(request)
 
     guarded.__name__ = handler.__name__

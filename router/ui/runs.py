@@ -19,9 +19,10 @@ from typing import Any
 from aiohttp import web
 
 from artifacts.store import ObjectInfo, ObjectStore
+from artifacts.trajectory import RUNS_PREFIX
 from grove.core.errors import BadRequest, NotFound
-from router.api.appkeys import storage_of
-from router.api.runs import RUNS_PREFIX
+from router.api.appkeys import project_of, storage_of
+from router.projects.model import DEFAULT
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_GROUPS = 5000
@@ -33,17 +34,19 @@ _LISTED_FILES = ("run.json", "summary.json")
 
 
 class RunFiles:
-    """The run files the list has read, parsed, by key and etag: a run's files change only when a runner
-    uploads them again (a new etag), and the list reads the same ones each time it is opened. Bounded."""
+    """The run files the list has read, parsed, by project, key and etag: a run's files change only when a
+    runner uploads them again (a new etag), and the list reads the same ones each time it is opened. Bounded.
+    Two projects' runs of one id have the same keys: the project keeps one's file from being another's."""
 
     def __init__(self, size: int = 4 * MAX_RUNS) -> None:
         self._size = size
-        self._items: OrderedDict[tuple[str, str | None], Any] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str, str | None], Any] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, objects: ObjectStore, info: ObjectInfo) -> Any:
-        """The file's JSON, or None if it is not JSON (a run's files are a runner's upload: data, not trusted)."""
-        ident = (info.key, info.etag)
+    def get(self, project: str, objects: ObjectStore, info: ObjectInfo) -> Any:
+        """The file's JSON, or None if it is not JSON (a run's files are a runner's upload: data, not trusted);
+        ``objects`` is ``project``'s part of the bucket."""
+        ident = (project, info.key, info.etag)
         with self._lock:
             if ident in self._items:
                 self._items.move_to_end(ident)
@@ -62,8 +65,9 @@ class RunFiles:
 RUN_FILES = web.AppKey("ui_run_files", RunFiles)
 
 
-def run_rows(objects: ObjectStore, cache: RunFiles) -> list[dict[str, Any]]:
-    """One row per run under ``runs/``: newest upload first, the first :data:`MAX_RUNS` (+1) read."""
+def run_rows(objects: ObjectStore, cache: RunFiles, project: str = DEFAULT) -> list[dict[str, Any]]:
+    """One row per run under ``runs/`` of ``objects``, ``project``'s part of the bucket: newest upload first, the
+    first :data:`MAX_RUNS` (+1) read."""
     by_run: dict[str, dict[str, ObjectInfo]] = defaultdict(dict)
     for info in objects.list(RUNS_PREFIX):
         run_id, _, name = info.key[len(RUNS_PREFIX):].partition("/")
@@ -73,7 +77,8 @@ def run_rows(objects: ObjectStore, cache: RunFiles) -> list[dict[str, Any]]:
     recent = recent[: MAX_RUNS + 1]
     wanted = [by_run[r][name] for r in recent for name in _LISTED_FILES if name in by_run[r]]
     with ThreadPoolExecutor(_READERS) as pool:
-        read = dict(zip((i.key for i in wanted), pool.map(lambda i: cache.get(objects, i), wanted), strict=True))
+        parsed = pool.map(lambda i: cache.get(project, objects, i), wanted)
+        read = dict(zip((i.key for i in wanted), parsed, strict=True))
     rows = [_row(r, by_run[r], read.get(f"{RUNS_PREFIX}{r}/run.json"), read.get(f"{RUNS_PREFIX}{r}/summary.json"))
             for r in recent]
     return sorted(rows, key=lambda row: (row["date"] or 0, row["run_id"]), reverse=True)
@@ -141,8 +146,19 @@ def _name(value: str, what: str) -> str:
 async def runs(request: web.Request) -> web.StreamResponse:
     """GET /ui/api/runs — the runs that have files in S3, newest first: when each started, its harnesses and
     models, how many tasks and attempts, and its pass rate (from the run's ``run.json`` and ``summary.json``)."""
-    rows = await asyncio.to_thread(run_rows, _objects(request), request.app[RUN_FILES])
+    rows = await asyncio.to_thread(run_rows, _objects(request), request.app[RUN_FILES], project_of(request))
     return web.json_response({"runs": rows[:MAX_RUNS], "cut": len(rows) > MAX_RUNS})
+
+
+async def page_status(request: web.Request) -> int:
+    """The status of a run's page: 200 if the run has files in the session's project, 404 as for a run that
+    never was otherwise (another project's runs are not there), 400 for what cannot be a run id."""
+    try:
+        prefix = f"{RUNS_PREFIX}{_name(request.match_info['run_id'], 'run id')}/"
+    except BadRequest as exc:
+        return exc.status
+    files = await asyncio.to_thread(_objects(request).list, prefix)
+    return 200 if files else 404
 
 
 async def run(request: web.Request) -> web.StreamResponse:

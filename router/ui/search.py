@@ -24,6 +24,7 @@ from typing import Any
 from artifacts import trajectory as tj
 from artifacts.store import ObjectStore
 from grove.core.errors import BadRequest, NotFound
+from router.projects.model import DEFAULT
 
 MAX_SCAN = 2000
 """Summaries read at most per request when outcome or run filter them (the cursor continues)."""
@@ -63,32 +64,38 @@ class Query:
 
 
 class Summaries:
-    """Summaries already read, by trajectory key: a record's summary never changes once stored, and
-    paging on or refining a search reads the same ones again. Bounded (least recently used go)."""
+    """Summaries already read, by project and trajectory key: a record's summary never changes once stored, and
+    paging on or refining a search reads the same ones again. Bounded (least recently used go). The project is
+    part of the key: two projects' parts of the bucket hold the same keys, and one's summary is never another's
+    answer."""
 
     def __init__(self, size: int = 100_000) -> None:
         self._size = size
-        self._items: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, store: ObjectStore, key: str) -> dict[str, Any] | None:
-        """The summary of the record at ``key`` (None if its index entry is missing)."""
+    def get(self, project: str, store: ObjectStore, key: str) -> dict[str, Any] | None:
+        """The summary of the record at ``key`` of ``store``, ``project``'s part of the bucket (None if its index
+        entry is missing)."""
+        ident = (project, key)
         with self._lock:
-            found = self._items.get(key)
+            found = self._items.get(ident)
             if found is not None:
-                self._items.move_to_end(key)
+                self._items.move_to_end(ident)
                 return found
         found = _summary(store, key)
         if found is not None:
             with self._lock:
-                self._items[key] = found
+                self._items[ident] = found
                 while len(self._items) > self._size:
                     self._items.popitem(last=False)
         return found
 
 
-def search(store: ObjectStore, query: Query, summaries: Summaries | None = None) -> dict[str, Any]:
-    """``{"items": [summary...], "next": cursor or None, "scanned": n}`` for one page."""
+def search(store: ObjectStore, query: Query, summaries: Summaries | None = None,
+           project: str = DEFAULT) -> dict[str, Any]:
+    """``{"items": [summary...], "next": cursor or None, "scanned": n}`` for one page of ``store``, ``project``'s
+    part of the bucket."""
     query.check()
     cursor = _order(query.after) if query.after is not None else None
     cache = summaries or Summaries()
@@ -101,7 +108,8 @@ def search(store: ObjectStore, query: Query, summaries: Summaries | None = None)
             if cursor is not None:
                 keys = [k for k in keys if _order(k) < cursor]
             for batch in _batches(keys, query.limit):
-                for key, summary in zip(batch, pool.map(cache.get, [store] * len(batch), batch), strict=True):
+                found = pool.map(cache.get, [project] * len(batch), [store] * len(batch), batch)
+                for key, summary in zip(batch, found, strict=True):
                     scanned += 1
                     last = key
                     if summary is not None and _matches(summary, query):

@@ -2,7 +2,8 @@
 
 A stored record is immutable once its sandbox has ended, and the per-step calls of one page (each
 output the reader expands) would otherwise fetch and decode the whole record again, so the last few
-are kept decoded for a short while.
+are kept decoded for a short while — by project and sandbox id, and handed only to a caller who may see
+the record's project: nothing one project's page read is served to another's.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import msgpack
 
 from artifacts import trajectory as tj
 from grove.core.errors import NotFound
+from router.api.appkeys import project_of_record
 from router.lifecycle.service import SandboxService
+from router.projects.model import Caller
 from router.storage import Storage
 from router.trajectory.journal import Journal
 
@@ -27,11 +30,12 @@ CACHE_S = 300.0
 
 
 class TrajectoryCache:
-    """The last few stored records read, by sandbox id, for :data:`CACHE_S` seconds; and the last few live
-    ones, for as long as their journal has not changed (a page following a sandbox polls every second)."""
+    """The last few stored records read, by the project whose part of the bucket they came from and sandbox id,
+    for :data:`CACHE_S` seconds; and the last few live ones (the router's one journal of each sandbox), for as
+    long as their journal has not changed (a page following a sandbox polls every second)."""
 
     def __init__(self) -> None:
-        self._items: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str], tuple[float, dict[str, Any]]] = OrderedDict()
         self._live: OrderedDict[str, tuple[object, dict[str, Any]]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -51,40 +55,52 @@ class TrajectoryCache:
                 self._live.popitem(last=False)
         return record
 
-    def get(self, sandbox_id: str) -> dict[str, Any] | None:
-        """A cached record, if fresh."""
+    def get(self, project: str, sandbox_id: str) -> dict[str, Any] | None:
+        """A record of ``project``'s part of the bucket, cached and fresh."""
+        key = (project, sandbox_id)
         with self._lock:
-            hit = self._items.get(sandbox_id)
+            hit = self._items.get(key)
             if hit is None or time.monotonic() - hit[0] > CACHE_S:
-                self._items.pop(sandbox_id, None)
+                self._items.pop(key, None)
                 return None
-            self._items.move_to_end(sandbox_id)
+            self._items.move_to_end(key)
             return hit[1]
 
-    def put(self, sandbox_id: str, record: dict[str, Any]) -> None:
-        """Remember a record (dropping the least recently used beyond :data:`CACHED`)."""
+    def put(self, project: str, sandbox_id: str, record: dict[str, Any]) -> None:
+        """Remember a record read from ``project``'s part of the bucket (dropping the least recently used beyond
+        :data:`CACHED`)."""
+        key = (project, sandbox_id)
         with self._lock:
-            self._items[sandbox_id] = (time.monotonic(), record)
-            self._items.move_to_end(sandbox_id)
+            self._items[key] = (time.monotonic(), record)
+            self._items.move_to_end(key)
             while len(self._items) > CACHED:
                 self._items.popitem(last=False)
 
 
-async def load(service: SandboxService, storage: Storage, cache: TrajectoryCache,
+async def load(service: SandboxService, cache: TrajectoryCache, caller: Caller, project: str,
                sandbox_id: str) -> tuple[dict[str, Any], bool]:
-    """The record and whether it is live (still journalled), else stored in ``storage`` (the caller's project's);
-    NotFound with a reason otherwise. The caller checks the record's project: a live journal is anyone's."""
+    """The record and whether it is live (still journalled), else stored in ``project``'s part of the bucket;
+    NotFound with a reason otherwise, and for a record whose project ``caller`` may not see (the journal is
+    the router's, whoever's sandbox it is)."""
     if service.journal.exists(sandbox_id):
         try:
-            return await asyncio.to_thread(cache.live, service.journal, sandbox_id), True
+            record = await asyncio.to_thread(cache.live, service.journal, sandbox_id)
         except NotFound:
             pass  # stored between the check and the read: the archive has it now
-    hit = cache.get(sandbox_id)
+        else:
+            return _seen_by(caller, record, sandbox_id), True
+    hit = cache.get(project, sandbox_id)
     if hit is not None:
-        return hit, False
-    record: dict[str, Any] = await asyncio.to_thread(storage.trajectories.get, sandbox_id)
-    cache.put(sandbox_id, record)
-    return record, False
+        return _seen_by(caller, hit, sandbox_id), False
+    record = await asyncio.to_thread(service.storage.of(project).trajectories.get, sandbox_id)
+    cache.put(project, sandbox_id, record)
+    return _seen_by(caller, record, sandbox_id), False
+
+
+def _seen_by(caller: Caller, record: dict[str, Any], sandbox_id: str) -> dict[str, Any]:
+    if not caller.may_see(project_of_record(record)):
+        raise NotFound(f"no trajectory for sandbox {sandbox_id}")
+    return record
 
 
 async def raw(service: SandboxService, storage: Storage, sandbox_id: str) -> bytes:

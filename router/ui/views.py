@@ -1,7 +1,9 @@
 """The viewer's pages: login and logout, the page shells (their data comes from :mod:`router.ui.api`), static files.
 
 Templates autoescape everything; the shells carry only ids the URL already named and the session's
-CSRF token, and leave every value a sandbox or harness wrote to the scripts, which set it as text.
+CSRF token, and leave every value a sandbox or harness wrote to the scripts, which set it as text. A page
+about one sandbox, trajectory or run answers with the status its data call would (the shell alike: its
+script shows why), so another project's answers 404 exactly as one that never existed.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,9 @@ import jinja2
 from aiohttp import web
 
 from grove.core.errors import Forbidden
+from router.ui.api import page_status
 from router.ui.guard import SESSIONS, check_csrf, clear_cookie, page, redirect, safe_next, session_of, set_cookie
+from router.ui.runs import page_status as run_status
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -93,12 +98,18 @@ async def static(request: web.Request) -> web.StreamResponse:
     return web.Response(body=body, content_type=_TYPES[found.group(1)], charset="utf-8")
 
 
-def _shell(template: str, title: str, script: str, **ids: str) -> Any:
+Status = Callable[[web.Request], Awaitable[int]]
+
+
+def _shell(template: str, title: str, script: str, status: Status | None = None, **ids: str) -> Any:
+    """A page shell; ``status``: what it answers with, from whether its data call would answer (the shell is the
+    same either way, and its script shows why not)."""
+
     async def handler(request: web.Request) -> web.StreamResponse:
         values: dict[str, Any] = {var: request.match_info.get(src) or request.query.get(src) or ""
                                   for var, src in ids.items()}
         values.update(title=title, script=script, csrf=request["session"].csrf)
-        return render(template, **values)
+        return render(template, status=200 if status is None else await status(request), **values)
 
     handler.__name__ = f"{script.removesuffix('.js')}_page"
     return page(handler)
@@ -109,10 +120,26 @@ async def root(request: web.Request) -> web.StreamResponse:
     return redirect("/ui/")
 
 
+async def _sandbox_status(request: web.Request) -> int:
+    return await page_status(request, request.match_info["id"], trajectory=False)
+
+
+async def _trajectory_status(request: web.Request) -> int:
+    return await page_status(request, request.match_info["sandbox_id"], trajectory=True)
+
+
+async def _compare_status(request: web.Request) -> int:
+    """Both records' (the first that would not answer decides)."""
+    for sandbox_id in (request.query.get("a"), request.query.get("b")):
+        if sandbox_id and (status := await page_status(request, sandbox_id, trajectory=True)) != 200:
+            return status
+    return 200
+
+
 sandboxes_page = _shell("sandboxes.html", "Live sandboxes", "sandboxes.js")
-sandbox_page = _shell("sandbox.html", "Sandbox", "sandbox.js", id="id")
+sandbox_page = _shell("sandbox.html", "Sandbox", "sandbox.js", _sandbox_status, id="id")
 trajectories_page = _shell("trajectories.html", "Trajectories", "trajectories.js")
-trajectory_page = _shell("trajectory.html", "Trajectory", "trajectory.js", id="sandbox_id")
-compare_page = _shell("compare.html", "Compare trajectories", "compare.js", a="a", b="b")
+trajectory_page = _shell("trajectory.html", "Trajectory", "trajectory.js", _trajectory_status, id="sandbox_id")
+compare_page = _shell("compare.html", "Compare trajectories", "compare.js", _compare_status, a="a", b="b")
 runs_page = _shell("runs.html", "Rollout runs", "runs.js")
-run_page = _shell("run.html", "Rollout run", "run.js", id="run_id")
+run_page = _shell("run.html", "Rollout run", "run.js", run_status, id="run_id")

@@ -37,13 +37,14 @@ from grove.client import Grove, Sandbox
 from grove.statedir import StateDir
 from router.backends.local import egress_rules
 from router.backends.local.backend import LocalBackend
+from router.backends.local.cgroups import HIERARCHIES
 from sandbox_image.bundle import build_bundle
 from tests.conftest import free_tcp_port
 from tests.support.executor_fixtures import MSGPACK, Reply, processes_with
 from tests.support.s3_fixtures import new_bucket
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-CONTROLLERS = ("memory", "pids", "cpu")
+CONTROLLERS = HIERARCHIES  # memory, pids, cpu (v1) and the unified hierarchy grove accounts CPU in
 GROVE_BIN = str(Path(sys.executable).with_name("grove"))
 STATE_DISK = "grove-test-statedisk"
 """The source name of the tmpfs a ``router_state(disk_mb=...)`` mounts on its state dir."""
@@ -422,19 +423,20 @@ class RouterProcess:
         )
 
     def live_ids(self) -> set[str]:
-        """Ids of the router's live sandboxes."""
-        reply = self.http("GET", "/v1/sandboxes")
+        """Ids of the router's live sandboxes, of every project (the router's key is an admin's)."""
+        reply = self.http("GET", "/v1/sandboxes", headers={"X-Grove-Project": "*"})
         assert reply.status == 200, reply.body[:500]
         return {s["id"] for s in reply.json()["sandboxes"]}
 
     def delete_all(self, keep: set[str] | frozenset[str] = frozenset()) -> set[str]:
         """Delete every warm pool (with its unclaimed sandboxes), then every live sandbox but ``keep``
-        through the API; return the sandboxes' ids."""
+        through the API, of every project; return the sandboxes' ids."""
         if not self.alive():
             return set()
-        pools = self.http("GET", "/v1/pools")
+        pools = self.http("GET", "/v1/pools", headers={"X-Grove-Project": "*"})
         for pool in pools.json()["pools"] if pools.status == 200 else []:
-            self.http("DELETE", f"/v1/pools/{pool['name']}")
+            self.http("DELETE", f"/v1/pools/{pool['name']}",
+                      headers={"X-Grove-Project": pool.get("project") or "default"})
         ids = self.live_ids() - keep
         for sandbox_id in ids:
             self.http("DELETE", f"/v1/sandboxes/{sandbox_id}")

@@ -44,6 +44,8 @@ class KnativeBackend:
     exit_grace_s = 0.0  # is_running reads the watch cache: a pod that is gone is gone
     endpoints_move = True  # pod mode: a refused pod address is a pod gone with scale-to-zero
     executor_reaches_storage = True
+    start_slots = 64  # Services created at once: each is a few API calls, the cluster starts the pods
+    host_admission = False
     warm_by_traffic = True  # the autoscaler counts requests: a heartbeat must be one
     # Baked into the revision template (working dir and snapshot dir, the autoscaling window, the presigned
     # snapshot URLs' lifetime): changing them would make a new revision, the wait a pool is there to avoid.
@@ -199,6 +201,12 @@ class KnativeBackend:
 
     async def own_fault(self, sandbox_id: str, handle: dict[str, Any], *, rebase: bool = False) -> str | None:
         """Nothing tells here (a pod's OOMKilled is not told from a node's eviction): None, an infra error."""
+        return None
+
+    async def usage(self, sandbox_id: str, handle: dict[str, Any]) -> None:
+        """None: the router reads no counters of a pod (the kubelet's cgroups are on its node, and the metrics API
+        gives a rate now, not what a run used), so a Knative sandbox's cost has its running time, its reserved
+        memory and its S3 bytes, and no CPU time, memory peak or disk figure."""
         return None
 
     async def collect_orphans(self, known_ids: set[str]) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from grove.core.errors import BadGateway, Invalid, NotFound, Unavailable
 from grove.statedir import StateDir
-from router.backends.base import Endpoint, SandboxSpec, SnapshotUploads, Started
+from router.backends.base import Endpoint, RunUsage, SandboxSpec, SnapshotUploads, Started
 from router.backends.local import disk, procs, references
 from router.backends.local.cgroups import CgroupSet, Limits, instance_ids, remove_instance
 from router.backends.local.egress_rules import parse_allow
@@ -50,7 +50,7 @@ _DETACH_TIMEOUT_S = 10.0
 _STARTS_PER_CPU = 2
 # Files in a sandbox's directory: the image digest its layer was made on (for its life) and the stamp of
 # the runtime bundle its running tree has mounted (while it runs).
-_IMAGE_FILE = "image"
+IMAGE_FILE = "image"
 _BUNDLE_FILE = "bundle"
 
 
@@ -62,6 +62,7 @@ class LocalBackend:
     exit_grace_s = 2.0
     endpoints_move = False  # a refused socket is a dead executor: the call fails, the next one restarts it
     executor_reaches_storage = False
+    host_admission = True
     warm_by_traffic = False  # the router's own reaper scales to zero, from the record a heartbeat touches
     claim_fixed: tuple[str, ...] = ()
 
@@ -81,7 +82,8 @@ class LocalBackend:
         self.network = EgressNetwork(self.instance)
         self._zygote_proc: Zygote | None = None
         self._exits = Exits()
-        self._starts = asyncio.Semaphore(concurrent_starts or _STARTS_PER_CPU * len(os.sched_getaffinity(0)))
+        self.start_slots = concurrent_starts or _STARTS_PER_CPU * len(os.sched_getaffinity(0))
+        self._starts = asyncio.Semaphore(self.start_slots)
         self._uids: UidRanges | None = None
         self._hogs: asyncio.Task[None] | None = None
         self._pull = pull
@@ -162,9 +164,10 @@ class LocalBackend:
         try:
             for sub in ("merged", "lower"):
                 (base / sub).mkdir(parents=True, exist_ok=True)
+            # The layer belongs to this version of the image: resume uses it even if the name moves on. Written
+            # before anything slow, so that collecting unused image versions (router/housekeeping) sees it in use.
+            (base / IMAGE_FILE).write_text(image.digest + "\n", encoding="ascii")
             await asyncio.to_thread(self._disks.make_image, spec.disk_mb, base / disk.IMAGE_NAME)
-            # The layer belongs to this version of the image: resume uses it even if the name moves on.
-            (base / _IMAGE_FILE).write_text(image.digest + "\n", encoding="ascii")
             return await self._start(spec, image, fresh=True)
         except BaseException:
             await self.delete(spec.id, {})
@@ -176,7 +179,7 @@ class LocalBackend:
         if not base.is_dir():
             raise NotFound(f"sandbox {spec.id} has no files left on this host; it cannot be resumed")
         try:
-            digest = (base / _IMAGE_FILE).read_text(encoding="ascii").strip()
+            digest = (base / IMAGE_FILE).read_text(encoding="ascii").strip()
         except FileNotFoundError:  # made by a grove that did not record it
             image = self.images.get(spec.image)
         else:
@@ -193,6 +196,9 @@ class LocalBackend:
         uid_base = await asyncio.to_thread(self._own_layer, base, spec.id)
         cgroups = CgroupSet(self.instance, spec.id)
         cgroups.create(Limits(memory_mb=spec.memory_mb, pids_max=spec.pids_max, cpu=spec.cpu))
+        # This run's usage counts from here (the counters live as long as the cgroups, across runs).
+        cgroups.reset_memory_peak()
+        cpu_before = cgroups.cpu_usec()
         socket_path = base / "executor.sock"
         (base / _BUNDLE_FILE).write_text(self._bundle.stamp + "\n", encoding="ascii")
         config = {
@@ -224,7 +230,7 @@ class LocalBackend:
         started = procs.start_time(pid)
         if started is None:
             raise BadGateway(f"sandbox {spec.id} exited right after it started; see {base / 'executor.log'}")
-        handle = {"pid": pid, "start_time": started, "oom_kills": cgroups.oom_kills()}
+        handle = {"pid": pid, "start_time": started, "oom_kills": cgroups.oom_kills(), "cpu_usec": cpu_before}
         if spec.network.egress == "allow":  # before ready: a sandbox never answers without its network
             await self._attach_network(spec, base, handle)
         await self._wait_ready(socket_path, spec.id, base)
@@ -342,7 +348,7 @@ class LocalBackend:
         stamps: set[str] = set()
         digests: set[str] = set()
         for directory in self._sandboxes.iterdir():
-            for name, into in ((_BUNDLE_FILE, stamps), (_IMAGE_FILE, digests)):
+            for name, into in ((_BUNDLE_FILE, stamps), (IMAGE_FILE, digests)):
                 with contextlib.suppress(OSError):
                     into.add((directory / name).read_text(encoding="ascii").strip())
         if bundles:
@@ -369,6 +375,37 @@ class LocalBackend:
         """Whether PID 1 of the sandbox still runs."""
         pid, started = handle.get("pid"), handle.get("start_time")
         return isinstance(pid, int) and isinstance(started, int) and self._exits.running(sandbox_id, pid, started)
+
+    async def usage(self, sandbox_id: str, handle: dict[str, Any]) -> RunUsage:
+        """From the sandbox's cgroups (CPU time since this run's start, the run's memory peak) and, while its PID 1
+        runs, the filesystem of its writable layer (seen through PID 1's root: the layer is mounted only in the
+        sandbox's mount namespace). A handful of small reads, no thread hop."""
+        cgroups = CgroupSet(self.instance, sandbox_id)
+        cpu, before, peak = cgroups.cpu_usec(), handle.get("cpu_usec"), cgroups.memory_peak_bytes()
+        return RunUsage(
+            # A run started by a grove that kept no start value counts from the group's making.
+            cpu_s=None if cpu is None else max(0, cpu - (before if isinstance(before, int) else 0)) / 1e6,
+            memory_peak_mb=None if peak is None else peak / (1 << 20),
+            disk_bytes=self._layer_bytes(sandbox_id, handle),
+        )
+
+    def _layer_bytes(self, sandbox_id: str, handle: dict[str, Any]) -> int | None:
+        """Bytes in use on the sandbox's disk image while its PID 1 runs; None otherwise, and for a layer of plain
+        directories (made before disk quotas: on the host's filesystem, whose figures are not the sandbox's)."""
+        pid, started = handle.get("pid"), handle.get("start_time")
+        if not isinstance(pid, int) or not isinstance(started, int):
+            return None
+        if not (self._dir(sandbox_id) / disk.IMAGE_NAME).exists():
+            return None
+        try:
+            # An overlay's statfs is its upper layer's filesystem: the sandbox's ext4 image. In use are the blocks
+            # of its files and directories, and those its data not yet written has reserved (delayed allocation).
+            st = os.statvfs(f"/proc/{pid}/root")
+        except OSError:
+            return None
+        if not procs.alive(pid, started):
+            return None  # the pid is another process's now: that root is not the sandbox's
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
 
     async def collect_orphans(self, known_ids: set[str]) -> list[str]:
         """Delete cgroups and directories of sandboxes this router has no record of."""

@@ -2,6 +2,12 @@
 
 Layout: ``/sys/fs/cgroup/<controller>/grove-<instance>/<sandbox id>``. The instance part (derived from
 the router's state dir) keeps two routers on one machine from collecting each other's sandboxes.
+
+A sandbox's CPU time is read from the cgroup v2 hierarchy a hybrid host mounts beside the v1 controllers
+(``/sys/fs/cgroup/unified``, no controller enabled: its ``cpu.stat`` counts every group's usage all the same),
+not from v1 ``cpuacct``: the benchmarks put the router's process tree in ``cpuacct`` groups of their own
+(:mod:`perf.cpuacct`), and a sandbox moved into a ``cpuacct`` group of grove's would leave theirs. Where no v2
+hierarchy is mounted a sandbox's CPU is not known (None), and nothing else changes.
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ from router.backends.local import kernfiles
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids", "cpu")
+ACCOUNTING = "unified"
+"""The cgroup v2 hierarchy of a hybrid host, under :data:`CGROUP_ROOT`: joined only to count CPU time."""
+HIERARCHIES = (*CONTROLLERS, ACCOUNTING)
 CFS_PERIOD_US = 100_000
 # Tasks the executor itself needs beyond the user's pids_max (gunicorn arbiter, worker, its threads).
 EXECUTOR_TASKS = 48
@@ -51,8 +60,10 @@ class CgroupSet:
         return self._root / controller / f"grove-{self.instance}" / self.sandbox_id
 
     def procs_files(self) -> list[str]:
-        """The ``cgroup.procs`` files a process writes its pid to, to join every controller."""
-        return [str(self.path(c) / "cgroup.procs") for c in CONTROLLERS]
+        """The ``cgroup.procs`` files a process writes its pid to, to join every controller (and the CPU
+        accounting group, where :meth:`create` made one)."""
+        accounted = (ACCOUNTING,) if self.path(ACCOUNTING).is_dir() else ()
+        return [str(self.path(c) / "cgroup.procs") for c in (*CONTROLLERS, *accounted)]
 
     def create(self, limits: Limits) -> None:
         """Make the directories and write the limits (idempotent)."""
@@ -60,6 +71,8 @@ class CgroupSet:
             if not (self._root / controller).is_dir():
                 raise Unavailable(f"cgroup v1 controller {controller!r} is not mounted at {self._root / controller}")
             self.path(controller).mkdir(parents=True, exist_ok=True)
+        if (self._root / ACCOUNTING / "cgroup.controllers").exists():
+            self.path(ACCOUNTING).mkdir(parents=True, exist_ok=True)
         mem = limits.memory_mb * 1024 * 1024
         self._write("memory", "memory.limit_in_bytes", str(mem))
         with contextlib.suppress(OSError):  # absent when swap accounting is off
@@ -79,7 +92,7 @@ class CgroupSet:
     def pids(self) -> set[int]:
         """Every process in any of the sandbox's cgroups."""
         found: set[int] = set()
-        for controller in CONTROLLERS:
+        for controller in HIERARCHIES:
             with contextlib.suppress(OSError):
                 found.update(int(p) for p in kernfiles.read(self.path(controller) / "cgroup.procs").split())
         return found
@@ -99,6 +112,31 @@ class CgroupSet:
                 return int(line.split()[1])
         return 0
 
+    def cpu_usec(self) -> int | None:
+        """CPU time (microseconds, user and system) the sandbox's processes used since its accounting group was
+        made, those gone included; None where it has none (no v2 hierarchy here, or it is removed)."""
+        try:
+            text = kernfiles.read(self.path(ACCOUNTING) / "cpu.stat").decode("ascii")
+        except (OSError, UnicodeDecodeError):
+            return None
+        for line in text.splitlines():
+            if line.startswith("usage_usec "):
+                return int(line.split()[1])
+        return None
+
+    def memory_peak_bytes(self) -> int | None:
+        """The most memory the sandbox's cgroup was charged at once since :meth:`reset_memory_peak` (its
+        processes and the page cache of its files); None if it cannot be read."""
+        try:
+            return int(kernfiles.read(self.path("memory") / "memory.max_usage_in_bytes"))
+        except (OSError, ValueError):
+            return None
+
+    def reset_memory_peak(self) -> None:
+        """Start the memory peak over (at each start: a run's peak is its own)."""
+        with contextlib.suppress(OSError):
+            kernfiles.write(self.path("memory") / "memory.max_usage_in_bytes", "0")
+
     def destroy(self, timeout_s: float = 5.0) -> None:
         """Kill whatever is left in the cgroups and remove them."""
         deadline = time.monotonic() + timeout_s
@@ -108,7 +146,7 @@ class CgroupSet:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
             removed = True
-            for controller in CONTROLLERS:
+            for controller in HIERARCHIES:
                 path = self.path(controller)
                 try:
                     path.rmdir()
@@ -134,7 +172,7 @@ def tcp_memory_bytes(memory_mb: int) -> int:
 def instance_ids(instance: str, root: Path = CGROUP_ROOT) -> set[str]:
     """Sandbox ids that have a cgroup under this router instance."""
     ids: set[str] = set()
-    for controller in CONTROLLERS:
+    for controller in HIERARCHIES:
         with contextlib.suppress(OSError):
             ids.update(p.name for p in (root / controller / f"grove-{instance}").iterdir() if p.is_dir())
     return ids
@@ -142,6 +180,6 @@ def instance_ids(instance: str, root: Path = CGROUP_ROOT) -> set[str]:
 
 def remove_instance(instance: str, root: Path = CGROUP_ROOT) -> None:
     """Remove the instance's parent directories once they are empty (the router's clean shutdown)."""
-    for controller in CONTROLLERS:
+    for controller in HIERARCHIES:
         with contextlib.suppress(OSError):
             (root / controller / f"grove-{instance}").rmdir()

@@ -47,8 +47,8 @@ from sandbox_image.newroot import MOUNT_POINTS, describe, not_a_directory
 
 DEFAULT = "default"
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
-_META = "image.json"
-_RETIRED = ".retired"
+META_FILE = "image.json"
+RETIRED_DIR = ".retired"
 _REF_PREFIX = "="
 MAX_LAYERS = 24
 """The most layers a sandbox's overlay stacks. A deeper image keeps its lowest ``MAX_LAYERS - 1`` layers
@@ -252,8 +252,8 @@ class ImageStore:
         keep_blobs: set[str] = set()
         # Images in place, retired, and half-way through a replace or remove (``.old-*/``, ``.rm-*/``);
         # never a file of an image's own tree (``<name>/rootfs/image.json`` is the image's content).
-        metas = [*self._root.glob(f"*/{_META}"), *(
-            p for p in self._root.glob(f".*/*/{_META}") if p.parent.name != "rootfs"
+        metas = [*self._root.glob(f"*/{META_FILE}"), *(
+            p for p in self._root.glob(f".*/*/{META_FILE}") if p.parent.name != "rootfs"
         )]
         for path in metas:
             with suppress(OSError, ValueError):
@@ -271,7 +271,7 @@ class ImageStore:
         An image is only ever replaced by renaming a whole new directory into place: a new inode."""
         _check_name(name)
         cached = self._images.get(name)
-        path = cached[0] if cached is not None else str(self._dir(name) / _META)
+        path = cached[0] if cached is not None else str(self._dir(name) / META_FILE)
         try:
             info = os.stat(path)
             version = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
@@ -297,7 +297,7 @@ class ImageStore:
 
     def _meta(self, name: str) -> dict[str, Any]:
         """The image's ``image.json``; FileNotFoundError if there is no such image."""
-        meta = json.loads((self._dir(name) / _META).read_text())
+        meta = json.loads((self._dir(name) / META_FILE).read_text())
         assert isinstance(meta, dict)
         return meta
 
@@ -316,7 +316,7 @@ class ImageStore:
             raise Invalid("the 'default' image is built from the host and cannot be removed")
         key = self._dir(name).name
         with self._locked():
-            if not (self._root / key / _META).exists():
+            if not (self._root / key / META_FILE).exists():
                 raise NotFound(f"no image {name!r}; known images: {', '.join(self._names()) or 'none'}")
             # Renamed first so that no reader ever sees a half-deleted image.
             doomed = Path(tempfile.mkdtemp(prefix=f".rm-{key}-", dir=self._root))
@@ -333,7 +333,7 @@ class ImageStore:
                 return current
         retired = self._retired_dir(digest)
         try:
-            meta = json.loads((retired / _META).read_text())
+            meta = json.loads((retired / META_FILE).read_text())
         except FileNotFoundError:
             raise Conflict(
                 f"image {name!r} was replaced or removed after this sandbox was made from it, and its "
@@ -344,7 +344,7 @@ class ImageStore:
     def collect_retired(self, keep: set[str]) -> builtins.list[str]:
         """Delete retired images whose digest is not in ``keep`` (the digests sandboxes still use)."""
         deleted = []
-        retired_root = self._root / _RETIRED
+        retired_root = self._root / RETIRED_DIR
         for path in retired_root.iterdir() if retired_root.is_dir() else ():
             digest = f"sha256:{path.name}"
             if digest not in keep:
@@ -358,7 +358,7 @@ class ImageStore:
         """Keep a replaced or removed image (``old``: its directory, already out of the store's names)
         under ``.retired/<digest>`` for the sandboxes made from it; its parent temp dir goes."""
         try:
-            digest = json.loads((old / _META).read_text())["digest"]
+            digest = json.loads((old / META_FILE).read_text())["digest"]
             target = self._retired_dir(digest)
             target.parent.mkdir(exist_ok=True)
             if not target.exists():
@@ -369,22 +369,22 @@ class ImageStore:
 
     def has_retired(self) -> bool:
         """Whether any retired image waits for its sandboxes to go (a cheap check before a collection)."""
-        retired_root = self._root / _RETIRED
+        retired_root = self._root / RETIRED_DIR
         return retired_root.is_dir() and any(retired_root.iterdir())
 
     def _retired_dir(self, digest: str) -> Path:
         if not _DIGEST.fullmatch(digest):
             raise Invalid(f"not an image digest: {digest!r}")
-        return self._root / _RETIRED / digest.removeprefix("sha256:")
+        return self._root / RETIRED_DIR / digest.removeprefix("sha256:")
 
     def _names(self) -> builtins.list[str]:
         names = []
         for p in self._root.iterdir():
-            if _NAME.fullmatch(p.name) and (p / _META).exists():
+            if _NAME.fullmatch(p.name) and (p / META_FILE).exists():
                 names.append(p.name)
             elif p.name.startswith(_REF_PREFIX):
                 with suppress(OSError, ValueError, KeyError):
-                    names.append(str(json.loads((p / _META).read_text())["name"]))
+                    names.append(str(json.loads((p / META_FILE).read_text())["name"]))
         return sorted(names)
 
     def _dir(self, name: str) -> Path:
@@ -396,7 +396,7 @@ class ImageStore:
 
     def _current_default(self, fingerprint: str) -> Image | None:
         try:
-            meta = json.loads((self._root / DEFAULT / _META).read_text())
+            meta = json.loads((self._root / DEFAULT / META_FILE).read_text())
         except FileNotFoundError:
             return None
         if meta.get("host_fingerprint") != fingerprint:
@@ -467,7 +467,7 @@ def _write_meta(directory: Path, image: Image, **extra: object) -> None:
         "name": image.name, "digest": image.digest, "bind_host_usr": image.bind_host_usr,
         "created_at": image.created_at, "source": image.source, **extra,
     }
-    (directory / _META).write_text(json.dumps(meta, indent=1) + "\n")
+    (directory / META_FILE).write_text(json.dumps(meta, indent=1) + "\n")
 
 
 # --- the default image ------------------------------------------------------------------------------

@@ -1,0 +1,230 @@
+"""Admission: whether a new sandbox may start now — within its project's quotas, and on a host with room.
+
+**Quotas** (:class:`~router.projects.model.Quotas`, per project, none by default) count what the project
+reserves: its live sandboxes (warm-pool members included), those starting at once, and the sums of their
+``cpu``, ``memory_mb`` and ``disk_mb``; and the bytes it keeps in object storage. A create past one is a 429
+naming the quota, with a ``Retry-After``; nothing of it was made.
+
+**The host** (the local backend; a cluster's scheduler does this for Knative) is asked for what sandboxes
+actually take, not what their limits allow: a coding sandbox's 1 GiB limit costs a few MiB, a desktop's
+hundreds. A create is admitted while the host's available memory (``MemAvailable``), less what the starts in
+flight are about to take (each counted at ``min(memory_mb, START_MEMORY_MB)`` until it runs and shows in
+``MemAvailable`` itself), keeps ``memory_reserve_mb`` for the host; and while the state dir's file system
+keeps ``disk_reserve_mb`` free. Past that the create is a 503 with ``Retry-After`` saying which and how
+much: a burst is refused before the host runs out, never half-started, and its clients retry as the
+sandboxes before them end.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from grove.core.errors import QuotaExceeded, Unavailable
+from router.models import CreateRequest
+from router.projects.files import ProjectFiles
+from router.projects.model import Quotas, Usage
+from router.records.registry import Registry
+
+START_MEMORY_MB = 64
+"""What a starting sandbox is counted at (or its ``memory_mb``, if less) until it runs: about what an
+interpreter and a shell take; what it grows to afterwards shows in the host's available memory."""
+START_DISK_MB = 64
+"""The same for its disk: a writable layer starts empty (sparse), and grows as the sandbox writes."""
+_SAMPLE_S = 0.05
+"""How long one reading of the host's memory and disk serves (a batch of 1,000 creates reads it a few times)."""
+_QUOTA_RETRY_S = 5.0
+_STARTING_RETRY_S = 1.0
+_STORED_RETRY_S = 60.0
+_HOST_RETRY_S = 2.0
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class HostReading:
+    """The host's memory and the state dir's file system, as last read (MiB)."""
+
+    memory_total_mb: float
+    memory_available_mb: float
+    disk_total_mb: float
+    disk_free_mb: float
+
+
+def read_host(state_dir: Path) -> HostReading:
+    """``/proc/meminfo``'s MemTotal and MemAvailable, and the state dir's file system's size and free space."""
+    fields: dict[str, float] = {}
+    with open("/proc/meminfo", encoding="ascii") as fh:
+        for line in fh:
+            name, _, rest = line.partition(":")
+            if name in ("MemTotal", "MemAvailable"):
+                fields[name] = int(rest.split()[0]) / 1024
+    st = os.statvfs(state_dir)
+    return HostReading(fields["MemTotal"], fields["MemAvailable"], st.f_blocks * st.f_frsize / MIB,
+                       st.f_bavail * st.f_frsize / MIB)
+
+
+@dataclass(frozen=True)
+class Reserves:
+    """What the host keeps for itself (MiB): creates stop short of it."""
+
+    memory_mb: float
+    disk_mb: float
+
+    @classmethod
+    def default(cls, host: HostReading, memory_mb: float | None = None, disk_mb: float | None = None) -> Reserves:
+        """The given reserves, else 5 % of memory (at least 1 GiB) and 5 % of the disk (at least 2 GiB)."""
+        return cls(memory_mb if memory_mb is not None else max(1024.0, 0.05 * host.memory_total_mb),
+                   disk_mb if disk_mb is not None else max(2048.0, 0.05 * host.disk_total_mb))
+
+
+class Admission:
+    """Admits creates: the project's quotas, then the host's room (see the module's docstring)."""
+
+    def __init__(self, registry: Registry, projects: ProjectFiles, state_dir: Path, *, host: bool,
+                 memory_reserve_mb: float | None = None, disk_reserve_mb: float | None = None,
+                 stored_bytes: Callable[[str], int | None] | None = None) -> None:
+        self._registry = registry
+        self.projects = projects
+        self._state_dir = state_dir
+        self._host = host
+        self._reserve_args = (memory_reserve_mb, disk_reserve_mb)
+        self._reserves: Reserves | None = None
+        self._stored_bytes = stored_bytes
+        self._reading: tuple[float, HostReading] | None = None
+        self.starting: dict[str, int] = {}
+        """Per project, its creates admitted and not yet started (records being written, starts waiting or
+        running): what the ``starting`` quota counts, and what the host has yet to see."""
+        self._writing: dict[str, Usage] = {}
+        """Per project, creates admitted whose records are not in the registry yet (counted as live too)."""
+        self._starting_mb = 0.0
+        self._starting_disk_mb = 0.0
+
+    # -- the checks ----------------------------------------------------------------------------------
+
+    def admit(self, project: str, req: CreateRequest) -> None:
+        """Raise :class:`QuotaExceeded` (429) or :class:`Unavailable` (503), naming why, unless a sandbox of
+        ``project`` made as ``req`` asks may start now."""
+        self._check_quotas(project, req)
+        if self._host:
+            self._check_host(req)
+
+    def why_not(self, project: str, req: CreateRequest) -> str | None:
+        """:meth:`admit`'s refusal as text, or None (a warm pool's filler asks before each member)."""
+        try:
+            self.admit(project, req)
+        except (QuotaExceeded, Unavailable) as exc:
+            return exc.message
+        return None
+
+    def _check_quotas(self, project: str, req: CreateRequest) -> None:
+        quotas = self.projects.get(project).quotas
+        if quotas == Quotas():
+            return
+        usage = self._registry.usage(project)
+        writing = self._writing.get(project, Usage())  # admitted, records not in the registry yet
+        usage.sandboxes += writing.sandboxes
+        usage.cpu += writing.cpu
+        usage.memory_mb += writing.memory_mb
+        usage.disk_mb += writing.disk_mb
+        starting = self.starting.get(project, 0)
+        for name, have, want, limit, unit in (
+            ("sandboxes", usage.sandboxes, 1, quotas.sandboxes, ""),
+            ("cpu", usage.cpu, req.cpu, quotas.cpu, " cores"),
+            ("memory_mb", usage.memory_mb, req.memory_mb, quotas.memory_mb, " MiB"),
+            ("disk_mb", usage.disk_mb, req.disk_mb, quotas.disk_mb, " MiB"),
+        ):
+            if limit is not None and have + want > limit:
+                raise QuotaExceeded(
+                    f"project {project} is at its '{name}' quota: it holds {_fmt(have)}{unit} of {_fmt(limit)}{unit}, "
+                    f"and this sandbox asks for {_fmt(want)}{unit} more; delete some of its sandboxes (or pool "
+                    f"members), or ask an operator to raise it (grove project set {project} --{_flag(name)} N)",
+                    retry_after=_QUOTA_RETRY_S)
+        if quotas.starting is not None and starting + 1 > quotas.starting:
+            raise QuotaExceeded(
+                f"project {project} is at its 'starting' quota: {starting} of its sandboxes are starting, at most "
+                f"{quotas.starting} may at once; retry as they become ready", retry_after=_STARTING_RETRY_S)
+        if quotas.stored_bytes is not None and self._stored_bytes is not None:
+            stored = self._stored_bytes(project)
+            if stored is not None and stored >= quotas.stored_bytes:
+                raise QuotaExceeded(
+                    f"project {project} is at its 'stored_bytes' quota: it keeps {stored:,} bytes in object storage "
+                    f"of {quotas.stored_bytes:,}; collect old trajectories and artifacts (grove storage gc, or a "
+                    f"retention: grove project set {project} --retention-days N) or ask for a larger quota",
+                    retry_after=_STORED_RETRY_S)
+
+    def _check_host(self, req: CreateRequest) -> None:
+        host = self.host()
+        reserves = self.reserves(host)
+        memory = min(req.memory_mb, START_MEMORY_MB)
+        room = host.memory_available_mb - self._starting_mb - reserves.memory_mb
+        if memory > room:
+            raise Unavailable(
+                f"the host is short of memory: {host.memory_available_mb:,.0f} MiB available, "
+                f"{self._starting_mb:,.0f} MiB promised to the sandboxes starting now, {reserves.memory_mb:,.0f} MiB "
+                f"kept for the host (grove up --memory-reserve-mb); this create waits for room (retry after "
+                f"{_HOST_RETRY_S:.0f} s, as sandboxes end)", retry_after=_HOST_RETRY_S)
+        disk = min(req.disk_mb, START_DISK_MB)
+        if disk > host.disk_free_mb - self._starting_disk_mb - reserves.disk_mb:
+            raise Unavailable(
+                f"the host is short of disk: {host.disk_free_mb:,.0f} MiB free on the state dir's file system, "
+                f"{reserves.disk_mb:,.0f} MiB kept free (grove up --disk-reserve-mb); delete sandboxes or images "
+                f"(retry after {_HOST_RETRY_S:.0f} s)", retry_after=_HOST_RETRY_S)
+
+    def host(self) -> HostReading:
+        """The host's memory and disk, read at most every :data:`_SAMPLE_S` seconds."""
+        now = time.monotonic()
+        if self._reading is None or now - self._reading[0] > _SAMPLE_S:
+            self._reading = (now, read_host(self._state_dir))
+        return self._reading[1]
+
+    def reserves(self, host: HostReading | None = None) -> Reserves:
+        """What the host keeps for itself."""
+        if self._reserves is None:
+            self._reserves = Reserves.default(host or self.host(), *self._reserve_args)
+        return self._reserves
+
+    # -- bookkeeping of starts -----------------------------------------------------------------------
+
+    def started(self, project: str, req: CreateRequest) -> None:
+        """A create of ``project`` was admitted: count it as starting (until :meth:`ended`) and as being
+        written (until :meth:`registered`)."""
+        self.starting[project] = self.starting.get(project, 0) + 1
+        self._writing.setdefault(project, Usage()).add(req.cpu, req.memory_mb, req.disk_mb)
+        self._starting_mb += min(req.memory_mb, START_MEMORY_MB)
+        self._starting_disk_mb += min(req.disk_mb, START_DISK_MB)
+
+    def registered(self, project: str, req: CreateRequest) -> None:
+        """Its record is in the registry (which counts it from now on), or it never will be."""
+        writing = self._writing.get(project)
+        if writing is not None:
+            writing.add(req.cpu, req.memory_mb, req.disk_mb, sign=-1)
+            if writing.sandboxes <= 0:
+                del self._writing[project]
+
+    def ended(self, project: str, req: CreateRequest) -> None:
+        """That start is over (ready, failed, or never began): the host shows what it takes from now on."""
+        left = self.starting.get(project, 0) - 1
+        if left > 0:
+            self.starting[project] = left
+        else:
+            self.starting.pop(project, None)
+        self._starting_mb = max(0.0, self._starting_mb - min(req.memory_mb, START_MEMORY_MB))
+        self._starting_disk_mb = max(0.0, self._starting_disk_mb - min(req.disk_mb, START_DISK_MB))
+        self._reading = None  # read the host afresh: what it started shows there now
+
+    def usage(self, project: str) -> dict[str, object]:
+        """What ``project`` holds and reserves now, with its starting count and stored bytes (for the API)."""
+        usage: Usage = self._registry.usage(project)
+        return {**usage.to_dict(), "starting": self.starting.get(project, 0),
+                "stored_bytes": self._stored_bytes(project) if self._stored_bytes is not None else None}
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else f"{value:,}"
+
+
+def _flag(quota: str) -> str:
+    return quota.replace("_", "-")

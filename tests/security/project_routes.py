@@ -1,0 +1,315 @@
+"""The route table of the projects tests: what beta must get from each route of the API and of the viewer.
+
+A *case* (:data:`CASES`) is for a route that names one of alpha's things (a sandbox, a pool, a run, a project):
+given the world and the names to fill in, it builds the probes (calls of the route with its parts filled) that
+alpha makes and beta then repeats, and beta must get what an unknown name gets, a 404. A *check*
+(:data:`CHECKS`) is for a route that names nothing of alpha's (a listing, a create, a write): a function that
+makes its calls as alpha and beta and asserts beta sees and changes only its own. :data:`NO_SESSION` are the
+viewer's routes that read nothing of a project's; :func:`route_ids` is every route, in the order tested.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import secrets
+import tarfile
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from router.api.routes import ROUTES
+from router.ui import UI_ROUTES
+from tests.support.project_world import (
+    ALPHA,
+    ALPHA_META,
+    BETA,
+    TAG,
+    Names,
+    Probe,
+    World,
+    api,
+    both,
+    call,
+    get,
+    names_nothing_of_alphas,
+    send,
+    viewer,
+)
+
+
+def _tar() -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("untarred.txt")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"x\n"))
+    return buf.getvalue()
+
+
+def _trajectory_probes(suffix: Callable[[World], str]) -> Callable[[World, Names], list[Probe]]:
+    return lambda w, n: [get(f"/ui/api/trajectories/{n.live}{suffix(w)}"),
+                         get(f"/ui/api/trajectories/{n.ended}{suffix(w)}", stored=True)]
+
+
+# Routes that name one of alpha's things: beta gets what an unknown name gets, a 404.
+CASES: dict[tuple[str, str], Callable[[World, Names], list[Probe]]] = {
+    ("GET", "/v1/sandboxes/{id}"): lambda w, n: [get(f"/v1/sandboxes/{n.live}"), get(f"/v1/sandboxes/{n.ended}"),
+                                                 replace(get(f"/v1/sandboxes/{n.member}"), control=False)],
+    ("DELETE", "/v1/sandboxes/{id}"): lambda w, n: [send("DELETE", f"/v1/sandboxes/{s}", control=False)
+                                                    for s in (n.live, n.ended)],
+    ("GET", "/v1/projects/{name}"): lambda w, n: [get(f"/v1/projects/{n.project}")],
+    ("GET", "/v1/pools/{name}"): lambda w, n: [get(f"/v1/pools/{n.pool}")],
+    ("PATCH", "/v1/pools/{name}"): lambda w, n: [send("PATCH", f"/v1/pools/{n.pool}", {"size": 1})],
+    ("DELETE", "/v1/pools/{name}"): lambda w, n: [send("DELETE", f"/v1/pools/{n.pool}", control=False)],
+    ("POST", "/v1/sandboxes/{id}/heartbeat"): lambda w, n: [send("POST", f"/v1/sandboxes/{n.live}/heartbeat")],
+    ("POST", "/v1/sandboxes/{id}/exec"): lambda w, n: [
+        send("POST", f"/v1/sandboxes/{n.live}/exec", {"command": "true"}),
+        send("POST", f"/v1/sandboxes/{n.member}/exec", {"command": "true"}, control=False)],
+    ("GET", "/v1/sandboxes/{id}/files"): lambda w, n: [get(f"/v1/sandboxes/{n.live}/files?path=/workspace/out.txt")],
+    ("PUT", "/v1/sandboxes/{id}/files"): lambda w, n: [
+        send("PUT", f"/v1/sandboxes/{n.live}/files?path=/workspace/written.txt", raw=b"x")],
+    ("DELETE", "/v1/sandboxes/{id}/files"): lambda w, n: [
+        send("DELETE", f"/v1/sandboxes/{n.live}/files?path=/workspace/doomed.txt")],
+    ("GET", "/v1/sandboxes/{id}/files/list"): lambda w, n: [get(f"/v1/sandboxes/{n.live}/files/list?path=/workspace")],
+    ("GET", "/v1/sandboxes/{id}/files/manifest"): lambda w, n: [
+        get(f"/v1/sandboxes/{n.live}/files/manifest?path=/workspace")],
+    ("GET", "/v1/sandboxes/{id}/archive"): lambda w, n: [get(f"/v1/sandboxes/{n.live}/archive?path=/workspace")],
+    ("PUT", "/v1/sandboxes/{id}/archive"): lambda w, n: [
+        send("PUT", f"/v1/sandboxes/{n.live}/archive?path=/workspace/untar", raw=_tar())],
+    ("POST", "/v1/sandboxes/{id}/artifacts"): lambda w, n: [send("POST", f"/v1/sandboxes/{n.live}/artifacts",
+                                                                 {"paths": ["out.txt"]})],
+    ("GET", "/v1/sandboxes/{id}/artifacts"): both(lambda s: f"/v1/sandboxes/{s}/artifacts", stored=True),
+    ("GET", "/v1/artifacts/{sandbox_id}/{path:.+}"): lambda w, n: [
+        get(f"/v1/artifacts/{n.live}/{w.artifact}"), get(f"/v1/artifacts/{n.ended}/{w.artifact}", stored=True),
+        get(f"/v1/artifacts/{n.ended}/{w.artifact}?redirect=1", stored=True)],
+    ("POST", "/v1/sandboxes/{id}/events"): lambda w, n: [
+        send("POST", f"/v1/sandboxes/{n.live}/events", {"kind": "message", "data": {"role": "user", "content": "hi"}})],
+    ("GET", "/v1/sandboxes/{id}/trajectory"): lambda w, n: [get(f"/v1/sandboxes/{n.live}/trajectory")],
+    ("GET", "/v1/trajectories/{sandbox_id}"): both(lambda s: f"/v1/trajectories/{s}", stored=True),
+    ("GET", "/v1/runs/{run_id}/files/{name}"): lambda w, n: [get(f"/v1/runs/{n.run}/files/summary.json")],
+    ("GET", "/v1/sandboxes/{id}/swerex/{tail:.*}"): lambda w, n: [
+        get(f"/v1/sandboxes/{n.live}/swerex/is_alive"),
+        Probe("GET", f"/v1/sandboxes/{n.live}/swerex/is_alive", headers=(("X-API-Key", ""),))],
+    ("POST", "/v1/sandboxes/{id}/swerex/{tail:.*}"): lambda w, n: [
+        send("POST", f"/v1/sandboxes/{n.live}/swerex/execute", {"command": "true", "shell": True}),
+        replace(send("POST", f"/v1/sandboxes/{n.live}/swerex/execute", {"command": "true", "shell": True}),
+                headers=(("Content-Type", "application/json"), ("X-API-Key", "")))],
+    # The viewer, with beta's session.
+    ("GET", "/ui/sandboxes/{id}"): both(lambda s: f"/ui/sandboxes/{s}"),
+    ("GET", "/ui/trajectories/{sandbox_id}"): both(lambda s: f"/ui/trajectories/{s}", stored=True),
+    ("GET", "/ui/compare"): lambda w, n: [get(f"/ui/compare?a={n.live}&b={n.ended}", stored=True)],
+    ("GET", "/ui/runs/{run_id}"): lambda w, n: [get(f"/ui/runs/{n.run}")],
+    ("GET", "/ui/api/sandboxes/{id}"): both(lambda s: f"/ui/api/sandboxes/{s}"),
+    ("POST", "/ui/api/sandboxes/{id}/delete"): lambda w, n: [send("POST", f"/ui/api/sandboxes/{n.live}/delete",
+                                                                  control=False)],
+    ("GET", "/ui/api/runs/{run_id}"): lambda w, n: [get(f"/ui/api/runs/{n.run}")],
+    ("GET", "/ui/api/runs/{run_id}/plots/{name}"): lambda w, n: [get(f"/ui/api/runs/{n.run}/plots/plot.png")],
+    ("GET", "/ui/api/trajectories/{sandbox_id}"): _trajectory_probes(lambda w: ""),
+    ("GET", "/ui/api/trajectories/{sandbox_id}/raw"): _trajectory_probes(lambda w: "/raw"),
+    ("GET", "/ui/api/trajectories/{sandbox_id}/steps/{n}"): _trajectory_probes(lambda w: f"/steps/{w.exec_step}"),
+    ("GET", "/ui/api/trajectories/{sandbox_id}/steps/{n}/file"): _trajectory_probes(
+        lambda w: f"/steps/{w.file_step}/file"),
+    ("GET", "/ui/api/trajectories/{sandbox_id}/steps/{n}/{stream}"): _trajectory_probes(
+        lambda w: f"/steps/{w.exec_step}/stdout"),
+    ("GET", "/ui/api/trajectories/{sandbox_id}/steps/{n}/{stream}/full"): _trajectory_probes(
+        lambda w: f"/steps/{w.exec_step}/stdout/full"),
+}
+
+
+# -- listings and creates (routes that name nothing) ------------------------------------------------------------
+
+def _sandbox_list(w: World) -> None:
+    mine = api(w, w.beta, "GET", "/v1/sandboxes")["sandboxes"]
+    assert w.beta_live in {s["id"] for s in mine} and {s["project"] for s in mine} == {BETA}, mine
+    assert w.names.live in {s["id"] for s in api(w, w.alpha, "GET", "/v1/sandboxes")["sandboxes"]}
+    for query in ("", f"?label=task_id=alpha-task-{TAG}", f"?label=run_id=alpha-run-{TAG}", "?status=ready"):
+        reply = w.router.http("GET", "/v1/sandboxes" + query, key=w.beta.key)
+        assert reply.status == 200 and w.names.live not in reply.body.decode(), (query, reply.body[:300])
+        names_nothing_of_alphas(w, query, reply)
+    assert api(w, w.beta, "GET", f"/v1/sandboxes?label=task_id=alpha-task-{TAG}")["sandboxes"] == []
+
+
+def _pool_list(w: World) -> None:
+    mine = api(w, w.beta, "GET", "/v1/pools")["pools"]
+    assert [(p["name"], p["project"]) for p in mine] == [(w.twin, BETA)], mine
+    theirs = api(w, w.alpha, "GET", "/v1/pools")["pools"]
+    assert {(p["name"], p["project"]) for p in theirs} == {(w.names.pool, ALPHA), (w.twin, ALPHA)}, theirs
+    names_nothing_of_alphas(w, "", w.router.http("GET", "/v1/pools", key=w.beta.key))
+
+
+def _trajectory_list(w: World) -> None:
+    for query in ("", f"?task_id=alpha-task-{TAG}", f"?model=alpha-model-{TAG}", f"?harness=alpha-harness-{TAG}"):
+        reply = w.router.http("GET", "/v1/trajectories" + query, key=w.beta.key)
+        assert reply.status == 200, reply.body[:300]
+        names_nothing_of_alphas(w, query, reply)
+        if query:
+            assert reply.json()["trajectories"] == [], (query, reply.body[:300])
+            assert w.names.ended in json.dumps(api(w, w.alpha, "GET", "/v1/trajectories" + query)), query
+    assert w.beta_ended in json.dumps(api(w, w.beta, "GET", "/v1/trajectories"))
+
+
+def _artifact_list(w: World) -> None:
+    for query in (f"task_id=alpha-task-{TAG}", f"run_id=alpha-run-{TAG}", f"sandbox_id={w.names.live}",
+                  f"sandbox_id={w.names.ended}"):
+        assert api(w, w.alpha, "GET", f"/v1/artifacts?{query}")["artifacts"], query
+        reply = w.router.http("GET", f"/v1/artifacts?{query}", key=w.beta.key)
+        assert reply.status == 200 and reply.json()["artifacts"] == [], (query, reply.body[:300])
+        names_nothing_of_alphas(w, query, reply)
+    assert api(w, w.beta, "GET", f"/v1/artifacts?task_id=beta-task-{TAG}")["artifacts"]
+
+
+def _run_files_list(w: World) -> None:
+    assert {f["key"] for f in api(w, w.alpha, "GET", f"/v1/runs/{w.names.run}/files")["files"]} == {
+        f"runs/{w.names.run}/{name}" for name in ("summary.json", "run.json", "groups.jsonl", "plot.png")}
+    reply = w.router.http("GET", f"/v1/runs/{w.names.run}/files", key=w.beta.key)
+    assert reply.status == 200 and reply.json() == {"files": []}, reply.body[:300]
+    assert api(w, w.beta, "GET", f"/v1/runs/{w.beta_run}/files")["files"]
+
+
+def _project_list(w: World) -> None:
+    assert [p["name"] for p in api(w, w.beta, "GET", "/v1/projects")["projects"]] == [BETA]
+    names_nothing_of_alphas(w, "", w.router.http("GET", "/v1/projects", key=w.beta.key))
+
+
+def _viewer_pages(w: World) -> None:
+    for path in ("/ui/", "/ui/trajectories", f"/ui/trajectories?task_id=alpha-task-{TAG}", "/ui/runs", "/ui/compare"):
+        reply = call(w, w.beta, get(path))
+        assert reply.status == 200 and b"<html" in reply.body, (path, reply.status)
+        names_nothing_of_alphas(w, path, reply)
+
+
+def _viewer_sandboxes(w: World) -> None:
+    assert w.names.live in {s["id"] for s in viewer(w, w.alpha, "/ui/api/sandboxes")["sandboxes"]}
+    shown = viewer(w, w.beta, "/ui/api/sandboxes")["sandboxes"]
+    assert w.beta_live in {s["id"] for s in shown} and {s["project"] for s in shown} == {BETA}, shown
+    names_nothing_of_alphas(w, "", call(w, w.beta, get("/ui/api/sandboxes")))
+
+
+def _viewer_runs(w: World) -> None:
+    assert w.names.run in {r["run_id"] for r in viewer(w, w.alpha, "/ui/api/runs")["runs"]}
+    assert [r["run_id"] for r in viewer(w, w.beta, "/ui/api/runs")["runs"]] == [w.beta_run]
+    names_nothing_of_alphas(w, "", call(w, w.beta, get("/ui/api/runs")))
+
+
+def _viewer_search(w: World) -> None:
+    for query in ("", f"?task_id=alpha-task-{TAG}", f"?model=alpha-model-{TAG}", f"?run_id=alpha-run-{TAG}",
+                  "?outcome=pass", "?date_from=2000-01-01"):
+        path = "/ui/api/trajectories" + query
+        assert query == "?outcome=pass" or w.names.ended in json.dumps(viewer(w, w.alpha, path)), path
+        reply = call(w, w.beta, get(path))
+        assert reply.status == 200, reply.body[:300]
+        names_nothing_of_alphas(w, path, reply)
+        found = [i["sandbox_id"] for i in reply.json()["items"]]
+        assert found == ([w.beta_ended] if query in ("", "?date_from=2000-01-01") else []), (path, found)
+
+
+def _create_with_alphas_request_id_and_pool(w: World) -> None:
+    again = api(w, w.alpha, "POST", "/v1/sandboxes", {"request_id": f"alpha-req-{TAG}", "metadata": ALPHA_META},
+                status=201)
+    assert again["id"] == w.names.live, "alpha's retry no longer finds its sandbox"
+    made = api(w, w.beta, "POST", "/v1/sandboxes", {"request_id": f"alpha-req-{TAG}"}, status=201)
+    _beta_made(w, made)
+    refused = w.router.http("POST", "/v1/sandboxes", json_body={"pool": w.names.pool}, key=w.beta.key)
+    assert refused.status == 404, refused.body[:300]
+    names_nothing_of_alphas(w, w.names.pool, refused)
+    # beta's pool of the twin name is empty (size 0): its create starts a sandbox, never takes alpha's member.
+    _beta_made(w, api(w, w.beta, "POST", "/v1/sandboxes", {"pool": w.twin}, status=201))
+
+
+def _batch_with_alphas_request_id_and_pool(w: World) -> None:
+    body = {"sandboxes": [{"request_id": f"alpha-req-{TAG}"}, {"pool": w.names.pool}, {"pool": w.twin}]}
+    reply = w.router.http("POST", "/v1/sandboxes/batch", json_body=body, key=w.beta.key)
+    assert reply.status == 200, reply.body[:300]
+    first, second, third = reply.json()["sandboxes"]
+    _beta_made(w, first)
+    _beta_made(w, third)
+    assert second["error"]["code"] == "not_found", second
+    names_nothing_of_alphas(w, w.names.pool, reply)
+
+
+def _beta_made(w: World, record: dict[str, Any]) -> None:
+    """A sandbox beta's create made: beta's own, none of alpha's; deleted again."""
+    assert record["project"] == BETA and record["id"] not in {w.names.live, w.names.member}, record
+    api(w, w.beta, "DELETE", f"/v1/sandboxes/{record['id']}")
+
+
+def _pools_of_one_name(w: World) -> None:
+    name = f"twin-{secrets.token_hex(3)}"
+    for who in (w.alpha, w.beta):
+        api(w, who, "POST", "/v1/pools", {"name": name, "size": 0}, status=201)
+    try:
+        api(w, w.beta, "PATCH", f"/v1/pools/{name}", {"size": 0})
+        assert api(w, w.alpha, "GET", f"/v1/pools/{name}")["project"] == ALPHA
+        assert api(w, w.beta, "GET", f"/v1/pools/{name}")["project"] == BETA
+    finally:
+        for who in (w.beta, w.alpha):
+            api(w, who, "DELETE", f"/v1/pools/{name}")
+    api(w, w.alpha, "GET", f"/v1/pools/{name}", status=404)
+
+
+def _run_file_written(w: World) -> None:
+    path = f"/v1/runs/{w.names.run}/files/summary.json"
+    theirs = w.router.http("GET", path, key=w.alpha.key).body
+    reply = w.router.http("PUT", path, b'{"by": "beta"}', key=w.beta.key)
+    assert reply.status == 201, reply.body[:300]
+    assert w.router.http("GET", path, key=w.alpha.key).body == theirs
+    assert w.router.http("GET", path, key=w.beta.key).body == b'{"by": "beta"}'
+
+
+def _storage_report(w: World) -> None:
+    assert [p["project"] for p in api(w, w.alpha, "GET", "/v1/storage")["projects"]] == [ALPHA]
+    reply = w.router.http("GET", "/v1/storage", key=w.beta.key)
+    assert reply.status == 200 and [p["project"] for p in reply.json()["projects"]] == [BETA], reply.body[:300]
+    names_nothing_of_alphas(w, "", reply)
+
+
+def _storage_gc(w: World) -> None:
+    reply = w.router.http("POST", "/v1/storage/gc", json_body={"dry_run": True}, key=w.beta.key)
+    assert reply.status == 200 and [p["project"] for p in reply.json()["projects"]] == [BETA], reply.body[:300]
+    names_nothing_of_alphas(w, "", reply)
+
+
+def _images_are_the_routers(w: World) -> None:
+    # Images are the backend's, shared by every project (no project owns one): both see the same answers.
+    for name in ("default", f"no-such-image-{TAG}"):
+        mine, theirs = (w.router.http("GET", f"/v1/images/{name}", key=who.key) for who in (w.alpha, w.beta))
+        assert (mine.status, mine.body) == (theirs.status, theirs.body), name
+
+
+# Routes that name nothing of alpha's: what beta must (and must not) get from them.
+CHECKS: dict[tuple[str, str], Callable[[World], None]] = {
+    ("GET", "/v1/sandboxes"): _sandbox_list,
+    ("GET", "/v1/pools"): _pool_list,
+    ("GET", "/v1/trajectories"): _trajectory_list,
+    ("GET", "/v1/artifacts"): _artifact_list,
+    ("GET", "/v1/runs/{run_id}/files"): _run_files_list,
+    ("GET", "/v1/projects"): _project_list,
+    ("GET", "/v1/images/{name:.+}"): _images_are_the_routers,
+    ("GET", "/v1/storage"): _storage_report,
+    ("POST", "/v1/storage/gc"): _storage_gc,
+    ("GET", "/ui/"): _viewer_pages,
+    ("GET", "/ui/trajectories"): _viewer_pages,
+    ("GET", "/ui/runs"): _viewer_pages,
+    ("GET", "/ui/api/sandboxes"): _viewer_sandboxes,
+    ("GET", "/ui/api/runs"): _viewer_runs,
+    ("GET", "/ui/api/trajectories"): _viewer_search,
+    ("POST", "/v1/sandboxes"): _create_with_alphas_request_id_and_pool,
+    ("POST", "/v1/sandboxes/batch"): _batch_with_alphas_request_id_and_pool,
+    ("POST", "/v1/pools"): _pools_of_one_name,
+    ("PUT", "/v1/runs/{run_id}/files/{name}"): _run_file_written,
+}
+WRITES = {("POST", "/v1/sandboxes"), ("POST", "/v1/sandboxes/batch"), ("POST", "/v1/pools"),
+          ("PUT", "/v1/runs/{run_id}/files/{name}")}
+"""Checks that leave beta with things named as alpha's are (a run file under alpha's run id, a sandbox made with
+alpha's request id): they run after the listings, which would show them as beta's own."""
+NO_SESSION = {("GET", "/ui"), ("GET", "/ui/login"), ("POST", "/ui/login"), ("POST", "/ui/logout"),
+              ("GET", "/ui/static/{name}")}
+"""The viewer's routes without a session: the redirect to /ui/, the login form and its post, the logout, the
+viewer's own scripts and styles. None reads anything of a project, so there is nothing of alpha's to ask for."""
+
+
+def route_ids() -> list[tuple[str, str]]:
+    """Every route of the API and of the viewer as (method, path), the :data:`WRITES` last."""
+    every = [(r.method, r.path) for r in ROUTES] + [(m, p) for m, p, _ in UI_ROUTES]
+    return sorted(every, key=lambda route: route in WRITES)
