@@ -306,10 +306,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     up.add_argument("--memory-reserve-mb", type=float, metavar="MIB",
                     help="local backend: memory the host keeps; creates wait (503 + Retry-After) while the host's "
                          "available memory, less what starting sandboxes take, is below it (default 5%% of the "
-                         "host's, at least 1024)")
+                         "host's, at least 1024; 0: no check)")
     up.add_argument("--disk-reserve-mb", type=float, metavar="MIB",
                     help="local backend: free space the state dir's file system keeps the same way (default 5%% "
-                         "of it, at least 2048)")
+                         "of it, at least 2048; 0: no check)")
     up.add_argument("--pull-missing", action="store_true",
                     help="local backend: a create naming a registry image not in the store pulls it first")
     up.add_argument("--insecure-registry", action="append", metavar="HOST:PORT",

@@ -176,7 +176,7 @@ def _check(tp: Any, value: Any, name: str, meta: Any) -> Any:
             raise Invalid(f"{name!r} must be a finite number, got {value}")
         lo, hi = meta.get("minimum"), meta.get("maximum")
         if (lo is not None and value < lo) or (hi is not None and value > hi):
-            raise Invalid(f"{name!r} must be between {lo:g} and {hi:g}, got {value}")
+            raise Invalid(f"{name!r} must be between {_number(lo)} and {_number(hi)}, got {value}")
         return tp(value)
     if tp is bytes:
         if not isinstance(value, bytes):
@@ -232,3 +232,10 @@ def json_schema(tp: Any, meta: Any = None) -> dict[str, Any]:
                 out[name] = list(meta[key]) if key == "enum" else meta[key]
         return out
     return {}
+
+
+def _number(value: float | None) -> str:
+    """A bound as a person reads it: ``1,048,576``, ``0.5``, never ``1.04858e+06``."""
+    if value is None:
+        return "any"
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,}"

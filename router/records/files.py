@@ -291,7 +291,13 @@ class RecordFiles:
 
     def _settle_without_space(self, removals: list[str]) -> None:
         """A removal that could not be logged on a full disk: every file as it is now is made durable and
-        every log removed (which frees space, and leaves no entry that would bring the files back)."""
+        every log removed (which frees space, and leaves no entry that would bring the files back). A write of
+        a removed record still waiting for room (logged, its file not written) is dropped too: once space is
+        back it would bring the file back, as a record of a sandbox no one made (a create refused as its
+        journal could not be written, on a disk whose log page still had room for its record)."""
+        for sid in removals:
+            self._stale.pop(sid, None)
+            self._patched.discard(sid)
         with contextlib.suppress(OSError):
             self._rotate()
             self._finish_checkpoints()

@@ -51,7 +51,8 @@ BIG = 6000  # bytes of stdout in one exec step: more than the slack in any page 
 def small_disk_router(s3_server: EmbeddedS3) -> Iterator[RouterProcess]:
     """A router whose state dir is a tmpfs of DISK_MB MiB, storing trajectories in the session's S3."""
     with router_state(start=False, disk_mb=DISK_MB) as router:
-        router.up_args = ("--s3", s3_server.endpoint, "--s3-bucket", new_bucket())
+        # No disk check at admission: this test fills the disk on purpose, to see what the writes do.
+        router.up_args = ("--s3", s3_server.endpoint, "--s3-bucket", new_bucket(), "--disk-reserve-mb", "0")
         router.extra_env = {"GROVE_S3_ACCESS_KEY": s3_server.access_key, "GROVE_S3_SECRET_KEY": s3_server.secret_key}
         router.start()
         yield router

@@ -177,6 +177,25 @@ def test_the_host_admits_a_burst_only_as_far_as_its_memory_goes(s3_server: Any) 
         assert again.status == 201, again.body[:300]
 
 
+def test_the_host_admits_creates_only_while_the_state_disk_keeps_its_reserve(s3_server: Any) -> None:
+    """A state dir on a 96 MiB tmpfs (the runtime takes ~61 MiB of it) under the default reserve (at least
+    2 GiB kept free): every create is a 503 naming disk and the state dir, and nothing of it is made; with
+    ``--disk-reserve-mb 8`` the same disk admits one."""
+    with router_state(s3=s3_server, disk_mb=96) as router:
+        refused = router.http("POST", "/v1/sandboxes", json_body=SMALL)
+        assert refused.status == 503 and int(refused.headers["Retry-After"]) >= 1, refused.body[:300]
+        message = refused.json()["error"]["message"]
+        assert "short of disk" in message and str(router.state_dir) in message, message
+        assert "--disk-reserve-mb" in message, message
+        assert router.live_ids() == set() and not list((router.state_dir / "sandboxes").iterdir())
+        router.stop()
+        router.up_args += ("--disk-reserve-mb", "8")
+        router.start()
+        admitted = router.http("POST", "/v1/sandboxes", json_body=SMALL)
+        assert admitted.status == 201, admitted.body[:300]
+        router.delete_all()
+
+
 def test_a_project_past_its_stored_bytes_creates_no_more(quota_router: RouterProcess) -> None:
     """What a project keeps in object storage counts too: past its ``stored_bytes`` a create is a 429 saying how
     to free space; another project is not held to it."""

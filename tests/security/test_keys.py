@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 from router.auth import fingerprint
@@ -24,7 +25,8 @@ def test_keys_added_and_revoked_on_a_running_router(fresh_router: RouterProcess)
     assert _status(router, router.key) == 200
 
     listed = router.cli("key", "ls").stdout.decode()
-    assert f"{fingerprint(alice)}  alice (laptop)" in listed and fingerprint(bob) in listed
+    assert re.search(rf"^{fingerprint(alice)}\s+default\s+member\s+alice \(laptop\)$", listed, re.M), listed
+    assert fingerprint(bob) in listed
     assert alice not in listed and bob not in listed  # fingerprints only
     assert (router.layout.api_keys).stat().st_mode & 0o077 == 0
 
