@@ -21,6 +21,7 @@ BENCHMARKS = {
     "noisy": "perf.bench_noisy",
     "rollouts": "perf.bench_rollouts",
     "grading": "perf.bench_grading",
+    "projects": "perf.bench_projects",
     "images": "perf.bench_images",
     "knative": "perf.knative_calls",
 }
