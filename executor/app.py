@@ -6,6 +6,7 @@ backend's zygote builds the shell ahead of its forks (see :mod:`executor.served`
 
 from __future__ import annotations
 
+import base64
 import errno
 import hmac
 import logging
@@ -133,6 +134,31 @@ def app_shell(root: str) -> Flask:
             if isinstance(event, dict):
                 result = event
         return _reply(result)
+
+    @app.post("/v1/computer")
+    def computer() -> Response:
+        body = wire.decode(request.get_data(cache=False), request.content_type)
+        answer = slot.get().desktop.act(body)
+        shot = answer.pop("screenshot")
+        if _wants_msgpack():  # the router's: the images as bytes, the thumbnail beside
+            answer["screenshot"] = {"png": shot.png, "width": shot.width, "height": shot.height,
+                                    "thumb": shot.thumb, "thumb_width": shot.thumb_width,
+                                    "thumb_height": shot.thumb_height}
+        else:
+            answer["screenshot"] = {"media_type": "image/png", "data": base64.b64encode(shot.png).decode(),
+                                    "width": shot.width, "height": shot.height}
+        return _reply(answer)
+
+    @app.route("/v1/display", methods=["GET", "POST"])
+    def display() -> Response:
+        desktop = slot.get().desktop
+        if request.method == "GET":
+            return _reply(desktop.status())
+        body = wire.decode(request.get_data(cache=False), request.content_type) if request.content_length else {}
+        browser = body.get("browser") if isinstance(body, dict) else None
+        if browser is not None and not isinstance(browser, str):
+            raise BadRequest("'browser' must be a URL")
+        return _reply(desktop.start(browser))
 
     @app.route("/v1/files", methods=["GET", "PUT", "DELETE"])
     def files() -> Response:

@@ -58,6 +58,8 @@ class Runner:
         self._settings = settings
         self._paths = paths
         self._outputs = outputs
+        self.extra_env: dict[str, str] = {}
+        """Set by the executor as the sandbox runs (``DISPLAY`` once its screen is up), under the sandbox's own."""
 
     def run(self, req: ExecRequest) -> Iterator[Chunk | dict[str, Any]]:
         """Start the command (errors raise here), then iterate: output chunks as they come, the result last."""
@@ -68,7 +70,7 @@ class Runner:
             raise NotFound(f"cwd {cwd_api!r} is not a directory in the sandbox")
         started = time.monotonic()  # the command's timeout covers looking up its user too
         run_as = self._run_as(req.user) if req.user is not None else None
-        env = {**settings.env, **(_user_env(run_as) if run_as else {}), **req.env}
+        env = {**settings.env, **self.extra_env, **(_user_env(run_as) if run_as else {}), **req.env}
         exec_id = uuid.uuid4().hex[:16]
         out_dir = self._paths.resolve(settings.output_dir)
         captures = {

@@ -14,6 +14,33 @@ MiB = 1024 * 1024
 
 
 @dataclass(frozen=True)
+class DesktopSettings:
+    """The sandbox's screen (:mod:`executor.computer.desktop`): started at the first computer action, or with
+    the sandbox if ``start``."""
+
+    width: int = 1280
+    """Screen width in pixels (the screenshots' too: grove never scales them)."""
+    height: int = 800
+    """Screen height in pixels."""
+    browser: str | None = None
+    """A URL Chromium opens when the display starts; None: no browser until one is asked for."""
+    start: bool = False
+    """Start the display (and browser) as the sandbox starts, not at the first action (a warm pool's desktops)."""
+    quiet_ms: int = 250
+    """After an input action, the screen must be unchanged this long to count as settled."""
+    cap_ms: int = 3000
+    """The longest an action waits for the screen to settle."""
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, object] | None) -> DesktopSettings:
+        """From the router's JSON (the create's ``desktop``); None: the defaults."""
+        if not raw:
+            return cls()
+        known = {f: raw[f] for f in ("width", "height", "browser", "start", "quiet_ms", "cap_ms") if f in raw}
+        return cls(**known)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
 class ExecutorSettings:
     """Everything the executor needs to know; nothing else is read from the environment."""
 
@@ -60,6 +87,8 @@ class ExecutorSettings:
     """The directory (an API path) that snapshots keep, made at start if missing; None: ``workdir``."""
     idle_snapshot_s: float = 0.0
     """Snapshot after this long without a request (0: only on SIGTERM)."""
+    desktop: DesktopSettings = field(default_factory=DesktopSettings)
+    """The sandbox's screen, for computer-use actions."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ExecutorSettings:
@@ -98,5 +127,7 @@ class ExecutorSettings:
             snapshot_upload_token=env.get("GROVE_EXECUTOR_SNAPSHOT_UPLOAD_TOKEN") or None,
             snapshot_get_url=env.get("GROVE_EXECUTOR_SNAPSHOT_GET_URL") or None,
             snapshot_dir=env.get("GROVE_EXECUTOR_SNAPSHOT_DIR") or None,
+            desktop=DesktopSettings.parse(json.loads(env["GROVE_EXECUTOR_DESKTOP"]))
+            if env.get("GROVE_EXECUTOR_DESKTOP") else DesktopSettings(),
             **kwargs,  # type: ignore[arg-type]
         )

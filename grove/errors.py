@@ -13,6 +13,7 @@ from grove.core.errors import (
     InternalError,
     Invalid,
     MethodNotAllowed,
+    NoDisplay,
     NotFound,
     QuotaExceeded,
     RangeNotSatisfiable,
@@ -27,7 +28,7 @@ from grove.core.errors import (
 
 __all__ = [
     "BadGateway", "BadRequest", "BatchFailed", "ChecksumMismatch", "Conflict", "Forbidden", "GroveError",
-    "InsufficientStorage", "InternalError", "Invalid", "MethodNotAllowed", "NotFound", "QuotaExceeded",
+    "InsufficientStorage", "InternalError", "Invalid", "MethodNotAllowed", "NoDisplay", "NotFound", "QuotaExceeded",
     "RangeNotSatisfiable",
     "RequestTimeout", "TooLarge", "Unauthorized", "Unavailable", "Unreachable", "UpstreamTimeout",
     "error_from_body",

@@ -24,6 +24,25 @@ class NetworkModel:
 
 
 @dataclass(frozen=True)
+class DesktopModel:
+    """A screen for GUI agents: Xvfb, a window manager and Chromium inside the sandbox, driven through
+    ``POST /v1/sandboxes/{id}/computer``. Without it a sandbox still gets a 1280x800 screen at its first
+    computer action; with it the router counts the memory a desktop takes when admitting the create."""
+
+    width: int = spec("screen width in pixels (screenshots are this size: grove never scales them)", default=1280,
+                      minimum=320, maximum=3840)
+    height: int = spec("screen height in pixels", default=800, minimum=240, maximum=2160)
+    browser: str | None = spec("a URL Chromium opens on the screen when it starts (none: no browser until asked)",
+                               default=None, max_len=4096)
+    start: bool = spec("start the screen (and browser) with the sandbox, so its first screenshot needs no wait "
+                       "(a warm pool's desktops); else at the first computer action", default=False)
+    quiet_ms: int = spec("after an input action, the screen must stay unchanged this long to count as settled",
+                         default=250, minimum=0, maximum=10000)
+    cap_ms: int = spec("the longest an action waits for the screen to settle", default=3000, minimum=0,
+                       maximum=60000)
+
+
+@dataclass(frozen=True)
 class Metadata:
     """What the sandbox is for; recorded in its trajectory and usable as list filters."""
 
@@ -63,6 +82,7 @@ class CreateRequest:
                                   max_len=200)
     pool: str | None = spec("claim a ready sandbox from this warm pool (its image, resources and network; "
                             "an empty pool makes a fresh one)", default=None, max_len=63)
+    desktop: DesktopModel | None = spec("a screen for GUI agents (see DesktopModel)", default=None)
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, nested models as dicts: ``dataclasses.asdict`` (a deep copy by reflection, 13 % of
@@ -71,6 +91,7 @@ class CreateRequest:
         data["env"] = dict(self.env)
         data["network"] = {"egress": self.network.egress, "allow": list(self.network.allow)}
         data["metadata"] = {**vars(self.metadata), "labels": dict(self.metadata.labels)}
+        data["desktop"] = dict(vars(self.desktop)) if self.desktop is not None else None
         return data
 
     def with_request_id(self, request_id: str | None) -> CreateRequest:
@@ -93,6 +114,7 @@ class CreateRequest:
                          "heartbeat_timeout_s": self.heartbeat_timeout_s},
             # Not dataclasses.asdict (a deep copy by reflection): this runs for every answer and claim.
             "metadata": {**vars(self.metadata), "labels": dict(self.metadata.labels)},
+            **({"desktop": dict(vars(self.desktop))} if self.desktop is not None else {}),
         }
 
 

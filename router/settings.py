@@ -55,6 +55,9 @@ class RouterSettings:
     gc_interval_h: float = 6.0
     """Hours between the router's own collection passes: what is past its project's ``retention_days`` and
     owned by nothing live, and image layers nothing uses (:mod:`router.housekeeping`); 0: never."""
+    screenshot_mb: float = 256.0
+    """Most screenshot bytes one trajectory stores (distinct images, full size and thumbnail): past it a computer
+    step still answers with its screen, and records the image's hash and size without storing it."""
     artifact_url_expires_s: float = 3600.0
     """Lifetime of the presigned GET URLs the router hands out (after a push, and for ``?redirect=1``)."""
     header_timeout_s: float = 30.0

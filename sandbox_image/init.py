@@ -275,7 +275,7 @@ def _serve(config: dict[str, Any], listener: socket.socket, oom_fd: int | None) 
     cost ~5 MiB of unshared memory and a good part of the start time.
     """
     from executor.serve import ExecutorServer
-    from executor.settings import ExecutorSettings
+    from executor.settings import DesktopSettings, ExecutorSettings
 
     settings = ExecutorSettings(
         token=config["token"],
@@ -284,6 +284,7 @@ def _serve(config: dict[str, Any], listener: socket.socket, oom_fd: int | None) 
         env={**BASE_ENV, **config["env"]},
         command_oom_score_adj=1000,
         oom_control_path=f"/proc/self/fd/{oom_fd}" if oom_fd is not None else None,
+        desktop=DesktopSettings.parse(config.get("desktop")),
     )
     sys.argv = ["grove-executor"]
     from executor import reaper

@@ -49,6 +49,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         artifact_retention_days=_days(args.artifact_retention_days, "GROVE_ARTIFACT_RETENTION_DAYS"),
         trajectory_retention_days=_days(args.trajectory_retention_days, "GROVE_TRAJECTORY_RETENTION_DAYS"),
         artifact_url_expires_s=args.artifact_url_expires,
+        screenshot_mb=args.screenshot_mb,
         gc_interval_h=args.gc_interval_h,
         pull_missing=args.pull_missing,
         insecure_registries=tuple(args.insecure_registry or ()),
@@ -297,6 +298,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                          "$GROVE_TRAJECTORY_RETENTION_DAYS, else left alone: kept for ever)")
     up.add_argument("--artifact-url-expires", type=float, default=3600.0, metavar="SECONDS",
                     help="lifetime of the presigned GET URLs the router hands out (default 3600)")
+    up.add_argument("--screenshot-mb", type=float, default=256.0, metavar="MIB",
+                    help="most screenshot bytes one trajectory stores (distinct images and their thumbnails; "
+                         "default 256); past it a computer step records the image's hash without storing it")
     up.add_argument("--gc-interval-h", type=float, default=6.0, metavar="HOURS",
                     help="hours between the router's own storage collections: what is past its project's "
                          "retention_days and owned by nothing live, and image layers nothing uses (default 6; "

@@ -18,6 +18,7 @@ import msgpack
 
 from grove.client.artifacts import AsyncArtifacts, sandbox_artifacts
 from grove.client.batch import batch_ask, stream_batch
+from grove.client.computer import AsyncComputer
 from grove.client.results import ExecResult
 from grove.client.upload import UPLOAD_MAX_BYTES, spool_tar
 from grove.core import wire
@@ -328,6 +329,8 @@ class AsyncSandbox:
         self.id: str = info["id"]
         self._heartbeat: asyncio.TimerHandle | asyncio.Task[None] | FirstBeats | None = None
         self._beat_every = 0.0
+        self.computer = AsyncComputer(self)
+        """The sandbox's screen, mouse and keyboard (:mod:`grove.client.computer`)."""
 
     async def __aenter__(self) -> AsyncSandbox:
         return self

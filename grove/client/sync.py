@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from grove.client.aio import AsyncGrove, AsyncSandbox
 from grove.client.artifacts import AsyncArtifacts
+from grove.client.computer import AsyncComputer
 from grove.client.download import Progress
 from grove.client.pull import PullReport
 from grove.client.results import ExecResult
@@ -147,6 +148,8 @@ class Sandbox:
         self.inner = inner
         self.id = inner.id
         self.info = inner.info
+        self.computer = Computer(loop, inner.computer)
+        """The sandbox's screen, mouse and keyboard; see :class:`grove.client.computer.AsyncComputer`."""
 
     def __enter__(self) -> Sandbox:
         return self
@@ -210,6 +213,26 @@ class Sandbox:
     def close(self) -> None:
         """Delete the sandbox."""
         self._loop.run(self.inner.close())
+
+
+class Computer:
+    """``sandbox.computer`` of the synchronous client: every call of :class:`AsyncComputer`, blocking."""
+
+    def __init__(self, loop: _Loop, inner: AsyncComputer) -> None:
+        self._loop = loop
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self.inner, name)
+        if not callable(call) or name.startswith("_"):
+            return call
+
+        def blocking(*args: Any, **kwargs: Any) -> Any:
+            return self._loop.run(call(*args, **kwargs))
+
+        blocking.__name__ = name
+        blocking.__doc__ = call.__doc__
+        return blocking
 
 
 class Artifacts:

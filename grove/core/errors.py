@@ -96,6 +96,12 @@ class Invalid(GroveError):
     status = 422
 
 
+class NoDisplay(Invalid):
+    """A computer action on a sandbox whose image has no screen (no Xvfb): build one with ``--preset desktop``."""
+
+    code = "no_display"
+
+
 class BadGateway(GroveError):
     """The sandbox's executor failed or went away during the call."""
 
@@ -188,6 +194,7 @@ _BY_CODE: dict[str, type[GroveError]] = {
         TooLarge,
         RangeNotSatisfiable,
         Invalid,
+        NoDisplay,
         ChecksumMismatch,  # before BadGateway: a bare 502 stays a BadGateway
         BadGateway,
         Unavailable,

@@ -10,6 +10,7 @@ from aiohttp import web
 from grove.core.api import ExecBody
 from router.api.artifacts import get_artifact, list_artifacts, list_sandbox_artifacts
 from router.api.batch import create_sandboxes
+from router.api.computer import computer_handler, display_handler, screenshot_handler
 from router.api.datapath import exec_handler, transfer
 from router.api.images import get_image
 from router.api.openapi import build_spec
@@ -90,6 +91,14 @@ ROUTES: list[Route] = [
     Route("DELETE", "/v1/pools/{name}", delete_pool, "Delete a warm pool and its unclaimed sandboxes"),
     Route("POST", "/v1/sandboxes/{id}/heartbeat", heartbeat, "Keep a sandbox alive", body=Empty),
     Route("POST", "/v1/sandboxes/{id}/exec", exec_handler, "Run a command (?stream=1 streams)", body=ExecBody),
+    Route("POST", "/v1/sandboxes/{id}/computer", computer_handler,
+          "One computer-use action (Anthropic's {\"action\"} or OpenAI's {\"type\"}); the screen after it, "
+          "recorded"),
+    Route("GET", "/v1/sandboxes/{id}/display", display_handler, "The sandbox's screen: running, its size"),
+    Route("POST", "/v1/sandboxes/{id}/display", display_handler,
+          "Start the sandbox's screen ({\"browser\": URL} opens Chromium there)"),
+    Route("GET", "/v1/screenshots/{sha}", screenshot_handler,
+          "A stored screenshot of the project by its sha256 (?thumb=1: its thumbnail)"),
     Route("GET", "/v1/sandboxes/{id}/files", transfer("/v1/files", "file"), "Read a file (?path=)"),
     Route("PUT", "/v1/sandboxes/{id}/files", transfer("/v1/files", "file"), "Write a file atomically (?path=&mode=)",
           raw_body="application/octet-stream"),

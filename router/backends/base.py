@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from router.models import CreateRequest
+from router.models import CreateRequest, DesktopModel
 from router.models import NetworkModel as Network
 
 __all__ = ["Backend", "Endpoint", "Network", "RunUsage", "SandboxSpec", "Started"]
@@ -42,6 +42,8 @@ class SandboxSpec:
     """The sandbox's lifetime, for credentials that must outlive it (presigned snapshot URLs)."""
     disk_mb: int = CreateRequest.disk_mb
     """Disk quota in MiB: the most its writable layer (what it changed of the image) may hold."""
+    desktop: DesktopModel | None = None
+    """Its screen's settings (the executor's ``DesktopSettings``); None: the defaults, started on demand."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ naming the quota, with a ``Retry-After``; nothing of it was made.
 **The host** (the local backend; a cluster's scheduler does this for Knative) is asked for what sandboxes
 actually take, not what their limits allow: a coding sandbox's 1 GiB limit costs a few MiB, a desktop's
 hundreds. A create is admitted while the host's available memory (``MemAvailable``), less what the starts in
-flight are about to take (each counted at ``min(memory_mb, START_MEMORY_MB)`` until it runs and shows in
+flight are about to take (each counted at ``min(memory_mb, START_MEMORY_MB)``, a desktop's at up to
+``DESKTOP_START_MB``, until it runs and shows in
 ``MemAvailable`` itself), keeps ``memory_reserve_mb`` for the host; and while the state dir's file system
 keeps ``disk_reserve_mb`` free (a reserve of 0 turns that check off: an operator who watches the host
 by other means, or a test that fills the disk on purpose). Past that the create is a 503 with
@@ -33,6 +34,14 @@ from router.records.registry import Registry
 START_MEMORY_MB = 64
 """What a starting sandbox is counted at (or its ``memory_mb``, if less) until it runs: about what an
 interpreter and a shell take; what it grows to afterwards shows in the host's available memory."""
+DESKTOP_START_MB = 400
+"""The same for a sandbox made with a ``desktop``: Xvfb, a window manager and Chromium with one tab take
+~250-350 MiB once up (perf/results/desktop.json), most of it while the browser starts."""
+
+
+def start_memory_mb(req: CreateRequest) -> float:
+    """What a starting sandbox is counted at until it runs (see :data:`START_MEMORY_MB`)."""
+    return min(req.memory_mb, DESKTOP_START_MB if req.desktop is not None else START_MEMORY_MB)
 START_DISK_MB = 8
 """The same for its disk: a writable layer starts as a sparse copy of its image's template (under 1 MiB
 written, measured with ``du`` on a fresh sandbox), and grows as the sandbox writes."""
@@ -160,7 +169,7 @@ class Admission:
     def _check_host(self, req: CreateRequest) -> None:
         host = self.host()
         reserves = self.reserves(host)
-        memory = min(req.memory_mb, START_MEMORY_MB)
+        memory = start_memory_mb(req)
         room = host.memory_available_mb - self._starting_mb - reserves.memory_mb
         if reserves.memory_mb > 0 and memory > room:
             raise Unavailable(
@@ -196,7 +205,7 @@ class Admission:
         written (until :meth:`registered`)."""
         self.starting[project] = self.starting.get(project, 0) + 1
         self._writing.setdefault(project, Usage()).add(req.cpu, req.memory_mb, req.disk_mb)
-        self._starting_mb += min(req.memory_mb, START_MEMORY_MB)
+        self._starting_mb += start_memory_mb(req)
         self._starting_disk_mb += min(req.disk_mb, START_DISK_MB)
 
     def registered(self, project: str, req: CreateRequest) -> None:
@@ -214,7 +223,7 @@ class Admission:
             self.starting[project] = left
         else:
             self.starting.pop(project, None)
-        self._starting_mb = max(0.0, self._starting_mb - min(req.memory_mb, START_MEMORY_MB))
+        self._starting_mb = max(0.0, self._starting_mb - start_memory_mb(req))
         self._starting_disk_mb = max(0.0, self._starting_disk_mb - min(req.disk_mb, START_DISK_MB))
         self._reading = None  # read the host afresh: what it started shows there now
 

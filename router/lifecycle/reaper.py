@@ -15,6 +15,7 @@ from router.records.activity import ActivityClocks
 from router.records.registry import Registry, SandboxRecord
 from router.settings import RouterSettings
 from router.trajectory.recorder import Recorder
+from router.trajectory.screens import Screens
 from router.trajectory.store import TrajectoryStore
 
 _CLOCKS_EVERY = 5
@@ -32,6 +33,7 @@ class ReaperHost(Protocol):
     backend: Backend
     registry: Registry
     recorder: Recorder
+    screens: Screens
 
     def lock(self, sandbox_id: str) -> asyncio.Lock:
         """The sandbox's lifecycle lock."""
@@ -76,6 +78,7 @@ class Reaper:
         self._passes += 1
         await self._stored.flush(now)
         if self._passes % _CLOCKS_EVERY == 0:
+            await self._service.screens.flush()
             await asyncio.to_thread(self._clocks.save, self._service.registry.live())
         for record in self._service.registry.live():
             # One sandbox failing (its delete hit EMFILE under an attack, say) must not skip the others.

@@ -40,6 +40,7 @@ from router.trajectory.fulloutputs import FullOutputs
 from router.trajectory.outflow import ByteBudget
 from router.trajectory.pushing import ArtifactPushes
 from router.trajectory.recorder import Recorder
+from router.trajectory.screens import Screens
 from router.trajectory.store import TrajectoryStore
 from router.upstream.proxy import Upstreams
 
@@ -116,6 +117,8 @@ class SandboxService:
         """Sandboxes starting, and re-adoption after a restart (router/lifecycle/starting.py)."""
         self.claims = Claims(self)
         """Claims of pool members and their hand-overs (router/lifecycle/claims.py)."""
+        self.screens = Screens(storage, settings.state_dir / "screenshots", int(settings.screenshot_mb * (1 << 20)))
+        """The images of computer steps, stored content-addressed (router/trajectory/screens.py)."""
         self.stored = TrajectoryStore(self.journal, storage, settings.state_dir)
         """Where finished journals go (router/trajectory/store.py)."""
         self.scaling = Scaling(self)
@@ -152,6 +155,7 @@ class SandboxService:
         for task in [*self.starts.tasks(), *self.claims.tasks(), *self._background]:
             with contextlib.suppress(BaseException):
                 await task
+        await self.screens.drain()  # uploads in flight end stored or spooled
         await self.registry.close()
         self.journal.flush_held(last=True)
         await self.upstreams.close()
@@ -283,6 +287,7 @@ class SandboxService:
             record.spent.s3_bytes = await self.stored.store(sandbox_id)
             self.housekeeping.usage.add(record.project, record.spent.s3_bytes or 0)  # the stored_bytes quota
             self.registry.forget(record)
+            self.screens.forget(sandbox_id)
         self._locks.pop(sandbox_id, None)
         return record
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import secrets
 import time
 from typing import Any, Protocol
 
-from grove.core.errors import GroveError, Invalid, Unavailable
+from grove.core.errors import GroveError, Invalid, Unavailable, error_from_body
 from router.backends.base import Backend, Started
 from router.lifecycle.admission import Admission
 from router.lifecycle.fairness import FairStarts
@@ -180,7 +181,7 @@ class Starts(InFlight):
     async def start_member(self, record: SandboxRecord) -> Started | None:
         """Start a pool member (tracked like a create, so a delete meanwhile waits for it); None if it was
         deleted while it started."""
-        task = asyncio.create_task(self._service.backend.create(record.spec()))
+        task = asyncio.create_task(self._started_with_desktop(record))
         waiter: asyncio.Task[None] = asyncio.create_task(_settle(task))
         self._tasks[record.id] = waiter
         try:
@@ -192,6 +193,27 @@ class Starts(InFlight):
             return None
         return started
 
+    async def _started_with_desktop(self, record: SandboxRecord) -> Started:
+        started = await self._service.backend.create(record.spec())
+        await self._desktop_up(record, started)
+        return started
+
+    async def _desktop_up(self, record: SandboxRecord, started: Started) -> None:
+        """A sandbox made with ``desktop.start``: its screen (and browser) up before it counts as ready, so its
+        first screenshot waits for nothing. A failure takes the sandbox down and fails the start."""
+        desktop = record.request.desktop
+        if desktop is None or not desktop.start:
+            return
+        try:
+            body = {"browser": desktop.browser} if desktop.browser else {}
+            async with self._service.upstreams.call(started.endpoint, "POST", "/v1/display", json_body=body,
+                                                    timeout_s=90.0) as resp:
+                answer = await resp.read()
+                if resp.status != 200:
+                    raise error_from_body(resp.status, json.loads(answer) if answer else None)
+        except BaseException:
+            await self._service.backend.delete(record.id, started.handle)
+            raise
     async def _bring_up(self, record: SandboxRecord) -> None:
         # Tracked until its record is written: every call waits for that (see endpoint), and it shows
         # "ready" only once that is on disk, so no caller sees ready a sandbox a full disk then fails.
@@ -225,6 +247,7 @@ class Starts(InFlight):
                     if record.status == "deleting":  # deleted while it waited for its turn: nothing to start
                         return False
                     started = await service.backend.create(record.spec())
+                    await self._desktop_up(record, started)
             finally:
                 self._queued.discard(record.id)
         except GroveError as exc:

@@ -84,6 +84,7 @@ class SandboxRecord:
             idle_timeout_s=req.idle_timeout_s,
             ttl_s=req.ttl_s,
             disk_mb=req.disk_mb,
+            desktop=req.desktop,
         )
 
     def endpoint(self) -> Endpoint | None:

@@ -168,6 +168,7 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
         _from_secret("GROVE_EXECUTOR_SNAPSHOT_UPLOAD_TOKEN", spec.id, "snapshot-upload-token", optional=True),
         {"name": "GROVE_EXECUTOR_SNAPSHOT_UPLOAD_URL", "value": snapshot_upload_url(options, spec.id)},
         {"name": "GROVE_EXECUTOR_WORKDIR", "value": spec.workdir},
+        *([{"name": "GROVE_EXECUTOR_DESKTOP", "value": json.dumps(vars(spec.desktop))}] if spec.desktop else []),
         {"name": "GROVE_EXECUTOR_SNAPSHOT_DIR", "value": spec.workdir},
         {"name": "GROVE_EXECUTOR_IDLE_SNAPSHOT_S", "value": f"{options.idle_snapshot_s:g}"},
         # A command ends (and its result is sent) before queue-proxy would cut the call at timeoutSeconds.

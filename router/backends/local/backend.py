@@ -218,6 +218,7 @@ class LocalBackend:
             "token": spec.token,
             "env": spec.env,
             "workdir": spec.workdir,
+            "desktop": dict(vars(spec.desktop)) if spec.desktop is not None else None,
         }
         config.update(await self._layer(base, fresh))
         report = await self._zygote().spawn(config)
