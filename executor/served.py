@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-from executor.computer.desktop import Desktop
+from executor.computer.desktop import desktop_for
 from executor.dedup import Deduplicator
 from executor.outputs import KeptOutputs
 from executor.paths import PathResolver
@@ -32,7 +32,7 @@ class Served:
         self.runner = Runner(settings, self.paths, self.outputs)
         self.dedup = Deduplicator(settings.dedup_entries)
         self.sessions = Sessions(settings, self.paths)
-        self.desktop = Desktop(settings.desktop, settings.env, self.runner.extra_env)
+        self.desktop = desktop_for(settings.desktop, settings.env, self.runner.extra_env)
 
 
 class Slot:

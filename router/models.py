@@ -223,6 +223,9 @@ class PoolRequest:
     workdir: str = spec("working directory the sandboxes start with (a claim may name another)",
                         default="/workspace", max_len=1024)
     size: int = spec("how many ready sandboxes to keep", default=1, minimum=0, maximum=10000)
+    desktop: DesktopModel | None = spec("a screen for each sandbox (with `start`, up before a member is ready, "
+                                        "its browser too: a claim's first screenshot waits for nothing)",
+                                        default=None)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,8 @@ _START_S = 15.0
 _BROWSER_S = 30.0
 _XDOTOOL_S = 90.0
 _CDP = "http://127.0.0.1:9222"
+_CURRENT: Desktop | None = None
+"""The sandbox's display (see :func:`desktop_for`): one per executor process, as there is one screen :99."""
 _BROWSERS = ("/usr/lib/chromium/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 """Debian's binary first: its /usr/bin/chromium wrapper reads /etc/chromium.d, which a sandbox may not have."""
 BROWSER_FLAGS = (
@@ -64,6 +66,21 @@ class Shot:
     thumb_height: int
 
 
+def desktop_for(settings: DesktopSettings, env: Mapping[str, str], shared_env: dict[str, str]) -> Desktop:
+    """The sandbox's display, for an app being built. The display belongs to the sandbox, not to one app:
+    a warm pool's member is claimed by building a new app (:mod:`executor.claim`), and its screen and
+    browser, up since before the claim, must be that app's too."""
+    global _CURRENT
+    current = _CURRENT
+    if current is not None and current.settings == settings:
+        current.rebind(env, shared_env)
+        return current
+    if current is not None:
+        current.close()
+    _CURRENT = Desktop(settings, env, shared_env)
+    return _CURRENT
+
+
 class Desktop:
     """The display of one sandbox (one per executor); one action at a time."""
 
@@ -79,6 +96,15 @@ class Desktop:
         self._last: tuple[bytes, Shot] | None = None
 
     # -- the API ---------------------------------------------------------------------------------------
+
+    def rebind(self, env: Mapping[str, str], shared_env: dict[str, str]) -> None:
+        """Serve a new app: its environment for what the display starts from now on, its runner told of
+        ``DISPLAY`` if the display runs."""
+        with self._lock:
+            self._env = dict(env)
+            self._shared_env = shared_env
+            if self._running():
+                self._env["DISPLAY"] = shared_env["DISPLAY"] = DISPLAY
 
     def act(self, body: Any) -> dict[str, Any]:
         """Do one computer action and answer with the screen after it (see the module's docstring)."""
@@ -178,9 +204,11 @@ class Desktop:
         if parsed.scheme not in ("http", "https", "file", "about", "data"):
             raise Invalid(f"'browser' must be an http(s), file, about or data URL, got {url!r}")
         before = fb.read().pixels
+        quiet_ms = 600  # a page loading in a running browser
         if self._browser is not None and self._browser.poll() is None:
             self._navigate(url)
         else:
+            quiet_ms = 1200  # a browser starting paints its window, its toolbar and then the page, with pauses
             binary = next((b for b in (self._which(n) for n in _BROWSERS) if b), None)
             if binary is None:
                 raise NoDisplay("this sandbox's image has no browser: install chromium (grove image build-debian "
@@ -195,7 +223,7 @@ class Desktop:
                 raise Unavailable("the browser exited as it started; run it by hand with exec to see why",
                                   retry_after=1)
             time.sleep(0.05)
-        self._settle(fb, 400, int(max(0.0, deadline - time.monotonic()) * 1000))
+        self._settle(fb, quiet_ms, int(max(0.0, deadline - time.monotonic()) * 1000))
 
     def _navigate(self, url: str) -> None:
         tabs = _cdp("GET", "/json/list")
@@ -222,8 +250,10 @@ class Desktop:
     # -- input and screen ------------------------------------------------------------------------------
 
     def _xdotool(self, command: list[str]) -> str:
+        # A UTF-8 locale, or xdotool types nothing past ASCII ("Invalid multi-byte sequence").
+        env = {**self._env, "LC_ALL": "C.UTF-8"}
         proc = reaper.spawn(["xdotool", *command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=self._env, close_fds=True, start_new_session=True)
+                            stderr=subprocess.PIPE, env=env, close_fds=True, start_new_session=True)
         try:
             out, err = proc.communicate(timeout=_XDOTOOL_S)
         except subprocess.TimeoutExpired:
@@ -309,9 +339,13 @@ def _cdp(method: str, path: str) -> Any:
     request = urllib.request.Request(_CDP + path, method=method)
     try:
         with urllib.request.urlopen(request, timeout=10) as reply:
-            return json.loads(reply.read() or b"null")
-    except (OSError, ValueError) as exc:
+            raw = reply.read()
+    except OSError as exc:
         raise Unavailable(f"the browser's debugging port did not answer {path}: {exc}", retry_after=1) from exc
+    try:
+        return json.loads(raw or b"null")
+    except ValueError:  # /json/close answers in words ("Target is closing")
+        return raw.decode(errors="replace")
 
 
 def _tail(path: str, limit: int = 600) -> str:

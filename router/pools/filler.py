@@ -221,7 +221,8 @@ def made_with(definition: PoolRequest) -> CreateRequest:
     """The create a pool's members are made with (every create compares itself with it: built once)."""
     res = definition.resources
     return CreateRequest(image=definition.image, cpu=res.cpu, memory_mb=res.memory_mb, pids_max=res.pids_max,
-                         disk_mb=res.disk_mb, network=definition.network, workdir=definition.workdir)
+                         disk_mb=res.disk_mb, network=definition.network, workdir=definition.workdir,
+                         desktop=definition.desktop)
 
 
 def same_image(made_from: str | None, current: str | None) -> bool:

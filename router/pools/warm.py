@@ -29,7 +29,7 @@ from router.records.registry import SandboxRecord, new_id
 log = logging.getLogger("grove.router")
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 # Fields of a create that a pool fixes; a create naming the pool may leave them out or repeat them.
-POOL_FIELDS = ("image", "cpu", "memory_mb", "pids_max", "disk_mb", "network")
+POOL_FIELDS = ("image", "cpu", "memory_mb", "pids_max", "disk_mb", "network", "desktop")
 # How often changed claim and miss counters are written: a burst's thousand claims cost one write, and a
 # killed router loses at most this much of its counting.
 _COUNTS_EVERY_S = 1.0

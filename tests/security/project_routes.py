@@ -66,6 +66,13 @@ CASES: dict[tuple[str, str], Callable[[World, Names], list[Probe]]] = {
     ("POST", "/v1/sandboxes/{id}/exec"): lambda w, n: [
         send("POST", f"/v1/sandboxes/{n.live}/exec", {"command": "true"}),
         send("POST", f"/v1/sandboxes/{n.member}/exec", {"command": "true"}, control=False)],
+    ("POST", "/v1/sandboxes/{id}/computer"): lambda w, n: [
+        send("POST", f"/v1/sandboxes/{n.live}/computer", {"action": "cursor_position"}),
+        send("POST", f"/v1/sandboxes/{n.member}/computer", {"action": "cursor_position"}, control=False)],
+    ("GET", "/v1/sandboxes/{id}/display"): lambda w, n: [get(f"/v1/sandboxes/{n.live}/display")],
+    ("POST", "/v1/sandboxes/{id}/display"): lambda w, n: [send("POST", f"/v1/sandboxes/{n.live}/display", {})],
+    ("GET", "/v1/screenshots/{sha}"): lambda w, n: [get(f"/v1/screenshots/{w.screenshot}"),
+                                                    get(f"/v1/screenshots/{w.screenshot}?thumb=1")],
     ("GET", "/v1/sandboxes/{id}/files"): lambda w, n: [get(f"/v1/sandboxes/{n.live}/files?path=/workspace/out.txt")],
     ("PUT", "/v1/sandboxes/{id}/files"): lambda w, n: [
         send("PUT", f"/v1/sandboxes/{n.live}/files?path=/workspace/written.txt", raw=b"x")],

@@ -80,6 +80,8 @@ class World:
     beta_ended: str
     beta_run: str
     markers: tuple[str, ...]
+    screenshot: str = ""
+    """The sha256 of a screenshot alpha's live sandbox took (stored in alpha's part of the bucket)."""
     """Strings that only alpha's data holds: none may be in an answer to beta that its request did not hold."""
 
 
@@ -285,6 +287,8 @@ def make_world(router: RouterProcess) -> World:
         wait_for(lambda sid=sid: call_status(router, alpha, f"/ui/api/trajectories/{sid}/steps/{steps[0]}/stdout/full")
                  == 303, 30, what="the full output in S3")
     _delete_and_store(router, alpha_key, ended, f"alpha-task-{TAG}")
+    screenshot = _ok(router.http("POST", f"/v1/sandboxes/{live}/computer", json_body={"action": "screenshot"},
+                                 key=alpha_key))["screenshot"]["sha256"]
     listed = _ok(router.http("GET", f"/v1/sandboxes/{live}/artifacts", key=alpha_key))["artifacts"]
     artifact = next(a["path"] for a in listed if a["path"].endswith("/out.txt")).lstrip("/")
 
@@ -316,4 +320,4 @@ def make_world(router: RouterProcess) -> World:
                f"alpha-summary-{TAG}", f"alpha-plot-{TAG}", f"projects/{ALPHA}/", ALPHA)
     names = Names(live, ended, members.pop(), pool, run, ALPHA)
     return World(router, alpha, logged_in(router, beta_key), Who(router.key), names, artifact, steps[0], steps[1],
-                 twin, beta_live, beta_ended, beta_run, markers)
+                 twin, beta_live, beta_ended, beta_run, markers, screenshot)
