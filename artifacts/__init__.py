@@ -15,7 +15,8 @@ use :mod:`artifacts.snapshot` and :mod:`artifacts.presigned` without ``minio``):
 - :mod:`artifacts.snapshot` — workspace tar + zstd, streamed, and back (:mod:`artifacts.unpack`);
   :mod:`artifacts.presigned` — presigned URLs with ``http.client``; :mod:`artifacts.multipart` — a stream of
   unknown length as one multipart upload.
-- :mod:`artifacts.export` — chat-messages JSONL for SFT.
+- :mod:`artifacts.export` — chat-messages JSONL for SFT; :mod:`artifacts.export_screens` — computer steps in it,
+  their screenshots as image content parts.
 - :mod:`artifacts.s3server` — ``EmbeddedS3``, ``weed mini`` on loopback for one machine (:mod:`artifacts.s3proc`:
   its binary, ports, credentials and readiness).
 

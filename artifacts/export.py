@@ -24,6 +24,9 @@ How steps become messages, in order:
 - event ``tool_call`` with ``data = {"name", "arguments" (dict or JSON string), "id"?, "output"?,
   "description"?, "parameters"?}``: a call of that tool the same way (a ``tool`` message if ``output``).
 - event ``tool_result`` with ``data = {"tool_call_id", "content"}``: a ``tool`` message.
+- ``computer`` (``POST /v1/sandboxes/{id}/computer``): a ``computer`` tool call with the action in the vocabulary
+  it was given, a ``tool`` message answering it, and a ``user`` message with the screen after it as an image
+  content part (only the last few stay images: :mod:`artifacts.export_screens` says how and why).
 - ``file_write`` (the file API's PUT): a ``write_file`` tool call ``{"path", "content"}`` (content as
   the router recorded it: whole files up to 64 KiB of UTF-8; else ``"[N bytes]"``), with a short
   ``tool`` answer; ``file_read``: a ``read_file`` tool call ``{"path"}`` answered with the content.
@@ -32,14 +35,17 @@ How steps become messages, in order:
   {"status": "started"}}`` … ``{"status": "finished"}``, as grove's rollout runner posts them): no
   message at all. The task's setup and its grader are not the agent's actions; a model trained on them
   would learn to run graders it will never have.
-- other file steps, ``reward`` and ``result`` events: no message (rewards and the result go to metadata).
+- ``display`` steps (the screen and its browser started: the environment's setup), other file steps, ``reward``
+  and ``result`` events: no message (rewards and the result go to metadata).
 
 ``tools`` lists the JSON schema of every tool called (bash's is :data:`BASH_TOOL`). ``metadata``:
 sandbox_id, task_id, model, harness, harness_version, image, image_digest, result, ``resolved``
 (result == "pass"; None without an outcome or for ``infra_error``), reward (the outcome's, else the last
 reward event's; none for ``infra_error``) and ``infra_errors`` (the reasons of environment faults the
-router noted: a ``fail`` beside them may be the environment's doing, not the policy's), and ``bad_steps``
-when a stored step had a shape no writer makes (skipped; the rest of the record is exported).
+router noted: a ``fail`` beside them may be the environment's doing, not the policy's), ``bad_steps``
+when a stored step had a shape no writer makes (skipped; the rest of the record is exported), and ``screenshots``
+when there were computer steps (how many screens, shown as images, omitted for the window, missing). With
+``image_format="trl"`` a line also has ``images``: the images' data URLs in the order of their placeholders.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from collections.abc import Iterable
 from typing import IO, Any
 
 from artifacts import trajectory as tj
+from artifacts.export_screens import ScreenOptions, Screenshots, as_parts, computer_call, computer_tool
 
 log = logging.getLogger("grove.export")
 
@@ -103,9 +110,11 @@ class _Conversation:
         self.messages.append(msg)
 
 
-def to_chat(record: dict[str, Any]) -> dict[str, Any]:
-    """One record as ``{"messages", "tools", "metadata"}``."""
+def to_chat(record: dict[str, Any], screens: ScreenOptions | None = None) -> dict[str, Any]:
+    """One record as ``{"messages", "tools", "metadata"}`` (and ``images`` for ``trl``); ``screens``: how computer
+    steps' screenshots are read and shown (default: none read, each a text part saying so)."""
     conv = _Conversation()
+    shots = Screenshots(screens or ScreenOptions())
     rewards: list[Any] = []
     result_event: dict[str, Any] | None = None
     bracket: str | None = None  # inside a setup or grading bracket: not the agent's doing
@@ -126,7 +135,7 @@ def to_chat(record: dict[str, Any]) -> dict[str, Any]:
         if bracket is not None:
             continue
         try:
-            _add_step(conv, step, kind, event, data, rewards)
+            _add_step(conv, step, kind, event, data, rewards, shots)
         except (TypeError, ValueError, AttributeError, RecursionError):
             bad_steps.append(index)  # a shape no writer makes: skipped and named, the rest still exported
     outcome = record.get("outcome") if isinstance(record.get("outcome"), dict) else None
@@ -149,15 +158,28 @@ def to_chat(record: dict[str, Any]) -> dict[str, Any]:
     }
     if bad_steps:
         metadata["bad_steps"] = bad_steps  # indexes of steps no reader could take (skipped, not guessed at)
-    return {"messages": conv.messages, "tools": list(conv.tools.values()), "metadata": metadata}
+    images, counts = shots.fill()
+    if counts["steps"]:
+        metadata["screenshots"] = counts
+    row = {"messages": conv.messages, "tools": list(conv.tools.values()), "metadata": metadata}
+    if shots.options.image_format == "trl":
+        as_parts(conv.messages)
+        row["images"] = images
+    return row
 
 
 def _add_step(conv: _Conversation, step: dict[str, Any], kind: Any, event: Any, data: dict[str, Any],
-              rewards: list[Any]) -> None:
+              rewards: list[Any], shots: Screenshots) -> None:
     """One step of the agent's own into the conversation (and a reward event into ``rewards``)."""
     if kind == "exec":
         conv.tools["bash"] = BASH_TOOL
         conv.call("bash", {"command": _command_text(step.get("command"))}, None, _observation(step))
+    elif kind == "computer":
+        arguments, answer = computer_call(step)
+        conv.tools.setdefault("computer", computer_tool(step))
+        conv.call("computer", arguments, None, answer)
+        if step.get("error") is None:
+            conv.messages.append(shots.slot(step))
     elif kind in _FILE_TOOLS:
         _file_call(conv, step)
     elif kind != "event":
@@ -175,13 +197,13 @@ def _add_step(conv: _Conversation, step: dict[str, Any], kind: Any, event: Any, 
         rewards.append(data.get("reward", data.get("value")))
 
 
-def write_jsonl(records: Iterable[dict[str, Any]], out: IO[str]) -> int:
+def write_jsonl(records: Iterable[dict[str, Any]], out: IO[str], screens: ScreenOptions | None = None) -> int:
     """Write one JSON line per record to ``out``; return how many. A record that cannot be exported at all
     (not a map, or not encodable) is left out with a warning, never the end of the export."""
     count = 0
     for record in records:
         try:
-            line = json.dumps(to_chat(record), ensure_ascii=False, default=str)
+            line = json.dumps(to_chat(record, screens), ensure_ascii=False, default=str)
         except (TypeError, ValueError, AttributeError, RecursionError) as exc:
             sid = record.get("sandbox", {}).get("id") if isinstance(record, dict) else None
             log.warning("trajectory %s left out of the export: %s: %s", sid, type(exc).__name__, exc)

@@ -10,6 +10,8 @@ from typing import Any
 from grove.cli.common import client, texty, utc
 
 OUTCOMES = ("pass", "fail", "infra_error")
+IMAGE_FORMATS = ("openai", "trl")
+"""As :data:`artifacts.export_screens.IMAGE_FORMATS` (not imported here: the CLI loads the exporter only to export)."""
 
 
 def cmd_trajectories(args: argparse.Namespace) -> int:
@@ -22,7 +24,7 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
         if args.traj_cmd == "ls":
             _print_table(items)
             return 0
-        return _export(grove, items, args.output)
+        return _export(grove, items, args)
 
 
 def _listed(grove: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -45,18 +47,32 @@ def _print_table(items: list[dict[str, Any]]) -> None:
         )
 
 
-def _export(grove: Any, items: list[dict[str, Any]], output: str) -> int:
+def _export(grove: Any, items: list[dict[str, Any]], args: argparse.Namespace) -> int:
     from artifacts.export import write_jsonl
+    from artifacts.export_screens import ScreenOptions
 
+    def screenshot(sha: str) -> bytes:
+        # The listed trajectories are the client's project's, and so are their screenshots.
+        return bytes(grove.request("GET", f"/v1/screenshots/{sha}", raw=True))
+
+    screens = ScreenOptions(screenshot, args.keep_screenshots, args.image_format)
     records = (grove.request("GET", f"/v1/trajectories/{it['sandbox_id']}") for it in items)
+    output = args.output
     out = open(output, "w", encoding="utf-8") if output != "-" else sys.stdout  # noqa: SIM115
     try:
-        count = write_jsonl(records, out)
+        count = write_jsonl(records, out, screens)
     finally:
         if out is not sys.stdout:
             out.close()
     print(f"exported {count} trajectories to {output}", file=sys.stderr)
     return 0
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -75,6 +91,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                        help="only those with this result (filtered here, not by the router)")
         if name == "export":
             p.add_argument("-o", "--output", default="-", help="file to write (default stdout)")
+            p.add_argument("--keep-screenshots", type=_count, default=3, metavar="N",
+                           help="computer steps: the last N screenshots stay images, older ones a text "
+                                "placeholder (default 3; 0: none)")
+            p.add_argument("--image-format", choices=IMAGE_FORMATS, default="openai",
+                           help="openai: image_url parts with data URLs (default); trl: {\"type\": \"image\"} "
+                                "placeholders and the images in the line's 'images', as TRL's vision SFT reads")
     tget = tsub.add_parser("get", parents=[common], help="one trajectory as JSON")
     tget.add_argument("id")
     traj.set_defaults(func=cmd_trajectories)

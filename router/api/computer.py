@@ -9,7 +9,9 @@ and answers the client in JSON with the image in base64, the shape both vendors'
 from __future__ import annotations
 
 import base64
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -17,9 +19,10 @@ from aiohttp import web
 
 from artifacts.trajectory import MAX_EVENT_DEPTH, nests_deeper
 from grove.core import wire
-from grove.core.errors import BadGateway, BadRequest, GroveError, UpstreamTimeout, error_from_body
+from grove.core.errors import BadGateway, BadRequest, Conflict, GroveError, UpstreamTimeout, error_from_body
 from router.api.appkeys import project_of, sandbox_of, service_of
 from router.api.datapath import read_capped
+from router.backends.base import Endpoint
 from router.lifecycle.service import SandboxService
 from router.records.registry import SandboxRecord
 
@@ -92,10 +95,17 @@ async def screenshot_handler(request: web.Request) -> web.Response:
                         headers={"Cache-Control": "private, max-age=31536000, immutable"})
 
 
-async def call(service: SandboxService, record: SandboxRecord, method: str, path: str, body: Any) -> dict[str, Any]:
-    """One call to the sandbox's executor in msgpack (waking it if it sleeps); its answer, or its error raised."""
-    with service.calling(record), service.recorder.faults(record, f"{method} {path}"):
-        endpoint = await service.endpoint(record)
+async def call(service: SandboxService, record: SandboxRecord, method: str, path: str, body: Any, *,
+               look: bool = False) -> dict[str, Any]:
+    """One call to the sandbox's executor in msgpack (waking it if it sleeps); its answer, or its error raised.
+
+    ``look``: the viewer looking at the screen, not a client using the sandbox. It wakes nothing (a sandbox
+    that is not ready is a 409), moves neither the idle nor the heartbeat clock (a page left open must not
+    keep an abandoned sandbox alive), and its failure is not recorded as one of the trajectory's faults."""
+    busy = _looking(record) if look else service.calling(record)
+    faults = contextlib.nullcontext() if look else service.recorder.faults(record, f"{method} {path}")
+    with busy, faults:
+        endpoint = _awake(record) if look else await service.endpoint(record)
         session, base = service.upstreams.session(endpoint)
         headers = service.upstreams.headers(endpoint, {"Accept": wire.MSGPACK, "Content-Type": wire.MSGPACK})
         data = wire.encode(body, True) if body is not None else None
@@ -116,6 +126,27 @@ async def call(service: SandboxService, record: SandboxRecord, method: str, path
     if not isinstance(decoded, dict):
         raise BadGateway(f"the executor answered {path} with a {type(decoded).__name__}, not an object")
     return decoded
+
+
+@contextlib.contextmanager
+def _looking(record: SandboxRecord) -> Iterator[None]:
+    """A look in flight: the reaper leaves the sandbox running until it ends, and its clocks are not touched."""
+    record.inflight += 1
+    try:
+        yield
+    finally:
+        record.inflight -= 1
+
+
+def _awake(record: SandboxRecord) -> Endpoint:
+    """The executor of a sandbox that runs now; Conflict, never a wake-up, otherwise."""
+    endpoint = record.endpoint() if record.status == "ready" else None
+    if endpoint is not None:
+        return endpoint
+    if record.status == "idle":
+        raise Conflict(f"sandbox {record.id} is asleep (scaled to zero after its idle timeout); looking does not "
+                       "wake it: its screen shows again after its next API call")
+    raise Conflict(f"sandbox {record.id} is {record.status}: it has no screen to look at")
 
 
 def _failed_step(body: Any, exc: GroveError, started: float) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from router.auth import KeyRing
-from router.ui import api, runs, views
+from router.ui import api, filmstrip, runs, views
 from router.ui.guard import SESSIONS, Handler, add_headers
 from router.ui.guard import api as json_call
 from router.ui.search import Summaries
@@ -33,12 +33,15 @@ UI_ROUTES: list[tuple[str, str, Handler]] = [
     ("GET", "/ui/api/sandboxes", json_call(api.sandboxes)),
     ("GET", "/ui/api/sandboxes/{id}", json_call(api.sandbox)),
     ("POST", "/ui/api/sandboxes/{id}/delete", json_call(api.delete_sandbox)),
+    ("GET", "/ui/api/sandboxes/{id}/screen", json_call(filmstrip.live_screen)),
     ("GET", "/ui/api/runs", json_call(runs.runs)),
     ("GET", "/ui/api/runs/{run_id}", json_call(runs.run)),
     ("GET", "/ui/api/runs/{run_id}/plots/{name}", json_call(runs.plot)),
     ("GET", "/ui/api/trajectories", json_call(api.trajectories)),
     ("GET", "/ui/api/trajectories/{sandbox_id}", json_call(api.trajectory)),
     ("GET", "/ui/api/trajectories/{sandbox_id}/raw", json_call(api.raw)),
+    ("GET", "/ui/api/trajectories/{sandbox_id}/filmstrip", json_call(filmstrip.filmstrip)),
+    ("GET", "/ui/api/trajectories/{sandbox_id}/screenshots/{sha}", json_call(filmstrip.screenshot)),
     ("GET", "/ui/api/trajectories/{sandbox_id}/steps/{n}", json_call(api.step)),
     ("GET", "/ui/api/trajectories/{sandbox_id}/steps/{n}/file", json_call(api.file_view)),
     ("GET", "/ui/api/trajectories/{sandbox_id}/steps/{n}/{stream}", json_call(api.output)),

@@ -46,7 +46,8 @@ PRESIGN_S = 300.0
 """How long a full-output link the viewer hands out stays valid."""
 
 
-def _int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+def whole_number(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    """A query parameter that is a whole number from ``low`` to ``high`` (``default`` when absent)."""
     raw = request.query.get(name)
     if raw is None or raw == "":
         return default
@@ -113,7 +114,7 @@ async def trajectories(request: web.Request) -> web.StreamResponse:
 
     query = Query(task_id=text("task_id"), model=text("model"), harness=text("harness"), outcome=text("outcome"),
                   run_id=text("run_id"), date_from=text("date_from"), date_to=text("date_to"), after=text("after"),
-                  limit=_int(request, "limit", 50, 1, 500)).check()
+                  limit=whole_number(request, "limit", 50, 1, 500)).check()
     summaries = request.app[SUMMARIES]
     return web.json_response(await asyncio.to_thread(search, objects, query, summaries, project_of(request)))
 
@@ -175,8 +176,8 @@ async def trajectory(request: web.Request) -> web.StreamResponse:
     """GET /ui/api/trajectories/{sandbox_id}?offset=&limit=&phase= — the header, the phases, and one page of
     step outlines (of one phase: setup, agent or grading, when asked; ``limit=0``: the header alone)."""
     record, live = await _record(request)
-    offset = _int(request, "offset", 0, 0, 10**9)
-    limit = _int(request, "limit", STEP_PAGE, 0, 2000)
+    offset = whole_number(request, "offset", 0, 0, 10**9)
+    limit = whole_number(request, "limit", STEP_PAGE, 0, 2000)
     phase = request.query.get("phase") or None
     if phase is not None and phase not in PHASES:
         raise BadRequest(f"phase must be one of {', '.join(PHASES)}, got {phase!r}")

@@ -52,6 +52,12 @@ def _trajectory_probes(suffix: Callable[[World], str]) -> Callable[[World, Names
                          get(f"/ui/api/trajectories/{n.ended}{suffix(w)}", stored=True)]
 
 
+def _screenshot_probes(w: World, n: Names) -> list[Probe]:
+    """The screenshot of a computer step in alpha's records, whole and its thumbnail."""
+    return [*_trajectory_probes(lambda w: f"/screenshots/{w.screenshot}")(w, n),
+            *_trajectory_probes(lambda w: f"/screenshots/{w.screenshot}?thumb=1")(w, n)]
+
+
 # Routes that name one of alpha's things: beta gets what an unknown name gets, a 404.
 CASES: dict[tuple[str, str], Callable[[World, Names], list[Probe]]] = {
     ("GET", "/v1/sandboxes/{id}"): lambda w, n: [get(f"/v1/sandboxes/{n.live}"), get(f"/v1/sandboxes/{n.ended}"),
@@ -121,6 +127,10 @@ CASES: dict[tuple[str, str], Callable[[World, Names], list[Probe]]] = {
         lambda w: f"/steps/{w.exec_step}/stdout"),
     ("GET", "/ui/api/trajectories/{sandbox_id}/steps/{n}/{stream}/full"): _trajectory_probes(
         lambda w: f"/steps/{w.exec_step}/stdout/full"),
+    # The viewer's screens: alpha's live sandbox's screen now, and the filmstrip and screenshots of its records.
+    ("GET", "/ui/api/sandboxes/{id}/screen"): lambda w, n: [get(f"/ui/api/sandboxes/{n.live}/screen")],
+    ("GET", "/ui/api/trajectories/{sandbox_id}/filmstrip"): _trajectory_probes(lambda w: "/filmstrip"),
+    ("GET", "/ui/api/trajectories/{sandbox_id}/screenshots/{sha}"): _screenshot_probes,
 }
 
 

@@ -80,9 +80,10 @@ class World:
     beta_ended: str
     beta_run: str
     markers: tuple[str, ...]
-    screenshot: str = ""
-    """The sha256 of a screenshot alpha's live sandbox took (stored in alpha's part of the bucket)."""
     """Strings that only alpha's data holds: none may be in an answer to beta that its request did not hold."""
+    screenshot: str = ""
+    """The sha256 of a screenshot alpha took in each of its sandboxes, a computer step of both its records
+    (stored in alpha's part of the bucket); the live sandbox's screen keeps running."""
 
 
 @dataclass(frozen=True)
@@ -286,9 +287,11 @@ def make_world(router: RouterProcess) -> World:
     for sid in (live, ended):  # the full output goes up in the background: wait for it while the sandbox lives
         wait_for(lambda sid=sid: call_status(router, alpha, f"/ui/api/trajectories/{sid}/steps/{steps[0]}/stdout/full")
                  == 303, 30, what="the full output in S3")
+    shots = {_ok(router.http("POST", f"/v1/sandboxes/{sid}/computer", json_body={"action": "screenshot"},
+                             key=alpha_key))["screenshot"]["sha256"] for sid in (live, ended)}
+    assert len(shots) == 1, shots  # the same blank screen in both: the stored record names it too
+    screenshot = shots.pop()
     _delete_and_store(router, alpha_key, ended, f"alpha-task-{TAG}")
-    screenshot = _ok(router.http("POST", f"/v1/sandboxes/{live}/computer", json_body={"action": "screenshot"},
-                                 key=alpha_key))["screenshot"]["sha256"]
     listed = _ok(router.http("GET", f"/v1/sandboxes/{live}/artifacts", key=alpha_key))["artifacts"]
     artifact = next(a["path"] for a in listed if a["path"].endswith("/out.txt")).lstrip("/")
 

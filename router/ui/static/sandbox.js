@@ -1,4 +1,5 @@
-// grove viewer: one sandbox — its configuration, its trajectory following new steps, and deleting it.
+// grove viewer: one sandbox — its configuration, its screen while it has one, its trajectory following new
+// steps, and deleting it.
 "use strict";
 
 (() => {
@@ -47,5 +48,6 @@
     follow: true,
     onEnd: () => { live.textContent = "ended"; },
   });
+  liveScreen.mount(document.getElementById("screen"), id, () => ended);
   refresh();
 })();

@@ -190,6 +190,8 @@ const timeline = (() => {
     if (type === "exec") execStep(sid, step, node);
     else if (type === "event") eventStep(step, node);
     else if (/^(file|archive)_/.test(type)) transferStep(sid, step, node);
+    else if (type === "computer") filmstrip.row(sid, step, node);
+    else if (type === "display") filmstrip.displayRow(step, node);
     else otherStep(step, node);
     if (step.clipped && !(type === "event" && step.kind === "changes")) {
       const more = el("button", { cls: "whole", type: "button", text: "show the whole step" });

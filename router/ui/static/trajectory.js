@@ -1,11 +1,12 @@
 // grove viewer: one trajectory — metadata, outcome with infra faults apart, the attempt's final diff, and its
-// steps by phase.
+// steps by phase; a GUI trajectory's screens as a filmstrip above them.
 "use strict";
 
 (() => {
   const container = document.getElementById("timeline");
   const id = container.dataset.id;
   let shown = false;
+  filmstrip.mount(document.getElementById("filmstrip"), id);
   timeline.mount(container, id, {
     follow: false,
     onHeader: (body) => {
