@@ -33,7 +33,7 @@ class DesktopModel:
                       minimum=320, maximum=3840)
     height: int = spec("screen height in pixels", default=800, minimum=240, maximum=2160)
     browser: str | None = spec("a URL Chromium opens on the screen when it starts (none: no browser until asked)",
-                               default=None, max_len=4096)
+                               default=None, max_len=65536)
     start: bool = spec("start the screen (and browser) with the sandbox, so its first screenshot needs no wait "
                        "(a warm pool's desktops); else at the first computer action", default=False)
     quiet_ms: int = spec("after an input action, the screen must stay unchanged this long to count as settled",

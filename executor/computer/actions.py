@@ -38,10 +38,11 @@ _ANTHROPIC["computer_20250124"] = {
 }
 _ANTHROPIC["computer_20251124"] = {**_ANTHROPIC["computer_20250124"], "zoom": ("region",)}
 _OPENAI: dict[str, tuple[str, ...]] = {
-    "click": ("button", "x", "y"), "double_click": ("x", "y"), "drag": ("path",), "keypress": ("keys",),
-    "move": ("x", "y"), "screenshot": (), "scroll": ("x", "y", "scroll_x", "scroll_y"), "type": ("text",),
-    "wait": (),
+    "click": ("button", "x", "y", "keys"), "double_click": ("x", "y", "keys"), "drag": ("path", "keys"),
+    "keypress": ("keys",), "move": ("x", "y", "keys"), "screenshot": (),
+    "scroll": ("x", "y", "scroll_x", "scroll_y", "keys"), "type": ("text",), "wait": (),
 }
+"""OpenAI's actions and their arguments; ``keys`` on a pointer action is the modifiers held through it."""
 _OPENAI_BUTTONS = {"left": "1", "wheel": "2", "middle": "2", "right": "3", "back": "8", "forward": "9"}
 _SCROLL_BUTTONS = {"up": "4", "down": "5", "left": "6", "right": "7"}
 GROVE_FIELDS = ("settle",)
@@ -139,7 +140,7 @@ def _anthropic(body: dict[str, Any], screen: _Screen) -> Plan:
                                                                             "left_click_drag", "left_mouse_down",
                                                                             "left_mouse_up") else []
     at = screen.point(args["coordinate"], "coordinate") if args.get("coordinate") is not None else None
-    move = [["mousemove", "--sync", str(at[0]), str(at[1])]] if at else []
+    move = [["mousemove", str(at[0]), str(at[1])]] if at else []
     if action in ("screenshot", "cursor_position"):
         result.settle = False
     elif action == "zoom":
@@ -187,32 +188,33 @@ def _openai(body: dict[str, Any], screen: _Screen) -> Plan:
     where = f"OpenAI action {action!r}"
     args = _check_args(body, _OPENAI[action], "type", where)
     result = Plan("openai", None, action, args)
+    held = _held_keys(args.get("keys")) if action != "keypress" else []
     if action == "screenshot":
         result.settle = False
     elif action in ("click", "double_click", "move"):
         x, y = screen.xy(args.get("x"), args.get("y"), "x, y")
-        move = ["mousemove", "--sync", str(x), str(y)]
+        move = ["mousemove", str(x), str(y)]
         if action == "move":
-            result.commands = [move]
+            result.commands = [_held(held, [move])]
         else:
             button = "1" if action == "double_click" else _OPENAI_BUTTONS.get(str(args.get("button")))
             if button is None:
                 raise Invalid(f"'button' must be one of {', '.join(_OPENAI_BUTTONS)}, got {args.get('button')!r}")
             repeat = "2" if action == "double_click" else "1"
-            result.commands = [[*move, "click", "--repeat", repeat, "--delay", "60", button]]
+            result.commands = [_held(held, [move, ["click", "--repeat", repeat, "--delay", "60", button]])]
     elif action == "drag":
         path = args.get("path")
         if not isinstance(path, list) or len(path) < 2 or not all(isinstance(p, dict) for p in path):
             raise Invalid("'path' must be a list of at least two points, each {\"x\": ..., \"y\": ...}")
         points = [screen.xy(p.get("x"), p.get("y"), f"path[{i}]") for i, p in enumerate(path)]
-        result.commands = [[c for command in _drag(points) for c in command]]
+        result.commands = [_held(held, _drag(points))]
     elif action == "keypress":
         result.commands = [["key", keys.chord(args.get("keys"))]]
     elif action == "type":
         result.commands = _typing(args.get("text"))
     elif action == "scroll":
         x, y = screen.xy(args.get("x"), args.get("y"), "x, y")
-        command = ["mousemove", "--sync", str(x), str(y)]
+        command = ["mousemove", str(x), str(y)]
         for name, negative, positive in (("scroll_y", "4", "5"), ("scroll_x", "6", "7")):
             value = args.get(name, 0)
             if not isinstance(value, int | float) or isinstance(value, bool):
@@ -220,10 +222,19 @@ def _openai(body: dict[str, Any], screen: _Screen) -> Plan:
             clicks = min(MAX_SCROLL, round(abs(value) / SCROLL_PX)) or (1 if value else 0)
             if clicks:
                 command += ["click", "--repeat", str(clicks), "--delay", "30", positive if value > 0 else negative]
-        result.commands = [command]
+        result.commands = [_held(held, [command])]
     elif action == "wait":
         result.pause_s = OPENAI_WAIT_S
     return result
+
+
+def _held_keys(value: Any) -> list[str]:
+    """An OpenAI pointer action's ``keys``: the modifiers held through it (``["SHIFT"]``); none for null or []."""
+    if value is None or value == []:
+        return []
+    if not isinstance(value, list) or not all(isinstance(k, str) and k for k in value):
+        raise Invalid("'keys' must be a list of modifier names held through the action, such as [\"SHIFT\"]")
+    return keys.modifiers("+".join(value), where="'keys'")
 
 
 def _held(held: list[str], commands: list[list[str]]) -> list[str]:
@@ -236,13 +247,14 @@ def _held(held: list[str], commands: list[list[str]]) -> list[str]:
 
 def _drag(points: list[tuple[int, int]]) -> list[list[str]]:
     """Press at the first point, move through the others in small steps (a slider follows motion, not
-    jumps), release at the last."""
+    jumps), release at the last. No ``mousemove --sync`` anywhere: it waits for the pointer to move, and
+    to where it already is it waits ~15 s (xdotool 3.2); one xdotool's requests reach the server in order."""
     (x, y), rest = points[0], points[1:]
-    commands = [["mousemove", "--sync", str(x), str(y)], ["mousedown", "1"]]
+    commands = [["mousemove", str(x), str(y)], ["mousedown", "1"]]
     for nx, ny in rest:
         steps = max(1, min(10, max(abs(nx - x), abs(ny - y)) // 20))
         for k in range(1, steps + 1):
-            commands.append(["mousemove", "--sync", str(x + (nx - x) * k // steps), str(y + (ny - y) * k // steps)])
+            commands.append(["mousemove", str(x + (nx - x) * k // steps), str(y + (ny - y) * k // steps)])
             commands.append(["sleep", "0.01"])
         x, y = nx, ny
     commands.append(["mouseup", "1"])

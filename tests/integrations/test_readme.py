@@ -80,12 +80,32 @@ MARKERS = {
     "many": 'grove.create_many(n, pool="swe"',
     "as_ready": "async for i, sandbox in grove.create_as_ready(",
     "in_parts": "async for part in grove.create_in_parts(",
+    "computer": 'sb.computer.start(browser="http://127.0.0.1:8000/")',
+    # Run on a real GUI trajectory's export by tests/artifacts/test_export_multimodal.py.
+    "gui_sft": 'ds = ds.cast_column("images", List(Image()))',
 }
 
 
 def test_every_python_block_is_run_by_a_test() -> None:
     untaught = [code.splitlines()[0] for code in python_blocks() if not any(m in code for m in MARKERS.values())]
     assert untaught == [], f"README Python blocks no test runs: {untaught}"
+
+
+def test_computer_use(user: RouterProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The block as written (its site not up: Chromium shows its own error page, the calls work the same)."""
+    with Grove(user.url, user.key) as grove:
+        namespace = run_block(block(MARKERS["computer"]), {"grove": grove})
+        sandbox = namespace["sb"]
+        try:
+            shot = namespace["shot"]
+            assert (shot.width, shot.height) == (1280, 800) and shot.cursor == (640, 400)
+            assert (tmp_path / "after.png").read_bytes() == shot.png
+            assert "(640, 400)" in capsys.readouterr().out
+            recorded = grove.request("GET", f"/v1/sandboxes/{sandbox.id}/trajectory")["steps"]
+            assert [s["action"] for s in recorded if s["type"] == "computer"] == [
+                "left_click", "type", "key", "scroll", "left_click_drag"]
+        finally:
+            sandbox.close()
 
 
 def test_quickstart(user: RouterProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -71,6 +71,15 @@ def test_a_click_changes_the_page_seen_in_the_screenshot_and_the_sites_state(pag
     assert pixel(after.png, x, y + 80) == GREEN  # the page turned green, in the very next screenshot
 
 
+def test_acting_where_the_pointer_already_is_takes_no_longer(page: Sandbox) -> None:
+    """xdotool's ``mousemove --sync`` to where the pointer already is waits ~15 s: grove never uses it."""
+    first = page.computer.act({"action": "left_click", "coordinate": [700, 600], "settle": {"quiet_ms": 0}})
+    again = page.computer.act({"action": "left_click", "coordinate": [700, 600], "settle": {"quiet_ms": 0}})
+    moved = page.computer.act({"type": "drag", "path": [{"x": 700, "y": 600}, {"x": 720, "y": 600}],
+                               "settle": {"quiet_ms": 0}})
+    assert max(first.settle["waited_ms"], again.settle["waited_ms"], moved.settle["waited_ms"]) < 3000
+
+
 def test_typing_fills_a_field_and_key_combinations_work(page: Sandbox) -> None:
     page.computer.click(*centre(page, "name"))
     page.computer.type("héllo grove")
