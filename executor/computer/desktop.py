@@ -123,8 +123,9 @@ class Desktop:
                 time.sleep(action.pause_s)
             frame, settled = self._settle(fb, quiet_ms, cap_ms) if action.settle else (fb.read(), None)
             waited_ms = round((time.monotonic() - began) * 1000)
+            where = self._spawn(["getmouselocation", "--shell"])  # asked while the frame is encoded
             shot = self._zoom(frame, action) if action.region else self._shot(frame)
-            cursor = self._cursor()
+            cursor = _position(self._finish(where, ["getmouselocation"]))
         answer: dict[str, Any] = {
             "protocol": action.protocol, "schema": action.schema, "action": action.action, "args": action.args,
             "screenshot": shot, "cursor": cursor,
@@ -250,10 +251,15 @@ class Desktop:
     # -- input and screen ------------------------------------------------------------------------------
 
     def _xdotool(self, command: list[str]) -> str:
+        return self._finish(self._spawn(command), command)
+
+    def _spawn(self, command: list[str]) -> subprocess.Popen[bytes]:
         # A UTF-8 locale, or xdotool types nothing past ASCII ("Invalid multi-byte sequence").
         env = {**self._env, "LC_ALL": "C.UTF-8"}
-        proc = reaper.spawn(["xdotool", *command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        return reaper.spawn(["xdotool", *command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env, close_fds=True, start_new_session=True)
+
+    def _finish(self, proc: subprocess.Popen[bytes], command: list[str]) -> str:
         try:
             out, err = proc.communicate(timeout=_XDOTOOL_S)
         except subprocess.TimeoutExpired:
@@ -265,11 +271,6 @@ class Desktop:
         if proc.returncode != 0:
             raise Invalid(f"xdotool {' '.join(command[:3])} failed: {err.decode(errors='replace').strip()[:300]}")
         return out.decode(errors="replace")
-
-    def _cursor(self) -> list[int]:
-        answer = self._xdotool(["getmouselocation", "--shell"])
-        found = dict(line.split("=", 1) for line in answer.split() if "=" in line)
-        return [int(found.get("X", 0)), int(found.get("Y", 0))]
 
     def _settle(self, fb: Framebuffer, quiet_ms: int, cap_ms: int) -> tuple[Frame, bool]:
         """The screen once unchanged for ``quiet_ms``, or as it is after ``cap_ms``; and which."""
@@ -312,6 +313,12 @@ class Desktop:
         """Stop the display and what runs on it."""
         with self._lock:
             self._stop()
+
+
+def _position(answer: str) -> list[int]:
+    """``getmouselocation --shell``'s ``X=..`` and ``Y=..`` lines."""
+    found = dict(line.split("=", 1) for line in answer.split() if "=" in line)
+    return [int(found.get("X", 0)), int(found.get("Y", 0))]
 
 
 def _settle_args(value: Any, settings: DesktopSettings) -> tuple[int, int]:
