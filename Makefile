@@ -6,9 +6,9 @@ STAMP := $(VENV)/.grove-installed
 # Test files run on this many workers: most of a test's time is waiting on sandboxes, routers and servers.
 TEST_WORKERS ?= 2
 # python3-pytest: task checks in the default image (the host's /usr) run pytest, as most repositories' tests do.
-DEB_PACKAGES := xvfb xdotool matchbox-window-manager fonts-dejavu-core busybox-static iproute2 nftables zstd e2fsprogs chromium chromium-driver skopeo docker-registry apache2-utils mmdebstrap linux-libc-dev python3-pytest
+DEB_PACKAGES := xvfb xdotool matchbox-window-manager fonts-dejavu-core scrot busybox-static iproute2 nftables zstd e2fsprogs chromium chromium-driver skopeo docker-registry apache2-utils mmdebstrap linux-libc-dev python3-pytest
 
-.PHONY: install demo demo-mini test test-fast lint typecheck bench clean
+.PHONY: install demo demo-mini test test-fast test-slow lint typecheck bench clean
 
 install: $(STAMP)
 
@@ -29,12 +29,18 @@ demo: install
 demo-mini: install
 	$(BIN)/python -m grove.demo --harness mini-swe-agent
 
+# Everything, the slow tests too (a real `build-debian --preset desktop` from Debian's mirror, ~2 min on a worker).
 test: install lint typecheck
-	$(BIN)/pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile tests
+	$(BIN)/pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile --run-slow tests
 
 # The fast tier for quick edits: pure logic only (schemas, egress parsing, layouts, export), well under a minute.
 test-fast: install
 	$(BIN)/pytest -q -m fast tests
+
+# Only the slow tests: real builds from Debian's mirror (`build-debian --preset desktop` and a click in the image),
+# two minutes or more and the network. A bare `pytest` skips them; `make test` runs them.
+test-slow: install
+	$(BIN)/pytest -q --run-slow -m slow tests
 
 lint: install
 	$(BIN)/ruff check grove executor router artifacts sandbox_image tests perf

@@ -39,21 +39,34 @@ def short_tempdir(prefix: str = "grove-t-") -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--run-slow``: also run the tests marked ``slow``."""
+    parser.addoption("--run-slow", action="store_true", default=False,
+                     help="also run the tests marked slow (minutes each, and Debian's mirror; `make test-slow`)")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Register grove's markers."""
     config.addinivalue_line("markers", "local_only: about the local backend's host; not run against Knative")
     config.addinivalue_line("markers", "fast: pure logic, no router, sandbox or server (`make test-fast`)")
     config.addinivalue_line("markers", "embedded_s3: the module's ``router`` runs its own embedded S3 server")
+    config.addinivalue_line("markers", "slow: a minute or more and the network (a real build from Debian's mirror); "
+                                       "skipped unless --run-slow (`make test` and `make test-slow` give it)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests about the host are not collected for the Knative parametrization of a module's router."""
+    """Tests about the host are not collected for the Knative parametrization of a module's router; slow tests
+    are skipped unless asked for."""
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
+    run_slow = config.getoption("--run-slow")
     for item in items:
         callspec = getattr(item, "callspec", None)
         on_knative = callspec is not None and callspec.params.get("any_router") == "knative"
         (dropped if on_knative and item.get_closest_marker("local_only") else keep).append(item)
+        if not run_slow and item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.skip(reason="slow (minutes, and Debian's mirror): run with --run-slow, "
+                                                    "or `make test-slow`"))
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep

@@ -195,6 +195,9 @@ class Desktop:
         wm = self._which("matchbox-window-manager")
         if wm is not None:
             _daemon([wm, "-use_titlebar", "no", "-use_cursor", "yes"], self._env, subprocess.DEVNULL)
+            # Its first paint (the pointer) over before anything compares screens: a browser starting next
+            # is seen by the screen it changes, not by the window manager's.
+            self._settle(self._fb, 200, 1500)
         self._last = None
         return self._fb
 
@@ -217,8 +220,14 @@ class Desktop:
             s = self.settings
             argv = [binary, *BROWSER_FLAGS, f"--window-size={s.width},{s.height}", url]
             self._browser = _daemon(argv, self._env, subprocess.DEVNULL)
-        # Up once the screen has changed and then settled (its first paint, not the blank display before it).
+        # Up once its debugging port answers and the screen has changed and then settled (its first paint, not
+        # the display before it).
         deadline = time.monotonic() + _BROWSER_S
+        while not _answers("/json/version") and time.monotonic() < deadline:
+            if self._browser.poll() is not None:
+                raise Unavailable("the browser exited as it started; run it by hand with exec to see why",
+                                  retry_after=1)
+            time.sleep(0.05)
         while fb.read().pixels == before and time.monotonic() < deadline:
             if self._browser.poll() is not None:
                 raise Unavailable("the browser exited as it started; run it by hand with exec to see why",
@@ -353,6 +362,15 @@ def _cdp(method: str, path: str) -> Any:
         return json.loads(raw or b"null")
     except ValueError:  # /json/close answers in words ("Target is closing")
         return raw.decode(errors="replace")
+
+
+def _answers(path: str) -> bool:
+    """Whether the browser's debugging port answers ``path`` now."""
+    try:
+        with urllib.request.urlopen(_CDP + path, timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def _tail(path: str, limit: int = 600) -> str:

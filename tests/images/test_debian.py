@@ -1,8 +1,9 @@
-"""``grove image build-debian``'s checks before it runs mmdebstrap.
+"""``grove image build-debian``'s checks before it runs mmdebstrap, and what a preset includes.
 
 A real build takes 20 s with a nearby mirror and minutes without one (3 min 40 s measured here), too
 slow for the suite: the build itself was verified by hand (``grove image build-debian deb --packages
-hello``: 97 packages recorded with their versions); the sandbox tests use busybox-based images.
+hello``: 97 packages recorded with their versions); the sandbox tests use busybox-based images. The
+desktop preset's real build, with a computer action in it, is ``test_debian_desktop.py`` (opt-in: ``slow``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grove.core.errors import Invalid
-from router.backends.local.debian import build_debian, host_mirror
+from router.backends.local.debian import PRESETS, build_debian, host_mirror, preset_packages
 from router.backends.local.images import ImageStore
 
 pytestmark = pytest.mark.fast
@@ -32,6 +33,21 @@ def test_bad_input_is_refused_before_building(
     with pytest.raises(Invalid, match=message):
         build_debian(store, "deb", packages, suite=suite, mirror=mirror)
     assert store.list() == [] and not list(store.root.glob(".debian-*"))
+
+
+def test_an_unknown_preset_is_refused_before_building(tmp_path: Path) -> None:
+    store = ImageStore(tmp_path / "images")
+    with pytest.raises(Invalid, match="unknown preset 'gnome': minbase, desktop"):
+        build_debian(store, "deb", [], preset="gnome")
+    assert store.list() == [] and not list(store.root.glob(".debian-*"))
+
+
+def test_a_preset_is_a_base_the_requested_packages_add_to() -> None:
+    assert preset_packages("minbase", ["python3", "git"]) == ["python3", "git"]
+    # The desktop: what the executor drives a screen with, each package once however often it is asked for.
+    desktop = preset_packages("desktop", ["python3", "chromium"])
+    assert desktop == [*PRESETS["desktop"], "python3"]
+    assert {"xvfb", "xdotool", "matchbox-window-manager", "chromium", "fonts-dejavu-core"} <= set(desktop)
 
 
 def test_the_mirror_is_the_hosts_own() -> None:
