@@ -149,6 +149,11 @@ def app_shell(root: str) -> Flask:
                                     "width": shot.width, "height": shot.height}
         return _reply(answer)
 
+    @app.get("/v1/display/screen")
+    def display_screen() -> Response:
+        shot = slot.get().desktop.peek()
+        return _reply({"png": shot.png, "width": shot.width, "height": shot.height})
+
     @app.route("/v1/display", methods=["GET", "POST"])
     def display() -> Response:
         desktop = slot.get().desktop

@@ -27,7 +27,7 @@ from executor.computer import png
 from executor.computer.actions import Plan, plan
 from executor.computer.framebuffer import Frame, Framebuffer
 from executor.settings import DesktopSettings
-from grove.core.errors import Invalid, NoDisplay, Unavailable
+from grove.core.errors import Conflict, Invalid, NoDisplay, Unavailable
 
 DISPLAY = ":99"
 _SOCKET = "/tmp/.X11-unix/X99"
@@ -144,6 +144,15 @@ class Desktop:
             if url:
                 self._open(url, fb)
             return self.status()
+
+    def peek(self) -> Shot:
+        """The screen now, if the display runs (409 if not): never starts one, records nothing (the viewer)."""
+        with self._lock:
+            if not self._running():
+                raise Conflict("no screen running in this sandbox: it starts at the first computer action or "
+                               "display request")
+            assert self._fb is not None
+            return self._shot(self._fb.read())
 
     def status(self) -> dict[str, Any]:
         """Whether the display and browser run, and the screen's size."""

@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from grove.core.errors import BadGateway, Conflict, NotFound
+from grove.core.errors import BadGateway, NotFound
 from router.api.appkeys import project_of_record, service_of
 from router.api.computer import call
 from router.ui.api import record_of, sandbox_record, whole_number
@@ -76,13 +76,9 @@ async def live_screen(request: web.Request) -> web.StreamResponse:
     """GET /ui/api/sandboxes/{id}/screen — the live sandbox's screen now, as PNG (a look: see the module)."""
     service = service_of(request)
     record = sandbox_record(request, request.match_info["id"])
-    status = await call(service, record, "GET", "/v1/display", None, look=True)
-    if not status.get("display"):
-        raise Conflict(f"sandbox {record.id} has no screen running: it starts at the sandbox's first computer "
-                       f"action or POST /v1/sandboxes/{record.id}/display, and the viewer never starts it")
-    answer = await call(service, record, "POST", "/v1/computer", {"action": "screenshot"}, look=True)
-    shot = answer.get("screenshot")
-    png = shot.get("png") if isinstance(shot, dict) else None
+    # One call that never starts a screen: a display that is not running (or died since) is the executor's 409.
+    answer = await call(service, record, "GET", "/v1/display/screen", None, look=True)
+    png = answer.get("png")
     if not isinstance(png, bytes):
         raise BadGateway("the executor's screenshot held no PNG")
     return web.Response(body=png, content_type="image/png", headers={SHA_HEADER: hashlib.sha256(png).hexdigest()})
