@@ -83,14 +83,7 @@ async def run_demo(count: int, state_dir: Path, *, warm: bool = False) -> int:
             stored = await grove.request("GET", "/v1/trajectories", params={"harness": "scripted"})
     finally:
         await runner.cleanup()
-    groups = [json.loads(line) for line in (run_dir / "groups.jsonl").read_text().splitlines()]
-    print("\n  groups (rewards in attempt order; advantages are group-relative)")
-    for g in groups:
-        rewards = " ".join(f"{a['reward']:.0f}" for a in g["attempts"])
-        why = "informative" if g["informative"] else ("all pass" if all(a["reward"] for a in g["attempts"])
-                                                      else "all fail")
-        print(f"  {g['task']:<26} {rewards:<14} {why}")
-    print()
+    print_groups(run_dir)
     print((run_dir / "report.md").read_text())
     ours = {line["trajectory_id"] for line in map(json.loads, (run_dir / "results.jsonl").read_text().splitlines())}
     kept = [t for t in stored["trajectories"] if t["sandbox_id"] in ours]
@@ -99,6 +92,18 @@ async def run_demo(count: int, state_dir: Path, *, warm: bool = False) -> int:
           f"and locally in {shown(run_dir)}; sandboxes left behind: {len(left)}")
     print(afterwards(state_dir, keys[0], filters=f"--run {summary['run_id']}"))
     return 1 if left or summary["lost_attempts"] or len(kept) < summary["attempts"] else 0
+
+
+def print_groups(run_dir: Path) -> None:
+    """The run's groups: rewards in attempt order, and whether each is informative."""
+    groups = [json.loads(line) for line in (run_dir / "groups.jsonl").read_text().splitlines()]
+    print("\n  groups (rewards in attempt order; advantages are group-relative)")
+    for g in groups:
+        rewards = " ".join(f"{a['reward']:.0f}" for a in g["attempts"])
+        why = "informative" if g["informative"] else ("all pass" if all(a["reward"] for a in g["attempts"])
+                                                      else "all fail")
+        print(f"  {g['task']:<26} {rewards:<14} {why}")
+    print()
 
 
 def main() -> None:
@@ -114,10 +119,17 @@ def main() -> None:
                              "with its deterministic model")
     parser.add_argument("--warm-pool", action="store_true",
                         help=f"fill a warm pool of {WARM} first; the rollouts' creates claim from it")
+    parser.add_argument("--gui", action="store_true",
+                        help="offline web tasks instead: sites served in browser sandboxes, a scripted browser "
+                             "policy acting through the computer API (--tasks: the first N of the ten)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("grove demo: the local backend needs root (namespaces, cgroups, overlay mounts); run it as root")
     state = demo_state_dir(args.state_dir)
+    if args.gui:
+        from grove.demo.gui import demo
+
+        demo.main(args.tasks, state)
     if args.harness == "mini-swe-agent":
         from grove.demo import mini
 

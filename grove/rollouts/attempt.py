@@ -21,7 +21,8 @@ from grove.client import AsyncGrove, AsyncSandbox, Sandbox
 from grove.client.sync import _Loop
 from grove.core.errors import BadGateway, GroveError, InsufficientStorage, Unavailable, Unreachable, UpstreamTimeout
 from grove.rollouts import isolated
-from grove.rollouts.changes import Manifest, capture
+from grove.rollouts.browser import judge
+from grove.rollouts.changes import Manifest, capture, diff
 from grove.rollouts.costs import Bill
 from grove.rollouts.grading import BrokenCheck, Grade, cpu_seconds, run_check, stop_processes
 from grove.rollouts.harnesses import Harness, InfraFault, PolicyError
@@ -116,6 +117,8 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
                          "harness_version": harness.version, "labels": {**task.labels, **labels}}}
     if task.network:
         body["network"] = task.network
+    if task.desktop is not None:
+        body["desktop"] = task.desktop
     info = await create(body)
     on_sandbox(info["id"])
     sandbox = AsyncSandbox(client, info)
@@ -124,7 +127,7 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
     bill = Bill()
     try:
         t_setup = time.monotonic()
-        base = await setup(sandbox, task, prompt=True)  # the state after setup: what the agent's changes are against
+        base = await setup(sandbox, task, prompt=True, site=True)  # the base of the agent's changes
         out["setup_s"] = round(time.monotonic() - t_setup, 3)
         t_agent = time.monotonic()
         try:
@@ -140,12 +143,15 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
             text = str(noted[-1].get("reason"))
             kind = "executor_lost" if "executor" in text else "s3" if "artifact" in text else "router_noted"
             raise InfraFault(f"the router noted: {text}", reason=kind)
-        out["commands"] = _agent_commands(record.get("steps") or [])
+        out["commands"] = _agent_steps(record.get("steps") or [], "exec")
+        if task.desktop is not None:
+            out["actions"] = _agent_steps(record.get("steps") or [], "computer")
         t_grade = time.monotonic()
         grader_body = {**body, "metadata": {**body["metadata"], "harness": "grove-grader",
                                             "labels": {**body["metadata"]["labels"], "role": "grader",
                                                        "graded_sandbox": sandbox.id}}}
-        verdict = await _grade(client, create, grader_body, sandbox, task, base, bill)
+        grader_body.pop("desktop", None)  # a grader reads files: it needs no screen
+        verdict = await _grade(client, create, grader_body, sandbox, task, base, bill, record)
         out.update(outcome="pass" if verdict.passed else "fail", reward=verdict.reward, cpu_s=verdict.cpu_s,
                    grading_s=round(time.monotonic() - t_grade, 3), check=verdict.detail, grading=verdict.mode)
     finally:
@@ -157,23 +163,33 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
 
 
 async def _grade(client: AsyncGrove, create: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]],
-                 grader_body: dict[str, Any], sandbox: AsyncSandbox, task: Task, base: Manifest, bill: Bill) -> Grade:
-    """The agent is done: stop what it left running, take its changes, grade them (isolated, or in place), and
-    record the changes, the verdict and the grading in its trajectory."""
+                 grader_body: dict[str, Any], sandbox: AsyncSandbox, task: Task, base: Manifest, bill: Bill,
+                 record: dict[str, Any]) -> Grade:
+    """The agent is done: stop what it left running, take its changes, grade them (isolated, in place, or by the
+    task's judge on ``record``, the agent's trajectory, and its final screen), and record the changes, the
+    verdict and the grading in its trajectory."""
     mode = task.check.grading
     # From here on every step is grove's, not the agent's: bracketed as grading (the SFT export leaves it out).
     await sandbox.post_event("grading", {"status": "started", "mode": mode, "task_id": task.id})
     cpu = await cpu_seconds(sandbox)
+    judged = await judge.grade(sandbox, task, record) if mode == "judge" else None  # its screen: before the stop
     await stop_processes(sandbox)
     changes = await capture(sandbox, task.workdir, base)
     grader: str | None = None
-    if mode == "isolated":
+    if judged is not None:
+        verdict = judged
+        for change in changes:
+            change.dropped = "a judge grades the trajectory and the final screen, not files"
+    elif mode == "isolated":
         mark_dropped(task, changes)
         verdict, grader = await isolated.grade(client, create, grader_body, task, changes, base, bill=bill)
     else:
         verdict = await run_check(sandbox, task)  # what the agent left is what is graded
         for change in changes:
             change.applied = True
+            if change.status == "added" and change.content is not None and not change.binary:
+                # The base of a modified file is gone here; an added one's is empty (what a site wrote, say).
+                change.diff, change.diff_truncated = diff(change.path, b"", change.content)
     verdict.cpu_s, verdict.mode = cpu, mode
     outcome = "pass" if verdict.passed else "fail"
     events = [{"kind": "changes", "data": {"grading": mode, "base": "after setup", "grader": grader,
@@ -211,12 +227,13 @@ async def _agent(sandbox: AsyncSandbox, task: Task, harness: Harness, ids: TryId
     return None
 
 
-def _agent_commands(steps: list[dict[str, Any]]) -> int:
-    """Exec steps between the end of setup and grading: the agent's commands."""
+def _agent_steps(steps: list[dict[str, Any]], kind: str) -> int:
+    """Steps of a type (``exec``: the agent's commands; ``computer``: its screen actions) between the end of setup
+    and grading."""
     count, acting = 0, True
     for step in steps:
         if step.get("type") == "event" and step.get("kind") == "setup":
             acting = (step.get("data") or {}).get("status") == "finished"
-        elif step.get("type") == "exec" and acting:
+        elif step.get("type") == kind and acting:
             count += 1
     return count

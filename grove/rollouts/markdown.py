@@ -190,7 +190,9 @@ def render(summary: dict[str, Any], plots: list[str]) -> str:
     if summary.get("grading"):
         modes = ", ".join(f"{n} {mode}" for mode, n in sorted(summary["grading"].items()))
         lines += ["", f"Graded: {modes} (isolated: the attempt's changes applied to a fresh sandbox made from the "
-                  "task, and graded there; in-place: in the agent's own sandbox, once its processes were gone)."]
+                  "task, and graded there; in-place: in the agent's own sandbox, once its processes were gone"
+                  + ("; judge: by the task's judge, on the trajectory and the final screen" if "judge" in
+                     summary["grading"] else "") + ")."]
     if summary.get("interrupted_tries"):
         lines += ["", f"{summary['interrupted_tries']} tries were interrupted by a stopped runner and run again "
                   "on resume (their sandboxes deleted)."]

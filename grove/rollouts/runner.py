@@ -27,11 +27,12 @@ from typing import Any
 from grove.client import AsyncGrove
 from grove.core.errors import GroveError, Invalid, NotFound, Unavailable, Unreachable
 from grove.rollouts.attempt import TryIds, reason_of, run_try
+from grove.rollouts.browser import judge
 from grove.rollouts.harnesses import Harness, InfraFault, resolve
 from grove.rollouts.journal import UNSCORED, AttemptKey, Journal, open_run, read_journal
 from grove.rollouts.progress import Progress
 from grove.rollouts.sampling import GroupKey, Policy, Sampler
-from grove.rollouts.tasks import Task, load_tasks
+from grove.rollouts.tasks import Task, TaskFileError, load_tasks
 
 CREATE_PATIENCE_S = 600.0
 UNREACHABLE_PATIENCE_S = 900.0
@@ -88,6 +89,12 @@ class Runner:
         self.config, self.client = config, client
         self.tasks: dict[str, Task] = {t.id: t for t in load_tasks(config.tasks, files_root=config.tasks_root)}
         self.harnesses: list[Harness] = [resolve(h, m) for h, m in config.variants]
+        for task in self.tasks.values():
+            if task.check.judge:  # a judge that cannot be imported fails now, not at the first grade
+                try:
+                    judge.resolve(task.check.judge)
+                except Invalid as exc:
+                    raise TaskFileError(f"task {task.id}: field 'check.judge': {exc.message}") from exc
         # Resuming with edited tasks would mix two task sets in one run's groups: the digest must match.
         digest = hashlib.sha256(json.dumps([t.raw for t in self.tasks.values()], sort_keys=True).encode())
         self.run = open_run(config.out, {**config.spec(), "tasks_sha256": digest.hexdigest()})

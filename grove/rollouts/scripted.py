@@ -12,7 +12,9 @@ It follows the task's ``scripted`` field::
 
 The draw is a pure function of (task id, attempt number, seed): a retried or resumed attempt makes the
 same choice, so faults never change what the policy did. Its file edits go through the file API (and so
-appear in the SFT export as ``write_file`` tool calls), its commands through exec.
+appear in the SFT export as ``write_file`` tool calls), its commands through exec. A browser task (one with a
+``start_url``) is driven by the scripted browser policy instead (:mod:`grove.rollouts.browser.policy`), with the
+same draw.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 from typing import Any
 
 from grove.client import Sandbox
+from grove.rollouts.browser.policy import run_browser
 
 
 def draws_right(task_id: str, attempt: int, p_solve: float, seed: int = 0) -> bool:
@@ -34,6 +37,11 @@ def draws_right(task_id: str, attempt: int, p_solve: float, seed: int = 0) -> bo
 def run_scripted(task: dict[str, Any], sandbox: Sandbox) -> None:
     """Act on one task in ``sandbox`` as the task's ``scripted`` policy says."""
     policy = task.get("scripted") or {}
+    right = draws_right(str(task["id"]), int(task.get("attempt", 0)), float(policy.get("p_solve", 1.0)),
+                        int(policy.get("seed", 0)))
+    if task.get("start_url") or "steps" in policy:
+        run_browser(task, sandbox, right=right)
+        return
     workdir = str(task.get("workdir") or "/workspace")
     think = float(policy.get("think_s", 0.0))
 
@@ -49,8 +57,6 @@ def run_scripted(task: dict[str, Any], sandbox: Sandbox) -> None:
         path = posixpath.join(workdir, edit["path"])
         act()
         code = sandbox.read_file(path).decode()
-        right = draws_right(str(task["id"]), int(task.get("attempt", 0)), float(policy.get("p_solve", 1.0)),
-                            int(policy.get("seed", 0)))
         fix = edit["right"] if right else edit.get("wrong")
         if fix is not None:
             sandbox.post_event("message", {"role": "assistant",

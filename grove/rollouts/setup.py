@@ -1,7 +1,9 @@
 """A task's setup in a sandbox: its files in, its setup commands run, bracketed as setup in the trajectory.
 
 The agent's sandbox gets it, and so does every isolated grader (:mod:`grove.rollouts.isolated`): the state after
-setup is the base an attempt's changes are taken against, and put back onto.
+setup is the base an attempt's changes are taken against, and put back onto. The agent's sandbox then gets the
+task's site and screen, if it is a browser task (:mod:`grove.rollouts.browser.site`): still setup, not the agent's
+doing, and after the base was taken (what the site writes as it runs is the attempt's doing).
 """
 
 from __future__ import annotations
@@ -10,14 +12,16 @@ from pathlib import Path
 
 from grove.client import AsyncSandbox
 from grove.client.upload import open_tarball
+from grove.rollouts.browser.site import open_site
 from grove.rollouts.changes import Manifest, manifest
 from grove.rollouts.harnesses import InfraFault
 from grove.rollouts.tasks import Task
 
 
-async def setup(sandbox: AsyncSandbox, task: Task, *, prompt: bool) -> Manifest:
-    """Put the task's files in and run its setup; with ``prompt``, the task as the agent's first message. Returns
-    the workdir's manifest after setup (taken as part of it: the base of the attempt's changes)."""
+async def setup(sandbox: AsyncSandbox, task: Task, *, prompt: bool, site: bool = False) -> Manifest:
+    """Put the task's files in and run its setup; with ``prompt``, the task as the agent's first message; with
+    ``site``, a browser task's site started and its screen opened. Returns the workdir's manifest after setup
+    (taken as part of it: the base of the attempt's changes)."""
     await sandbox.post_event("setup", {"status": "started"})
     if isinstance(task.files, dict):
         for path, content in task.files.items():
@@ -36,6 +40,8 @@ async def setup(sandbox: AsyncSandbox, task: Task, *, prompt: bool) -> Manifest:
             raise InfraFault(f"setup command {command!r} failed (exit {result.exit_code}): {tail}",
                              reason="setup_failed")
     base = await manifest(sandbox, task.workdir)
+    if site:
+        await open_site(sandbox, task)
     # One call: the end of setup, then (for the agent) the task as its first message.
     events = [{"kind": "setup", "data": {"status": "finished"}}]
     if prompt:

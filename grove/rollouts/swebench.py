@@ -37,7 +37,8 @@ from types import ModuleType
 from typing import Any
 
 from grove.core.errors import Unavailable
-from grove.rollouts.tasks import Check, Task, TaskFileError, _Fields
+from grove.rollouts.fields import Fields, TaskFileError
+from grove.rollouts.tasks import Check, Task
 
 _DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/", re.MULTILINE)
 _HEREDOC = re.compile(r"<<\s*'?([A-Za-z0-9_]+)'?\s*$")
@@ -48,7 +49,7 @@ repositories, whose parsers report failures only) needs only that it did not fai
 
 def from_swebench(raw: dict[str, Any], where: str, *, base: Path, files_root: Path) -> Task:
     """Map one SWE-bench instance to a task."""
-    f = _Fields(raw, where)
+    f = Fields(raw, where)
     instance = f.text("instance_id", required=True)
     image = next((raw[k] for k in ("image", "image_name", "docker_image") if raw.get(k)), None)
     if not isinstance(image, str):

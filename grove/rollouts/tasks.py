@@ -8,9 +8,16 @@ A task line::
      "check": {"test": "python3 -m pytest -rA", "files": {"/grader/test_hidden.py": "..."}, "timeout_s": 300,
                "tests": ["tests/test_x.py::test_y"], "protected": ["tests/**", "conftest.py"],
                "grading": "isolated" | "in-place"}
-            | {"reward": "python3 score.py", "pass_threshold": 1.0},
+            | {"reward": "python3 score.py", "pass_threshold": 1.0}
+            | {"judge": "my_judges:rate", "pass_threshold": 0.5},
+     "serve": "python3 server.py", "start_url": "http://127.0.0.1:8000/", "desktop": {"width": 1280},
      "timeout_s": 600, "resources": {"cpu": 1, "memory_mb": 1024}, "network": {"egress": "deny"},
      "env": {"K": "V"}, "labels": {"difficulty": "easy"}, "scripted": {...}, "data": {...anything...}}
+
+A **browser task** has ``start_url`` (and optionally ``serve``, the command of its site's server, started in the
+background after setup, and ``desktop``, its screen): the agent's sandbox gets a screen with Chromium open at
+``start_url`` once the site answers (:mod:`grove.rollouts.browser`). A ``judge`` check grades an attempt by its
+trajectory and final screen on the runner's side (:mod:`grove.rollouts.browser.judge`).
 
 A line with ``instance_id`` instead of ``id`` is a SWE-bench instance (see :mod:`grove.rollouts.swebench`).
 A directory holds ``*.jsonl`` files and ``*/task.json`` files; relative ``files`` paths resolve against
@@ -25,18 +32,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grove.core.errors import Invalid
+from grove.rollouts.fields import Fields, TaskFileError
+
+__all__ = ["BROWSER_MEMORY_MB", "GRADING_MODES", "Check", "Task", "TaskFileError", "load_tasks", "parse_check",
+           "parse_task"]
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_RESOURCES = {"cpu": float, "memory_mb": int, "pids_max": int, "disk_mb": int}
+_JUDGE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _KNOWN = {"id", "image", "workdir", "files", "setup", "prompt", "check", "timeout_s", "resources", "network",
-          "env", "labels", "scripted", "data"}
+          "env", "labels", "scripted", "data", "serve", "start_url", "desktop"}
 GRADING_MODES = ("isolated", "in-place")
-_CHECK_FIELDS = {"test", "reward", "pass_threshold", "files", "timeout_s", "protected", "tests", "grading"}
-
-
-class TaskFileError(Invalid):
-    """A task file that cannot be used; the message names the file, line and field."""
+_CHECK_FIELDS = {"test", "reward", "judge", "pass_threshold", "files", "timeout_s", "protected", "tests", "grading"}
+_DESKTOP_FIELDS = ("width", "height", "quiet_ms", "cap_ms")
+_URL_SCHEMES = ("http://", "https://", "file://", "about:", "data:")
+BROWSER_MEMORY_MB = 1536
+"""A browser task's sandbox memory, the least it may ask for: Xvfb, a window manager, Chromium and the site."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,11 @@ class Check:
     the check's output, never its exit code (which any module the tests import can set)."""
     grading: str = "isolated"
     """``isolated``: the agent's changes are applied to a fresh sandbox from the task and graded there;
-    ``in-place``: graded in the agent's sandbox once its processes are gone (a task whose outcome is live state)."""
+    ``in-place``: graded in the agent's sandbox once its processes are gone (a task whose outcome is live state);
+    ``judge`` for a ``judge`` check (never given: it reads no files)."""
+    judge: str | None = None
+    """``module:function``, called on the runner's side as ``function(trajectory, final_screenshot) -> reward``
+    (:mod:`grove.rollouts.browser.judge`); instead of ``test`` and ``reward``."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,12 @@ class Task:
     labels: dict[str, str] = field(default_factory=dict)
     scripted: dict[str, Any] | None = None
     """The scripted harness's policy for this task (see :mod:`grove.rollouts.scripted`)."""
+    serve: str | None = None
+    """A command started in the background in ``workdir`` after setup, before the agent: the task's site."""
+    start_url: str | None = None
+    """Where the agent's screen opens Chromium, once the site answers there (a browser task)."""
+    desktop: dict[str, int] | None = None
+    """A browser task's screen (``width``, ``height``, ``quiet_ms``, ``cap_ms``; the create's ``desktop``)."""
     data: dict[str, Any] = field(default_factory=dict)
     """Free-form data for the harness (``"data": {...}`` in the task line): never checked by grove."""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -143,32 +163,73 @@ def parse_task(raw: Any, where: str, *, base: Path, files_root: Path | None = No
     unknown = sorted(set(raw) - _KNOWN)
     if unknown:
         raise TaskFileError(f"{where}: field {unknown[0]!r} is unknown; known fields: {', '.join(sorted(_KNOWN))}")
-    f = _Fields(raw, where)
+    f = Fields(raw, where)
     task_id = f.text("id", required=True)
     if not _ID.match(task_id):
         raise TaskFileError(f"{where}: field 'id': {task_id!r} must be 1-128 of [A-Za-z0-9._-], starting alnum")
+    start_url, desktop = _start_url(f), _desktop(f)
+    browser = bool(start_url) or desktop is not None
     return Task(
         id=task_id, prompt=f.text("prompt", required=True), check=parse_check(raw.get("check"), where),
         image=f.text("image") or "default", workdir=f.abspath("workdir") or "/workspace",
         files=f.files(base, files_root), setup=tuple(f.strings("setup")), timeout_s=f.number("timeout_s", 600.0),
-        resources=f.resources(), network=f.mapping("network") or None, env=f.string_map("env"),
-        labels=f.string_map("labels"), scripted=f.mapping("scripted") or None, data=f.mapping("data"), raw=dict(raw))
+        resources=_resources(f, browser=browser), network=f.mapping("network") or None, env=f.string_map("env"),
+        labels=f.string_map("labels"), scripted=f.mapping("scripted") or None, serve=f.text("serve") or None,
+        start_url=start_url or None, desktop=desktop if desktop is not None else {} if browser else None,
+        data=f.mapping("data"), raw=dict(raw))
+
+
+def _start_url(f: Fields) -> str:
+    url = f.text("start_url")
+    if url and not url.startswith(_URL_SCHEMES):
+        raise f.fail("start_url", f"must be an http(s), file, about or data URL, got {url!r}")
+    if f.raw.get("serve") is not None and not url:
+        raise f.fail("serve", "starts the task's site: give 'start_url' too, the page the screen opens once the "
+                              "site answers there")
+    return url
+
+
+def _desktop(f: Fields) -> dict[str, int] | None:
+    if f.raw.get("desktop") is None:
+        return None
+    value = f.mapping("desktop")
+    for key, item in value.items():
+        if key not in _DESKTOP_FIELDS:
+            hint = " (the screen opens at 'start_url')" if key in ("browser", "start") else ""
+            raise f.fail(f"desktop.{key}", f"is unknown{hint}; known: {', '.join(_DESKTOP_FIELDS)}")
+        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+            raise f.fail(f"desktop.{key}", f"must be a whole number of pixels or milliseconds, got {item!r}")
+    return dict(value)
+
+
+def _resources(f: Fields, *, browser: bool) -> dict[str, Any]:
+    """The task's resources; a browser task's memory at least :data:`BROWSER_MEMORY_MB` (its default too)."""
+    resources = f.resources()
+    if browser:
+        memory = resources.setdefault("memory_mb", BROWSER_MEMORY_MB)
+        if memory < BROWSER_MEMORY_MB:
+            raise f.fail("resources.memory_mb", f"must be at least {BROWSER_MEMORY_MB} for a browser task (its "
+                                                f"screen runs Xvfb and Chromium), got {memory}")
+    return resources
 
 
 def parse_check(raw: Any, where: str) -> Check:
-    """The ``check`` field: exactly one of ``test`` and ``reward``."""
+    """The ``check`` field: exactly one of ``test``, ``reward`` and ``judge``."""
     if not isinstance(raw, dict):
         raise TaskFileError(f"{where}: field 'check' is required: {{\"test\": CMD}} or {{\"reward\": CMD}}")
     unknown = sorted(set(raw) - _CHECK_FIELDS)
     if unknown:
         known = ", ".join(sorted(_CHECK_FIELDS))
         raise TaskFileError(f"{where}: field 'check.{unknown[0]}' is unknown; known: {known}")
-    f = _Fields(raw, where, prefix="check.")
-    test, reward = f.text("test"), f.text("reward")
-    if bool(test) == bool(reward):
-        raise TaskFileError(f"{where}: field 'check' needs exactly one of 'test' (exit 0 = pass) and 'reward'")
-    grading = f.text("grading") or "isolated"
-    if grading not in GRADING_MODES:
+    f = Fields(raw, where, prefix="check.")
+    test, reward, judge = f.text("test"), f.text("reward"), f.text("judge")
+    if sum(map(bool, (test, reward, judge))) != 1:
+        raise TaskFileError(f"{where}: field 'check' needs exactly one of 'test' (exit 0 = pass), 'reward' and "
+                            "'judge'")
+    if judge:
+        _check_judge(f, judge)
+    grading = f.text("grading") or ("judge" if judge else "isolated")
+    if grading not in GRADING_MODES and not judge:
         raise f.fail("grading", f"must be one of {', '.join(GRADING_MODES)}, got {grading!r}")
     tests = tuple(f.list_of_text("tests"))
     if tests and not test:
@@ -176,93 +237,15 @@ def parse_check(raw: Any, where: str) -> Check:
                               "them, such as pytest -rA), not with 'reward'")
     return Check(test=test or None, reward=reward or None, pass_threshold=f.number("pass_threshold", 1.0),
                  files=f.string_map("files"), timeout_s=f.number("timeout_s", 600.0),
-                 protected=tuple(f.list_of_text("protected")), tests=tests, grading=grading)
+                 protected=tuple(f.list_of_text("protected")), tests=tests, grading=grading, judge=judge or None)
 
 
-class _Fields:
-    """Typed reads of one JSON object's fields, each error naming the field."""
-
-    def __init__(self, raw: dict[str, Any], where: str, prefix: str = "") -> None:
-        self.raw, self.where, self.prefix = raw, where, prefix
-
-    def fail(self, name: str, why: str) -> TaskFileError:
-        return TaskFileError(f"{self.where}: field '{self.prefix}{name}' {why}")
-
-    def text(self, name: str, *, required: bool = False) -> str:
-        value = self.raw.get(name)
-        if value is None:
-            if required:
-                raise self.fail(name, "is required")
-            return ""
-        if not isinstance(value, str) or (required and not value.strip()):
-            raise self.fail(name, "must be a non-empty string")
-        return value
-
-    def abspath(self, name: str) -> str:
-        value = self.text(name)
-        if value and not value.startswith("/"):
-            raise self.fail(name, f"must be an absolute path, got {value!r}")
-        return value
-
-    def number(self, name: str, default: float) -> float:
-        value = self.raw.get(name, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise self.fail(name, f"must be a non-negative number, got {value!r}")
-        return float(value)
-
-    def strings(self, name: str) -> list[str]:
-        value = self.raw.get(name) or []
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail(name, "must be a list of command strings")
-        return value
-
-    def list_of_text(self, name: str) -> list[str]:
-        value = self.raw.get(name) or []
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise self.fail(name, "must be a list of non-empty strings")
-        return value
-
-    def mapping(self, name: str) -> dict[str, Any]:
-        value = self.raw.get(name) or {}
-        if not isinstance(value, dict):
-            raise self.fail(name, "must be an object")
-        return value
-
-    def string_map(self, name: str) -> dict[str, str]:
-        value = self.mapping(name)
-        bad = next((k for k, v in value.items() if not isinstance(v, str)), None)
-        if bad is not None:
-            raise self.fail(f"{name}.{bad}", "must be a string")
-        return dict(value)
-
-    def resources(self) -> dict[str, Any]:
-        value = self.mapping("resources")
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            kind = _RESOURCES.get(key)
-            if kind is None:
-                raise self.fail(f"resources.{key}", f"is unknown; known: {', '.join(_RESOURCES)}")
-            if isinstance(item, bool) or not isinstance(item, int | float) or item <= 0:
-                raise self.fail(f"resources.{key}", f"must be a positive number, got {item!r}")
-            out[key] = kind(item)
-        return out
-
-    def files(self, base: Path, root: Path) -> str | dict[str, str] | None:
-        value = self.raw.get("files")
-        if value is None:
-            return None
-        if isinstance(value, dict):
-            return self.string_map("files")
-        if not isinstance(value, str) or not value:
-            raise self.fail("files", "must be a path (directory or tarball) or an object of path → text")
-        path = (base / value).resolve()  # symlinks followed: where it really is
-        if not path.is_relative_to(root):
-            raise self.fail("files", f"names {path}, outside the task set's directory {root}: a task set may only "
-                                     "name files under it (--tasks-root DIR allows another directory)")
-        if not path.exists():
-            raise self.fail("files", f"names {path}, which does not exist")
-        if path.is_file() and not path.name.endswith((".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")):
-            raise self.fail("files", f"names {path}: a directory or a tarball (.tar, .tar.gz, ...) is needed")
-        return str(path)
+def _check_judge(f: Fields, judge: str) -> None:
+    if not _JUDGE.match(judge):
+        raise f.fail("judge", f"must name a function as module:function, got {judge!r}")
+    for name, why in (("grading", "a judge grades the trajectory and the final screen on the runner's side, not "
+                                  "the sandbox's files"),
+                      ("files", "a judge runs on the runner's side: it reads no files in the sandbox"),
+                      ("tests", "named tests go with 'test'")):
+        if f.raw.get(name) is not None:
+            raise f.fail(name, f"does not go with 'judge': {why}")
