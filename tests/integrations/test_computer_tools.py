@@ -35,7 +35,7 @@ from grove.integrations.computer.anthropic import (
     GroveComputerToolset,
 )
 from grove.integrations.computer.openai import AsyncGroveComputer, GroveComputer, SafetyCheckDeclined
-from tests.support.gui_site import SCRIPT, URL, box, centre, serve, site_state, wait_state
+from tests.support.gui_site import SCRIPT, URL, box, centre, fresh_page, site_sandbox, site_state, wait_state
 from tests.support.router_fixtures import RouterProcess
 from tests.support.scripted_api import scripted_api
 
@@ -50,22 +50,14 @@ KEYS_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>keys</tit
 @pytest.fixture(scope="module")
 def desk(router: RouterProcess) -> Iterator[Sandbox]:
     """A sandbox with the test site served (and a page of its own for held keys)."""
-    with router.client() as client:
-        sandbox = client.create(heartbeat=False, memory_mb=2048)
-        try:
-            serve(sandbox, {"keys.html": KEYS_PAGE})
-            yield sandbox
-        finally:
-            sandbox.close()
+    with site_sandbox(router, {"keys.html": KEYS_PAGE}) as sandbox:
+        yield sandbox
 
 
 @pytest.fixture
 def page(desk: Sandbox) -> Sandbox:
     """The site's page, freshly loaded (its state file emptied first)."""
-    desk.exec("rm -f /workspace/site/state.jsonl")
-    desk.computer.start(browser=URL)
-    wait_state(desk, "layout")
-    return desk
+    return fresh_page(desk)
 
 
 def steps(router: RouterProcess, sandbox: Sandbox) -> list[dict[str, Any]]:

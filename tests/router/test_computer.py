@@ -17,7 +17,7 @@ from PIL import Image
 from grove.client import Sandbox
 from grove.errors import Invalid, NoDisplay
 from tests.conftest import short_tempdir
-from tests.support.gui_site import URL, box, centre, serve, site_state, wait_state
+from tests.support.gui_site import URL, box, centre, fresh_page, site_sandbox, site_state, wait_state
 from tests.support.imagetools import make_busybox_rootfs
 from tests.support.router_fixtures import RouterProcess, cgroup_procs, error_of, wait_for
 
@@ -27,22 +27,14 @@ GREEN = (0, 160, 0)
 @pytest.fixture(scope="module")
 def desk(router: RouterProcess) -> Iterator[Sandbox]:
     """A sandbox with the test site served and Chromium showing it."""
-    with router.client() as client:
-        sandbox = client.create(heartbeat=False, memory_mb=2048, desktop={"width": 1280, "height": 800})
-        try:
-            serve(sandbox)
-            yield sandbox
-        finally:
-            sandbox.close()
+    with site_sandbox(router, desktop={"width": 1280, "height": 800}) as sandbox:
+        yield sandbox
 
 
 @pytest.fixture
 def page(desk: Sandbox) -> Sandbox:
     """The site's page, freshly loaded (its state file emptied first)."""
-    desk.exec("rm -f /workspace/site/state.jsonl")
-    desk.computer.start(browser=URL)
-    wait_state(desk, "layout")
-    return desk
+    return fresh_page(desk)
 
 
 def pixel(png: bytes, x: int, y: int) -> tuple[int, int, int]:

@@ -8,11 +8,14 @@ scrolled). A test reads what the site saw with :func:`site_state`, and where to 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from grove.client import Sandbox
+from tests.support.router_fixtures import RouterProcess
 
 PORT = 8000
 ROOT = "/workspace/site"
@@ -80,6 +83,27 @@ def serve(sandbox: Sandbox, pages: dict[str, str] | None = None) -> None:
     up = sandbox.exec(f"for i in $(seq 100); do python3 -c \"import urllib.request as u; u.urlopen('{URL}')\" "
                       "2>/dev/null && exit 0; sleep 0.1; done; exit 1")
     assert up.exit_code == 0, "the test site did not come up"
+
+
+@contextlib.contextmanager
+def site_sandbox(router: RouterProcess, pages: dict[str, str] | None = None,
+                 **options: Any) -> Iterator[Sandbox]:
+    """A sandbox (2 GiB: Chromium) with the site served, deleted at the end."""
+    with router.client() as client:
+        sandbox = client.create(heartbeat=False, memory_mb=2048, **options)
+        try:
+            serve(sandbox, pages)
+            yield sandbox
+        finally:
+            sandbox.close()
+
+
+def fresh_page(sandbox: Sandbox, url: str = URL) -> Sandbox:
+    """The site's page freshly loaded (its state file emptied first), its layout reported."""
+    sandbox.exec(f"rm -f {ROOT}/state.jsonl")
+    sandbox.computer.start(browser=url)
+    wait_state(sandbox, "layout")
+    return sandbox
 
 
 def site_state(sandbox: Sandbox) -> list[dict[str, Any]]:
