@@ -310,9 +310,8 @@ class Desktop:
         """The frame as PNG and thumbnail; an unchanged screen reuses the last encoding."""
         if self._last is not None and self._last[0] == frame.pixels:
             return self._last[1]
-        packed = png.rgb(frame)
-        tw, th, thumb = png.thumbnail(frame.width, frame.height, packed)
-        shot = Shot(png.encode(frame.width, frame.height, packed), frame.width, frame.height, thumb, tw, th)
+        tw, th, thumb = png.frame_thumbnail(frame)
+        shot = Shot(png.encode_frame(frame), frame.width, frame.height, thumb, tw, th)
         self._last = (frame.pixels, shot)
         return shot
 

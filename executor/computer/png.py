@@ -12,8 +12,9 @@ import zlib
 
 from executor.computer.framebuffer import Frame
 
-LEVEL = 3
-"""zlib level: a browser page at 1280x800 compresses in ~15 ms at 3 against ~60 ms at 6, ~10 % larger."""
+LEVEL = 1
+"""zlib level: a text-heavy browser page at 1280x800 compresses in ~7 ms at 1, ~9 ms at 3 (8 % smaller) and
+~18 ms at 6 (19 % smaller); a screenshot is on the path of every action's answer."""
 THUMB_WIDTH = 320
 """A thumbnail is at most this wide: the screen shrunk by a whole factor (1280 → 320, nearest pixel)."""
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -36,8 +37,40 @@ def encode(width: int, height: int, packed: bytes, level: int = LEVEL) -> bytes:
     for y in range(height):
         at = y * (stride + 1) + 1
         rows[at: at + stride] = packed[y * stride: (y + 1) * stride]
+    return _png(width, height, rows, level)
+
+
+def encode_frame(frame: Frame, level: int = LEVEL) -> bytes:
+    """A PNG of a frame, its rows written straight from the frame's blue-green-red-pad pixels (one pass, no
+    packed copy between: ~1 ms of a screenshot's ~15)."""
+    width, height, src = frame.width, frame.height, frame.pixels
+    stride, row4 = width * 3, width * 4
+    rows = bytearray((stride + 1) * height)
+    for y in range(height):
+        at, start = y * (stride + 1) + 1, y * row4
+        rows[at: at + stride: 3] = src[start + 2: start + row4: 4]
+        rows[at + 1: at + stride: 3] = src[start + 1: start + row4: 4]
+        rows[at + 2: at + stride: 3] = src[start: start + row4: 4]
+    return _png(width, height, rows, level)
+
+
+def frame_thumbnail(frame: Frame) -> tuple[int, int, bytes]:
+    """The thumbnail of a frame (every k-th pixel of every k-th row, k the whole factor to THUMB_WIDTH), and
+    its size, read straight from the frame's pixels."""
+    factor = max(1, -(-frame.width // THUMB_WIDTH))
+    out_w, out_h = frame.width // factor, frame.height // factor
+    row4, out_stride, src = frame.width * 4, out_w * 3, frame.pixels
+    out = bytearray(out_stride * out_h)
+    for y in range(out_h):
+        start, at = y * factor * row4, y * out_stride
+        for c, offset in ((0, 2), (1, 1), (2, 0)):
+            out[at + c: at + out_stride: 3] = src[start + offset: start + out_w * factor * 4: factor * 4]
+    return out_w, out_h, encode(out_w, out_h, bytes(out), level=6)
+
+
+def _png(width: int, height: int, rows: bytearray, level: int) -> bytes:
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"".join((_SIGNATURE, _chunk(b"IHDR", header), _chunk(b"IDAT", zlib.compress(bytes(rows), level)),
+    return b"".join((_SIGNATURE, _chunk(b"IHDR", header), _chunk(b"IDAT", zlib.compress(rows, level)),
                      _chunk(b"IEND", b"")))
 
 
