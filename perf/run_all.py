@@ -22,6 +22,7 @@ BENCHMARKS = {
     "rollouts": "perf.bench_rollouts",
     "grading": "perf.bench_grading",
     "projects": "perf.bench_projects",
+    "desktop": "perf.bench_desktop",
     "images": "perf.bench_images",
     "knative": "perf.knative_calls",
 }
