@@ -156,8 +156,9 @@ class Desktop:
 
     def status(self) -> dict[str, Any]:
         """Whether the display and browser run, and the screen's size."""
+        browser = self._browser is not None and self._browser.poll() is None
         return {"display": DISPLAY if self._running() else None, "width": self.settings.width,
-                "height": self.settings.height, "browser": self._browser is not None and self._browser.poll() is None}
+                "height": self.settings.height, "browser": browser, "url": _current_url() if browser else None}
 
     # -- processes -------------------------------------------------------------------------------------
 
@@ -370,6 +371,17 @@ def _cdp(method: str, path: str) -> Any:
         return json.loads(raw or b"null")
     except ValueError:  # /json/close answers in words ("Target is closing")
         return raw.decode(errors="replace")
+
+
+def _current_url() -> str | None:
+    """The URL of the browser's first page (the one grove opened last: it closes the others), if it says."""
+    try:
+        tabs = _cdp("GET", "/json/list")
+    except Unavailable:
+        return None
+    pages = [t for t in tabs if isinstance(t, dict) and t.get("type") == "page"] if isinstance(tabs, list) else []
+    url = pages[0].get("url") if pages else None
+    return url if isinstance(url, str) else None
 
 
 def _answers(path: str) -> bool:

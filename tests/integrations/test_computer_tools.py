@@ -291,6 +291,7 @@ def test_the_openai_computers_own_methods_held_keys_and_safety_checks(router: Ro
                                                                        page: Sandbox) -> None:
     computer = GroveComputer(page)
     assert computer.get_environment() == "browser" and computer.get_dimensions() == (1280, 800)
+    assert computer.get_current_url() == URL  # the page the fixture opened
     assert pixel(base64.b64decode(computer.screenshot()), 5, 795) != GREEN
     known = len(steps(router, page))
     computer.move(300, 300)

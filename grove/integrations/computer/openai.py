@@ -130,6 +130,10 @@ class GroveComputer(_ComputerShape):
         """The screen now, a base64 PNG."""
         return self.act({"type": "screenshot"}).base64
 
+    def get_current_url(self) -> str:
+        """The browser's page (``""`` when no browser runs): the CUA sample's check of where the agent went."""
+        return str(self.sandbox.computer.status().get("url") or "")
+
     def click(self, x: int, y: int, button: str = "left") -> Screen:
         """Click ``button`` (left, right, wheel, back, forward) at ``(x, y)``."""
         return self.act({"type": "click", "x": x, "y": y, "button": button})
@@ -185,6 +189,10 @@ class AsyncGroveComputer(_ComputerShape):
     async def screenshot(self) -> str:
         """The screen now, a base64 PNG."""
         return (await self.act({"type": "screenshot"})).base64
+
+    async def get_current_url(self) -> str:
+        """The browser's page (``""`` when no browser runs)."""
+        return str((await self.sandbox.computer.status()).get("url") or "")
 
     async def click(self, x: int, y: int, button: str = "left") -> Screen:
         """Click ``button`` (left, right, wheel, back, forward) at ``(x, y)``."""
