@@ -177,6 +177,25 @@ def test_the_host_admits_a_burst_only_as_far_as_its_memory_goes(s3_server: Any) 
         assert again.status == 201, again.body[:300]
 
 
+def test_a_burst_of_desktops_is_counted_at_a_desktops_memory(s3_server: Any) -> None:
+    """A desktop is counted at 400 MiB while it starts (a coding sandbox at 64): with ~1 GiB to spare, a burst of
+    ten desktops gets two or so and 503s naming memory for the rest, where ten coding sandboxes all fit."""
+    reserve = read_host(Path("/")).memory_available_mb - 1000
+    with router_state(s3=s3_server, up_args=("--memory-reserve-mb", str(int(reserve)))) as router:
+        desktops = router.http("POST", "/v1/sandboxes/batch", json_body={
+            "template": {**SMALL, "memory_mb": 2048, "desktop": {}}, "request_ids": [f"d-{i}" for i in range(10)]}
+                               ).json()["sandboxes"]
+        made = [s for s in desktops if "id" in s]
+        refused = [s["error"] for s in desktops if "id" not in s]
+        assert 1 <= len(made) <= 3 and len(refused) >= 7, (len(made), refused[:1])
+        assert all("short of memory" in e["message"] for e in refused), refused[:1]
+        router.delete_all()
+        coding = router.http("POST", "/v1/sandboxes/batch", json_body={
+            "template": {**SMALL, "memory_mb": 2048}, "request_ids": [f"c-{i}" for i in range(10)]}).json()
+        assert all("id" in s for s in coding["sandboxes"]), [s.get("error") for s in coding["sandboxes"]][:2]
+        router.delete_all()
+
+
 def test_the_host_admits_creates_only_while_the_state_disk_keeps_its_reserve(s3_server: Any) -> None:
     """A state dir on a 96 MiB tmpfs (the runtime takes ~61 MiB of it) under the default reserve (at least
     2 GiB kept free): every create is a 503 naming disk and the state dir, and nothing of it is made; with
