@@ -50,6 +50,9 @@ class Screens:
         """Bytes of distinct images stored per sandbox (this router run)."""
         self._seen: dict[str, set[str]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._uploading: dict[tuple[str, str], tuple[bytes, bytes]] = {}
+        """Images on their way to S3, served from here meanwhile: a step's image is readable the moment the
+        step is (a client fetching it right after the action must not meet a 404)."""
 
     def keep(self, sandbox_id: str, project: str, image: bytes, thumb: bytes) -> dict[str, Any]:
         """Store an image and its thumbnail (in the background); the step's ``screenshot`` fields."""
@@ -67,7 +70,8 @@ class Screens:
                 return meta
             self._spent[sandbox_id] = spent + size
             seen.add(sha)
-        if (project, sha) not in self._known:
+        if (project, sha) not in self._known and (project, sha) not in self._uploading:
+            self._uploading[(project, sha)] = (image, thumb)
             task = asyncio.create_task(self._store(project, sha, image, thumb))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -87,6 +91,8 @@ class Screens:
         if not SHA.fullmatch(sha):
             raise NotFound(f"no screenshot {sha[:80]!r}: a screenshot is named by the sha256 of its PNG "
                            "(64 hex digits)")
+        if (uploading := self._uploading.get((project, sha))) is not None:
+            return uploading[1 if thumb else 0]
         spooled = self._spool / project / os.path.basename(key_of(sha, thumb=thumb))
         with contextlib.suppress(FileNotFoundError):
             return await asyncio.to_thread(spooled.read_bytes)
@@ -110,6 +116,12 @@ class Screens:
     # -- storing ---------------------------------------------------------------------------------------
 
     async def _store(self, project: str, sha: str, image: bytes, thumb: bytes) -> None:
+        try:
+            await self._store_or_spool(project, sha, image, thumb)
+        finally:
+            self._uploading.pop((project, sha), None)
+
+    async def _store_or_spool(self, project: str, sha: str, image: bytes, thumb: bytes) -> None:
         try:
             await asyncio.to_thread(self._put, project, sha, image, thumb)
         except Exception as exc:
