@@ -182,7 +182,8 @@ class Desktop:
         fbdir = "/dev/shm/grove-display" if os.path.isdir("/dev/shm") else "/tmp/grove-display"
         os.makedirs(fbdir, mode=0o700, exist_ok=True)
         os.makedirs("/tmp/.X11-unix", mode=0o1777, exist_ok=True)
-        for stale in (_SOCKET, "/tmp/.X99-lock"):
+        screen_file = os.path.join(fbdir, "Xvfb_screen0")
+        for stale in (_SOCKET, "/tmp/.X99-lock", screen_file):
             if os.path.exists(stale):
                 os.unlink(stale)  # left by a display that died with the sandbox's previous run
         s = self.settings
@@ -191,15 +192,15 @@ class Desktop:
             self._xvfb = _daemon([xvfb, DISPLAY, "-screen", "0", f"{s.width}x{s.height}x24", "-fbdir", fbdir,
                                   "-nolisten", "tcp", "-noreset", "-dpi", "96"], self._env, log)
         deadline = time.monotonic() + _START_S
-        screen_file = os.path.join(fbdir, "Xvfb_screen0")
-        while not (os.path.exists(_SOCKET) and os.path.exists(screen_file)):
+        # Up once it listens and its screen file holds a whole header (the file appears before it is written).
+        while (fb := _framebuffer(screen_file) if os.path.exists(_SOCKET) else None) is None:
             if self._xvfb.poll() is not None or time.monotonic() > deadline:
                 tail = _tail(os.path.join(fbdir, "xvfb.log"))
                 self._stop()
                 raise Unavailable(f"the display did not start: Xvfb {'exited' if tail else 'did not answer'}"
                                   f"{': ' + tail if tail else ''}", retry_after=1)
             time.sleep(0.02)
-        self._fb = Framebuffer(screen_file)
+        self._fb = fb
         self._shared_env["DISPLAY"] = DISPLAY
         self._env["DISPLAY"] = DISPLAY
         wm = self._which("matchbox-window-manager")
@@ -382,6 +383,14 @@ def _current_url() -> str | None:
     pages = [t for t in tabs if isinstance(t, dict) and t.get("type") == "page"] if isinstance(tabs, list) else []
     url = pages[0].get("url") if pages else None
     return url if isinstance(url, str) else None
+
+
+def _framebuffer(path: str) -> Framebuffer | None:
+    """The screen file mapped, or None while Xvfb has not written it yet (missing, empty, a zero header)."""
+    try:
+        return Framebuffer(path)
+    except (OSError, ValueError):
+        return None
 
 
 def _answers(path: str) -> bool:

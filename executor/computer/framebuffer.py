@@ -33,6 +33,7 @@ class Framebuffer:
     """The mapped screen file of a running Xvfb."""
 
     def __init__(self, path: str) -> None:
+        """Map ``path``; ``ValueError`` while Xvfb has not written it yet (empty, or a zero header)."""
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             self._map = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
@@ -44,13 +45,17 @@ class Framebuffer:
             fields = struct.unpack("<25I", header)
         header_size, depth, width, height = fields[0], fields[3], fields[4], fields[5]
         bits, line, ncolors = fields[11], fields[12], fields[19]
+        if header_size == 0 or width == 0 or height == 0:
+            self._map.close()
+            raise ValueError("the framebuffer's header is not written yet")
         if depth != 24 or bits != 32:
             raise InternalError(f"the display's framebuffer is {depth}-bit at {bits} bits per pixel; grove "
                                 "starts Xvfb at depth 24, which it reads as 32-bit pixels")
         self.width, self.height, self._line = width, height, line
         self._offset = header_size + ncolors * _COLOR_BYTES
         if self._offset + line * height > len(self._map):
-            raise InternalError("the display's framebuffer file is shorter than its header says")
+            self._map.close()
+            raise ValueError("the display's framebuffer file is shorter than its header says (still being made)")
 
     def read(self) -> Frame:
         """The screen now."""
