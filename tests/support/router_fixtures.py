@@ -11,6 +11,7 @@ a size-limited tmpfs of its own (the test's own mount, unmounted at the end howe
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import json
@@ -467,6 +468,7 @@ def seed_runtime(state_dir: Path) -> None:
     """
     if not _bundle_cache:
         _bundle_cache.append(build_bundle(Path(tempfile.mkdtemp(prefix="gt-bundle-")) / "runtime").path)
+        atexit.register(_drop_bundles)  # a script using router_state outside pytest (no session fixture) too
     subprocess.run(["cp", "-a", str(_bundle_cache[0]), str(StateDir(state_dir).runtime)],
                    check=True, capture_output=True, timeout=120)
 
@@ -475,6 +477,10 @@ def seed_runtime(state_dir: Path) -> None:
 def _runtime_bundle_copies() -> Iterator[None]:
     """Removes the session's bundle that :func:`seed_runtime` copies from, once every test is done."""
     yield
+    _drop_bundles()
+
+
+def _drop_bundles() -> None:
     while _bundle_cache:
         shutil.rmtree(_bundle_cache.pop().parent, ignore_errors=True)
 
