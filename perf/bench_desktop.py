@@ -27,6 +27,7 @@ import json
 import statistics
 import time
 import urllib.parse
+from pathlib import Path
 from typing import Any
 
 from grove.client import Grove, Sandbox
@@ -43,6 +44,7 @@ from perf.common import (
     utc_now,
 )
 from perf.memory import group_memory
+from router.lifecycle.admission import read_host
 
 NAME = "desktop"
 SECTION = "## Desktops: screenshots, actions, memory"
@@ -133,7 +135,7 @@ def memory(router: Router, grove: Grove, desktops: int) -> dict[str, Any]:
         pss = [g.pss / 2**20 for g in groups]
         charged = [g.charged / 2**20 for g in groups if g.charged is not None]
         per_desktop = statistics.mean(charged) if charged else statistics.mean(pss)
-        available = _mem_available_mb()
+        available = read_host(Path("/")).memory_available_mb
         return {"desktops": desktops, "pss_mb_mean": round(statistics.mean(pss), 1),
                 "charged_mb_mean": round(statistics.mean(charged), 1) if charged else None,
                 "host_available_mb_with_them": round(available), "more_would_fit": int(available // per_desktop)}
@@ -179,14 +181,6 @@ def _wait_ready(grove: Grove, timeout_s: float = 120.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("the pool of desktops did not fill")
         time.sleep(0.5)
-
-
-def _mem_available_mb() -> float:
-    with open("/proc/meminfo", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no MemAvailable in /proc/meminfo")
 
 
 def measure(shots: int, desktops: int, rounds: int) -> dict[str, Any]:
