@@ -28,6 +28,9 @@ from grove.rollouts.harnesses import PolicyError
 LAYOUT = "/tmp/grove-layout.json"
 """Where the kit's server keeps the page's latest layout."""
 _POLL_S = 0.1
+FIND_S = 20.0
+"""How long a step waits for the element it names to appear: a page loading on a busy host can take seconds (a
+CI run's workers share two cores with Chromium), and a scripted policy that gives up early scores a false fail."""
 _CLICKABLE = ("a", "button", "input", "select", "textarea", "label")
 
 
@@ -124,7 +127,7 @@ class Page:
                 raise PolicyError(f"the page reported no layout to {self.path} (is it a page of the site kit?)")
             time.sleep(_POLL_S)
 
-    def find(self, target: str, timeout_s: float = 5.0) -> tuple[Layout, dict[str, Any]]:
+    def find(self, target: str, timeout_s: float = FIND_S) -> tuple[Layout, dict[str, Any]]:
         """The element ``target`` names, waiting up to ``timeout_s`` for it to appear (a page still loading)."""
         deadline = time.monotonic() + timeout_s
         while True:

@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from grove.client import Sandbox
-from grove.rollouts.browser.layout import LAYOUT, Layout, Page
+from grove.rollouts.browser.layout import FIND_S, LAYOUT, Layout, Page
 from grove.rollouts.harnesses import PolicyError
 
 MAX_SCROLLS = 25
@@ -88,7 +88,7 @@ class Hand:
         elif verb == "key":
             self._act("key", str(what))
         elif verb == "wait_for":
-            self.page.find(what, timeout_s=float(step.get("timeout_s", 5.0)))
+            self.page.find(what, timeout_s=float(step.get("timeout_s", FIND_S)))
 
     def click(self, target: str) -> Layout:
         """Click the element's centre (scrolled onto the screen first)."""
