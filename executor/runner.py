@@ -64,13 +64,7 @@ class Runner:
     def run(self, req: ExecRequest) -> Iterator[Chunk | dict[str, Any]]:
         """Start the command (errors raise here), then iterate: output chunks as they come, the result last."""
         settings = self._settings
-        cwd_api = req.cwd or settings.workdir
-        cwd = self._paths.resolve(cwd_api)
-        if not os.path.isdir(cwd):
-            raise NotFound(f"cwd {cwd_api!r} is not a directory in the sandbox")
         started = time.monotonic()  # the command's timeout covers looking up its user too
-        run_as = self._run_as(req.user) if req.user is not None else None
-        env = {**settings.env, **self.extra_env, **(_user_env(run_as) if run_as else {}), **req.env}
         exec_id = uuid.uuid4().hex[:16]
         out_dir = self._paths.resolve(settings.output_dir)
         captures = {
@@ -83,33 +77,49 @@ class Runner:
             for name in ("stdout", "stderr")
         }
         oom_before = _oom_kills(settings.oom_control_path)
+        proc = self.launch(
+            req.argv, req.cwd, req.user, req.env,
+            stdin=subprocess.PIPE if req.stdin else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        if settings.command_oom_score_adj is not None:
+            _set_oom_score(proc.pid, settings.command_oom_score_adj)
+        return self._events(proc, req, captures, started, oom_before)
+
+    def launch(self, argv: list[str], cwd: str | None, user: str | None, env: dict[str, str], *, stdin: Any,
+               stdout: Any, stderr: Any) -> subprocess.Popen[bytes]:
+        """Start ``argv`` in a session of its own, in ``cwd`` (the workdir when None), as ``user`` (root when
+        None), with ``env`` over the sandbox's; the reaper leaves it to the caller. Errors name what is wrong."""
+        settings = self._settings
+        cwd_api = cwd or settings.workdir
+        where = self._paths.resolve(cwd_api)
+        if not os.path.isdir(where):
+            raise NotFound(f"cwd {cwd_api!r} is not a directory in the sandbox")
+        run_as = self._run_as(user) if user is not None else None
+        full_env = {**settings.env, **self.extra_env, **(_user_env(run_as) if run_as else {}), **env}
         try:
-            proc = reaper.spawn(
-                req.argv,
-                stdin=subprocess.PIPE if req.stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=cwd,
-                env=env,
+            return reaper.spawn(
+                argv,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                cwd=where,
+                env=full_env,
                 start_new_session=True,
                 close_fds=True,
                 **(_credentials(run_as) if run_as else {}),
             )
         except PermissionError as exc:
-            if run_as is not None and exc.filename == cwd:
-                raise Invalid(f"user {req.user!r} may not enter the working directory {cwd_api!r}") from exc
-            raise Invalid(f"program is not executable: {req.argv[0]!r}") from exc
+            if run_as is not None and exc.filename == where:
+                raise Invalid(f"user {user!r} may not enter the working directory {cwd_api!r}") from exc
+            raise Invalid(f"program is not executable: {argv[0]!r}") from exc
         except FileNotFoundError as exc:
-            raise NotFound(f"program not found: {req.argv[0]!r}") from exc
+            raise NotFound(f"program not found: {argv[0]!r}") from exc
         except BlockingIOError as exc:
             raise Unavailable(
                 "cannot start the command: the sandbox is out of processes (pids_max)", retry_after=1
             ) from exc
         except OSError as exc:
-            raise Invalid(f"cannot start {req.argv[0]!r}: {exc.strerror}") from exc
-        if settings.command_oom_score_adj is not None:
-            _set_oom_score(proc.pid, settings.command_oom_score_adj)
-        return self._events(proc, req, captures, started, oom_before)
+            raise Invalid(f"cannot start {argv[0]!r}: {exc.strerror}") from exc
 
     def _run_as(self, user: str) -> RunAs:
         parse_spec(user)  # a malformed value is named before the sandbox's files are read

@@ -15,6 +15,7 @@ from executor.computer.desktop import desktop_for
 from executor.dedup import Deduplicator
 from executor.outputs import KeptOutputs
 from executor.paths import PathResolver
+from executor.processes import Processes
 from executor.runner import Runner
 from executor.settings import ExecutorSettings
 from executor.swerex_sessions import Sessions
@@ -32,6 +33,7 @@ class Served:
         self.runner = Runner(settings, self.paths, self.outputs)
         self.dedup = Deduplicator(settings.dedup_entries)
         self.sessions = Sessions(settings, self.paths)
+        self.processes = Processes(settings, self.paths, self.runner)
         self.desktop = desktop_for(settings.desktop, settings.env, self.runner.extra_env)
 
 

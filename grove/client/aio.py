@@ -19,6 +19,7 @@ import msgpack
 from grove.client.artifacts import AsyncArtifacts, sandbox_artifacts
 from grove.client.batch import batch_ask, stream_batch
 from grove.client.computer import AsyncComputer
+from grove.client.processes import AsyncProcesses
 from grove.client.results import ExecResult
 from grove.client.upload import UPLOAD_MAX_BYTES, spool_tar
 from grove.core import wire
@@ -331,6 +332,8 @@ class AsyncSandbox:
         self._beat_every = 0.0
         self.computer = AsyncComputer(self)
         """The sandbox's screen, mouse and keyboard (:mod:`grove.client.computer`)."""
+        self.processes = AsyncProcesses(self)
+        """The sandbox's background processes (:mod:`grove.client.processes`)."""
 
     async def __aenter__(self) -> AsyncSandbox:
         return self

@@ -13,6 +13,7 @@ from grove.client.aio import AsyncGrove, AsyncSandbox
 from grove.client.artifacts import AsyncArtifacts
 from grove.client.computer import AsyncComputer
 from grove.client.download import Progress
+from grove.client.processes import Processes
 from grove.client.pull import PullReport
 from grove.client.results import ExecResult
 from grove.core.artifact import Artifact
@@ -150,6 +151,8 @@ class Sandbox:
         self.info = inner.info
         self.computer = Computer(loop, inner.computer)
         """The sandbox's screen, mouse and keyboard; see :class:`grove.client.computer.AsyncComputer`."""
+        self.processes = Processes(loop, inner.processes)
+        """The sandbox's background processes; see :class:`grove.client.processes.AsyncProcesses`."""
 
     def __enter__(self) -> Sandbox:
         return self

@@ -115,7 +115,7 @@ async def call(service: SandboxService, record: SandboxRecord, method: str, path
                 raw = await resp.read()
                 status, content_type = resp.status, resp.content_type
         except TimeoutError as exc:
-            raise UpstreamTimeout(f"the sandbox's screen did not answer {path} in {CALL_TIMEOUT_S:g}s") from exc
+            raise UpstreamTimeout(f"the sandbox did not answer {path} in {CALL_TIMEOUT_S:g}s") from exc
         except aiohttp.ClientError as exc:
             await service.lost(record)
             raise BadGateway(f"the sandbox's executor went away during {method} {path}: {exc}; it restarts on "

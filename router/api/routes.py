@@ -15,6 +15,14 @@ from router.api.datapath import exec_handler, transfer
 from router.api.images import get_image
 from router.api.openapi import build_spec
 from router.api.pools import create_pool, delete_pool, get_pool, list_pools, resize_pool
+from router.api.processes import (
+    get_process,
+    list_processes,
+    process_logs,
+    signal_process,
+    start_process,
+    wait_process,
+)
 from router.api.projects import get_project, list_projects
 from router.api.runs import get_run_file, list_run_files, put_run_file
 from router.api.sandboxes import create_sandbox, delete_sandbox, get_sandbox, healthz, heartbeat, list_sandboxes
@@ -99,6 +107,17 @@ ROUTES: list[Route] = [
           "Start the sandbox's screen ({\"browser\": URL} opens Chromium there)"),
     Route("GET", "/v1/screenshots/{sha}", screenshot_handler,
           "A stored screenshot of the project by its sha256 (?thumb=1: its thumbnail)"),
+    Route("POST", "/v1/sandboxes/{id}/processes", start_process,
+          "Start a background process ({command, env?, cwd?, user?}): it outlives the call; 201 with its pid"),
+    Route("GET", "/v1/sandboxes/{id}/processes", list_processes, "The sandbox's background processes"),
+    Route("GET", "/v1/sandboxes/{id}/processes/{pid:\\d+}", get_process,
+          "A background process: status (running│exited), exit code"),
+    Route("GET", "/v1/sandboxes/{id}/processes/{pid:\\d+}/logs", process_logs,
+          "A background process's output (?offset=; ?follow=1 streams it until the process ends)"),
+    Route("POST", "/v1/sandboxes/{id}/processes/{pid:\\d+}/signal", signal_process,
+          "Signal a background process's group ({\"signal\": \"SIGTERM\"})"),
+    Route("POST", "/v1/sandboxes/{id}/processes/{pid:\\d+}/wait", wait_process,
+          "Wait for a background process to end ({\"timeout_s\": 30}, at most 280)"),
     Route("GET", "/v1/sandboxes/{id}/files", transfer("/v1/files", "file"), "Read a file (?path=)"),
     Route("PUT", "/v1/sandboxes/{id}/files", transfer("/v1/files", "file"), "Write a file atomically (?path=&mode=)",
           raw_body="application/octet-stream"),

@@ -1,0 +1,191 @@
+"""Background processes: started by one call, outliving it, watched, signalled and waited for by later ones.
+
+Each runs in a session of its own (an exec's timeout or a grading's clean-up by session spares it), its stdout
+and stderr together in one log file the child writes itself (``<output_dir>/proc-<pid>.log``: nothing is held in
+the executor's memory, and a follower reads what the file holds). One thread per process waits for its exit and
+hands it back to the reaper. The count of running ones is capped: a sandbox is not a process supervisor for an
+unbounded fleet. They end with the sandbox — its namespace's PID 1 takes them down on the local backend, the
+pod's end on Knative — and nothing restarts them.
+
+Exits are also queued for the router (:meth:`Processes.exits`), which records each one as a trajectory step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal as signals
+import subprocess
+import threading
+import builtins
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from executor import reaper
+from executor.paths import PathResolver
+from executor.proctree import kill_tree
+from executor.runner import Runner
+from executor.settings import ExecutorSettings
+from grove.core.errors import Conflict, Invalid, NotFound
+
+MAX_RUNNING = 16
+"""Background processes a sandbox may have running at once."""
+MAX_KEPT = 256
+"""Processes remembered, running or not: the oldest ended ones are forgotten first (their logs stay on disk)."""
+_FOLLOW_POLL_S = 0.1
+_READ = 65536
+SIGNALS = {name: int(getattr(signals, name)) for name in ("SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "SIGQUIT",
+                                                          "SIGUSR1", "SIGUSR2", "SIGSTOP", "SIGCONT")}
+"""The signals a caller may send, by name."""
+
+
+@dataclass
+class Process:
+    """One background process and what is known of it."""
+
+    pid: int
+    argv: list[str]
+    cwd: str | None
+    user: str | None
+    log: str
+    """The log file's API path (stdout and stderr, as written)."""
+    started_at: float
+    popen: subprocess.Popen[bytes] = field(repr=False)
+    exit_code: int | None = None
+    ended_at: float | None = None
+    signalled: str | None = None
+    """The last signal a caller sent, by name."""
+    done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def view(self) -> dict[str, Any]:
+        """What the API answers about it."""
+        return {"pid": self.pid, "command": self.argv, "cwd": self.cwd, "user": self.user,
+                "status": "exited" if self.done.is_set() else "running", "exit_code": self.exit_code,
+                "started_at": self.started_at, "ended_at": self.ended_at, "signalled": self.signalled,
+                "log": self.log}
+
+
+class Processes:
+    """The background processes of one sandbox."""
+
+    def __init__(self, settings: ExecutorSettings, paths: PathResolver, runner: Runner,
+                 max_running: int = MAX_RUNNING) -> None:
+        self._settings, self._paths, self._runner = settings, paths, runner
+        self._max_running = max_running
+        self._lock = threading.Lock()
+        self._table: dict[int, Process] = {}
+        self._exits: list[dict[str, Any]] = []
+
+    def start(self, argv: list[str], cwd: str | None, user: str | None, env: dict[str, str]) -> dict[str, Any]:
+        """Start one; Conflict past the cap (naming how to make room)."""
+        with self._lock:
+            running = [p.pid for p in self._table.values() if not p.done.is_set()]
+            if len(running) >= self._max_running:
+                raise Conflict(f"this sandbox already runs {len(running)} background processes (pids "
+                               f"{', '.join(map(str, sorted(running)))}), the most it may; end one "
+                               f"(POST .../processes/PID/signal) or wait for one before starting another")
+            out_dir = self._paths.resolve(self._settings.output_dir)
+            os.makedirs(out_dir, exist_ok=True)
+            pending = os.path.join(out_dir, f"proc-starting-{threading.get_ident()}.log")
+            fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            try:
+                popen = self._runner.launch(argv, cwd, user, env, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd)
+            except BaseException:
+                os.unlink(pending)
+                raise
+            finally:
+                os.close(fd)
+            os.replace(pending, os.path.join(out_dir, f"proc-{popen.pid}.log"))
+            log = f"{self._settings.output_dir.rstrip('/')}/proc-{popen.pid}.log"
+            process = Process(popen.pid, argv, cwd, user, log, time.time(), popen)
+            self._table[popen.pid] = process
+            self._forget_oldest()
+        threading.Thread(target=self._watch, args=(process,), name=f"grove-proc-{popen.pid}", daemon=True).start()
+        return process.view()
+
+    def list(self) -> builtins.list[dict[str, Any]]:
+        """Every remembered process, oldest first."""
+        with self._lock:
+            return [p.view() for p in self._table.values()]
+
+    def get(self, pid: int) -> dict[str, Any]:
+        """One process's state."""
+        return self._find(pid).view()
+
+    def signal(self, pid: int, name: str) -> dict[str, Any]:
+        """Send a signal (by name) to the process's whole group; ``SIGKILL`` ends everything it started."""
+        number = SIGNALS.get(name.upper() if name.upper().startswith("SIG") else f"SIG{name.upper()}")
+        if number is None:
+            raise Invalid(f"unknown signal {name!r}; one of {', '.join(SIGNALS)}")
+        process = self._find(pid)
+        if process.done.is_set():
+            raise Conflict(f"process {pid} has already exited (exit code {process.exit_code}): nothing to signal")
+        process.signalled = next(k for k, v in SIGNALS.items() if v == number)
+        if number == signals.SIGKILL:
+            kill_tree(pid)
+        else:
+            with contextlib.suppress(ProcessLookupError):  # it exited just now: its watcher records it
+                os.killpg(pid, number)
+        return process.view()
+
+    def wait(self, pid: int, timeout_s: float) -> dict[str, Any]:
+        """Block until the process exits or ``timeout_s`` passes; its state either way (``status`` tells)."""
+        process = self._find(pid)
+        process.done.wait(timeout_s)
+        return process.view()
+
+    def logs(self, pid: int, offset: int, follow: bool) -> Iterator[bytes]:
+        """The log from ``offset``; with ``follow``, new output as it comes until the process has exited."""
+        process = self._find(pid)
+        try:
+            fd = self._paths.open(process.log, os.O_RDONLY | os.O_NOFOLLOW)
+        except NotFound:
+            raise NotFound(f"the log of process {pid} ({process.log}) is gone: something in the sandbox deleted "
+                           "it") from None
+        return self._read(fd, process, offset, follow)
+
+    def exits(self) -> builtins.list[dict[str, Any]]:
+        """The exits not handed out yet (for the router's record), each once."""
+        with self._lock:
+            taken, self._exits = self._exits, []
+        return taken
+
+    def _read(self, fd: int, process: Process, offset: int, follow: bool) -> Iterator[bytes]:
+        try:
+            os.lseek(fd, offset, os.SEEK_SET)
+            while True:
+                ended = process.done.is_set()  # before reading: what it wrote before its exit is read below
+                data = os.read(fd, _READ)
+                if data:
+                    yield data
+                    continue
+                if not follow or ended:
+                    return
+                time.sleep(_FOLLOW_POLL_S)
+        finally:
+            os.close(fd)
+
+    def _find(self, pid: int) -> Process:
+        with self._lock:
+            process = self._table.get(pid)
+        if process is None:
+            raise NotFound(f"no background process {pid} in this sandbox (GET .../processes lists them)")
+        return process
+
+    def _forget_oldest(self) -> None:
+        ended = [pid for pid, p in self._table.items() if p.done.is_set()]
+        while len(self._table) > MAX_KEPT and ended:
+            del self._table[ended.pop(0)]
+
+    def _watch(self, process: Process) -> None:
+        code = process.popen.wait()
+        reaper.release(process.popen)
+        process.exit_code = 128 - code if code < 0 else code
+        process.ended_at = time.time()
+        with self._lock:
+            process.done.set()
+            self._exits.append({"pid": process.pid, "command": process.argv, "exit_code": process.exit_code,
+                                "signalled": process.signalled, "ended_at": process.ended_at,
+                                "duration_s": round(process.ended_at - process.started_at, 3)})

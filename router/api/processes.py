@@ -1,0 +1,93 @@
+"""Background processes: ``/v1/sandboxes/{id}/processes`` — start, list, get, logs (``?follow=1``), signal, wait.
+
+The executor does the work (:mod:`executor.processes`); the router relays and records. A start is a step
+(``{"type": "process", "event": "start"}``: the command, its place, its user, the names of its variables) and
+so is each exit the executor reports with any answer (``"event": "exit"``: the exit code, the last signal sent,
+how long it ran). A log read is not recorded (its bytes are the process's, read as often as anyone likes).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from grove.core import wire
+from grove.core.errors import BadRequest, GroveError
+from router.api.appkeys import sandbox_of, service_of
+from router.api.computer import call
+from router.api.datapath import call_executor, read_capped
+from router.lifecycle.service import SandboxService
+from router.records.registry import SandboxRecord
+
+MAX_BODY = 1024 * 1024
+
+
+async def start_process(request: web.Request) -> web.Response:
+    """POST /v1/sandboxes/{id}/processes — ``{command, env?, cwd?, user?}``; 201 with the process (``pid``)."""
+    body = await _body(request)
+    service, record = service_of(request), sandbox_of(request, request.match_info["id"])
+    answer = await call(service, record, "POST", "/v1/processes", body)
+    env = body.get("env")
+    service.recorder.step(record, {
+        "type": "process", "event": "start", "t": answer.get("started_at", time.time()), "pid": answer.get("pid"),
+        "command": answer.get("command"), "cwd": answer.get("cwd"), "user": answer.get("user"),
+        "env_keys": sorted(env) if isinstance(env, dict) else []})
+    return _reply(service, record, answer, status=201)
+
+
+async def list_processes(request: web.Request) -> web.Response:
+    """GET /v1/sandboxes/{id}/processes — every process the sandbox remembers, running or ended."""
+    return await _relay(request, "GET", "/v1/processes", None)
+
+
+async def get_process(request: web.Request) -> web.Response:
+    """GET /v1/sandboxes/{id}/processes/{pid} — its status and exit code."""
+    return await _relay(request, "GET", f"/v1/processes/{request.match_info['pid']}", None)
+
+
+async def signal_process(request: web.Request) -> web.Response:
+    """POST /v1/sandboxes/{id}/processes/{pid}/signal — ``{"signal": "SIGTERM"}`` to its process group."""
+    return await _relay(request, "POST", f"/v1/processes/{request.match_info['pid']}/signal", await _body(request))
+
+
+async def wait_process(request: web.Request) -> web.Response:
+    """POST /v1/sandboxes/{id}/processes/{pid}/wait — ``{"timeout_s": 30}``; its state once ended or timed out."""
+    return await _relay(request, "POST", f"/v1/processes/{request.match_info['pid']}/wait", await _body(request))
+
+
+async def process_logs(request: web.Request) -> web.StreamResponse:
+    """GET /v1/sandboxes/{id}/processes/{pid}/logs — its output from ``?offset=``; ``?follow=1`` streams it until
+    the process ends."""
+    _, response, _ = await call_executor(request, f"/v1/processes/{request.match_info['pid']}/logs")
+    return response
+
+
+async def _relay(request: web.Request, method: str, path: str, body: dict[str, Any] | None) -> web.Response:
+    service, record = service_of(request), sandbox_of(request, request.match_info["id"])
+    return _reply(service, record, await call(service, record, method, path, body))
+
+
+def _reply(service: SandboxService, record: SandboxRecord, answer: dict[str, Any], status: int = 200) -> web.Response:
+    """The answer without the executor's ``exits``, each of which becomes a step."""
+    for ended in answer.pop("exits", None) or []:
+        if isinstance(ended, dict):
+            service.recorder.step(record, {
+                "type": "process", "event": "exit", "t": ended.get("ended_at"), "pid": ended.get("pid"),
+                "command": ended.get("command"), "exit_code": ended.get("exit_code"),
+                "signalled": ended.get("signalled"), "duration_s": ended.get("duration_s")})
+    return web.json_response(answer, status=status)
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    raw = await read_capped(request, MAX_BODY, "process request")
+    try:
+        body = wire.decode(raw, request.content_type) if raw else {}
+    except GroveError:
+        raise
+    except Exception as exc:
+        raise BadRequest(f"the body is not valid JSON or msgpack: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
