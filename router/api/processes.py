@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from grove.core import wire
-from grove.core.errors import BadRequest, GroveError
+from grove.core.errors import BadRequest, GroveError, NotFound
 from router.api.appkeys import sandbox_of, service_of
 from router.api.computer import call
 from router.api.datapath import call_executor, read_capped
@@ -44,24 +44,32 @@ async def list_processes(request: web.Request) -> web.Response:
 
 async def get_process(request: web.Request) -> web.Response:
     """GET /v1/sandboxes/{id}/processes/{pid} — its status and exit code."""
-    return await _relay(request, "GET", f"/v1/processes/{request.match_info['pid']}", None)
+    return await _relay(request, "GET", f"/v1/processes/{_pid(request)}", None)
 
 
 async def signal_process(request: web.Request) -> web.Response:
     """POST /v1/sandboxes/{id}/processes/{pid}/signal — ``{"signal": "SIGTERM"}`` to its process group."""
-    return await _relay(request, "POST", f"/v1/processes/{request.match_info['pid']}/signal", await _body(request))
+    return await _relay(request, "POST", f"/v1/processes/{_pid(request)}/signal", await _body(request))
 
 
 async def wait_process(request: web.Request) -> web.Response:
     """POST /v1/sandboxes/{id}/processes/{pid}/wait — ``{"timeout_s": 30}``; its state once ended or timed out."""
-    return await _relay(request, "POST", f"/v1/processes/{request.match_info['pid']}/wait", await _body(request))
+    return await _relay(request, "POST", f"/v1/processes/{_pid(request)}/wait", await _body(request))
 
 
 async def process_logs(request: web.Request) -> web.StreamResponse:
     """GET /v1/sandboxes/{id}/processes/{pid}/logs — its output from ``?offset=``; ``?follow=1`` streams it until
     the process ends."""
-    _, response, _ = await call_executor(request, f"/v1/processes/{request.match_info['pid']}/logs")
+    _, response, _ = await call_executor(request, f"/v1/processes/{_pid(request)}/logs")
     return response
+
+
+def _pid(request: web.Request) -> int:
+    """The process id of the path; a 404 for anything but a number (no process has another name)."""
+    pid = request.match_info["pid"]
+    if not pid.isascii() or not pid.isdigit() or len(pid) > 10:
+        raise NotFound(f"no background process {pid[:40]!r}: a process is named by its pid, a number")
+    return int(pid)
 
 
 async def _relay(request: web.Request, method: str, path: str, body: dict[str, Any] | None) -> web.Response:

@@ -92,6 +92,8 @@ def test_bad_requests_are_named(router: RouterProcess, sandbox: Sandbox) -> None
         sandbox.processes.start("true", cwd="/no/such/dir")
     with pytest.raises(NotFound, match="program not found"):
         sandbox.processes.start(["/no/such/program"])
+    reply = router.http("GET", f"/v1/sandboxes/{sandbox.id}/processes/web-server")
+    assert reply.status == 404 and "named by its pid" in error_of(reply)["message"]
     reply = router.http("POST", f"/v1/sandboxes/{sandbox.id}/processes", json_body={"command": "true", "stdin": "x"})
     assert reply.status == 400 and "unknown field(s) 'stdin'" in error_of(reply)["message"]
     reply = router.http("POST", f"/v1/sandboxes/{sandbox.id}/processes", json_body={"cwd": "/"})

@@ -75,6 +75,17 @@ CASES: dict[tuple[str, str], Callable[[World, Names], list[Probe]]] = {
     ("POST", "/v1/sandboxes/{id}/computer"): lambda w, n: [
         send("POST", f"/v1/sandboxes/{n.live}/computer", {"action": "cursor_position"}),
         send("POST", f"/v1/sandboxes/{n.member}/computer", {"action": "cursor_position"}, control=False)],
+    ("POST", "/v1/sandboxes/{id}/processes"): lambda w, n: [
+        send("POST", f"/v1/sandboxes/{n.live}/processes", {"command": "true"})],
+    ("GET", "/v1/sandboxes/{id}/processes"): lambda w, n: [get(f"/v1/sandboxes/{n.live}/processes")],
+    ("GET", "/v1/sandboxes/{id}/processes/{pid}"): lambda w, n: [
+        replace(get(f"/v1/sandboxes/{n.live}/processes/7"), control=False)],
+    ("GET", "/v1/sandboxes/{id}/processes/{pid}/logs"): lambda w, n: [
+        replace(get(f"/v1/sandboxes/{n.live}/processes/7/logs"), control=False)],
+    ("POST", "/v1/sandboxes/{id}/processes/{pid}/signal"): lambda w, n: [
+        send("POST", f"/v1/sandboxes/{n.live}/processes/7/signal", {"signal": "SIGTERM"}, control=False)],
+    ("POST", "/v1/sandboxes/{id}/processes/{pid}/wait"): lambda w, n: [
+        send("POST", f"/v1/sandboxes/{n.live}/processes/7/wait", {"timeout_s": 0}, control=False)],
     ("GET", "/v1/sandboxes/{id}/display"): lambda w, n: [get(f"/v1/sandboxes/{n.live}/display")],
     ("POST", "/v1/sandboxes/{id}/display"): lambda w, n: [send("POST", f"/v1/sandboxes/{n.live}/display", {})],
     ("GET", "/v1/screenshots/{sha}"): lambda w, n: [get(f"/v1/screenshots/{w.screenshot}"),

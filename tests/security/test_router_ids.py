@@ -42,6 +42,8 @@ _ROUTES = [
     ("GET", "/v1/sandboxes/{}/trajectory"),
     ("GET", "/v1/sandboxes/{}/swerex/is_alive"),
     ("POST", "/v1/sandboxes/{}/swerex/execute"),
+    ("POST", "/v1/sandboxes/{}/processes"),
+    ("GET", "/v1/sandboxes/{}/processes/1/logs"),
 ]
 
 
