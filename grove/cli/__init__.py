@@ -1,5 +1,6 @@
-"""The ``grove`` command: ``up``/``down``, sandboxes (``ls``, ``create``, ``exec``, ``cp``, ``rm``), ``image``,
-``pool``, ``trajectories``, ``artifacts``, ``rollouts``, ``key``, ``project``, ``storage`` and ``knative``.
+"""The ``grove`` command: ``up``/``down``, sandboxes (``ls``, ``create``, ``exec``, ``cp``, ``rm``), background
+processes (``proc``, ``ps``), ``image``, ``pool``, ``trajectories``, ``artifacts``, ``rollouts``, ``key``,
+``project``, ``storage`` and ``knative``.
 
 Each group of subcommands lives in its own module with a ``register(sub, common)`` function; server
 modules are imported only by the commands that run them.
@@ -12,11 +13,22 @@ import os
 import sys
 from collections.abc import Sequence
 
-from grove.cli import artifacts, images, pools, projects, rollouts, sandboxes, server, storage, trajectories
+from grove.cli import (
+    artifacts,
+    images,
+    pools,
+    processes,
+    projects,
+    rollouts,
+    sandboxes,
+    server,
+    storage,
+    trajectories,
+)
 from grove.cli.common import DEFAULT_STATE, explain, state_dir
 from grove.core.errors import GroveError
 
-COMMANDS = (server, projects, sandboxes, images, pools, trajectories, artifacts, rollouts, storage)
+COMMANDS = (server, projects, sandboxes, processes, images, pools, trajectories, artifacts, rollouts, storage)
 
 
 def _common_options(default: object) -> argparse.ArgumentParser:
