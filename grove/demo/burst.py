@@ -122,6 +122,10 @@ def main() -> None:
     parser.add_argument("--gui", action="store_true",
                         help="offline web tasks instead: sites served in browser sandboxes, a scripted browser "
                              "policy acting through the computer API (--tasks: the first N of the ten)")
+    parser.add_argument("--assistant", action="store_true",
+                        help="offline personal-assistant tasks instead: a mail, calendar and notes service beside "
+                             "the agent, a scripted policy calling it over HTTP, graded by the service's final state "
+                             "(--tasks: the first N of the ten)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("grove demo: the local backend needs root (namespaces, cgroups, overlay mounts); run it as root")
@@ -130,6 +134,10 @@ def main() -> None:
         from grove.demo.gui import demo
 
         demo.main(args.tasks, state)
+    if args.assistant:
+        from grove.demo.assistant import demo as assistant
+
+        assistant.main(args.tasks, state)
     if args.harness == "mini-swe-agent":
         from grove.demo import mini
 

@@ -27,6 +27,7 @@ from grove.rollouts.costs import Bill
 from grove.rollouts.grading import BrokenCheck, Grade, cpu_seconds, run_check, stop_processes
 from grove.rollouts.harnesses import Harness, InfraFault, PolicyError
 from grove.rollouts.isolated import mark_dropped
+from grove.rollouts.services import Running
 from grove.rollouts.setup import setup
 from grove.rollouts.tasks import Task
 
@@ -127,7 +128,8 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
     bill = Bill()
     try:
         t_setup = time.monotonic()
-        base = await setup(sandbox, task, prompt=True, site=True)  # the base of the agent's changes
+        services: list[Running] = []
+        base = await setup(sandbox, task, prompt=True, site=True, services=services)  # the base of its changes
         out["setup_s"] = round(time.monotonic() - t_setup, 3)
         t_agent = time.monotonic()
         try:
@@ -151,7 +153,8 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
                                             "labels": {**body["metadata"]["labels"], "role": "grader",
                                                        "graded_sandbox": sandbox.id}}}
         grader_body.pop("desktop", None)  # a grader reads files: it needs no screen
-        verdict = await _grade(client, create, grader_body, sandbox, task, base, bill, record)
+        verdict = await _grade(client, create, grader_body, sandbox, task, base, bill, record,
+                               [s.pid for s in services])
         out.update(outcome="pass" if verdict.passed else "fail", reward=verdict.reward, cpu_s=verdict.cpu_s,
                    grading_s=round(time.monotonic() - t_grade, 3), check=verdict.detail, grading=verdict.mode)
     finally:
@@ -164,7 +167,7 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
 
 async def _grade(client: AsyncGrove, create: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]],
                  grader_body: dict[str, Any], sandbox: AsyncSandbox, task: Task, base: Manifest, bill: Bill,
-                 record: dict[str, Any]) -> Grade:
+                 record: dict[str, Any], services: list[int]) -> Grade:
     """The agent is done: stop what it left running, take its changes, grade them (isolated, in place, or by the
     task's judge on ``record``, the agent's trajectory, and its final screen), and record the changes, the
     verdict and the grading in its trajectory."""
@@ -173,7 +176,7 @@ async def _grade(client: AsyncGrove, create: Callable[[dict[str, Any]], Coroutin
     await sandbox.post_event("grading", {"status": "started", "mode": mode, "task_id": task.id})
     cpu = await cpu_seconds(sandbox)
     judged = await judge.grade(sandbox, task, record) if mode == "judge" else None  # its screen: before the stop
-    await stop_processes(sandbox)
+    await stop_processes(sandbox, services)  # the task's services answer the check
     changes = await capture(sandbox, task.workdir, base)
     grader: str | None = None
     if judged is not None:

@@ -31,6 +31,7 @@ from grove.client import AsyncSandbox
 from grove.core.api import MAX_OUTPUT_BYTES
 from grove.rollouts import swebench, testlog
 from grove.rollouts.harnesses import InfraFault
+from grove.rollouts.services import stop_script
 from grove.rollouts.tasks import Task
 
 _TICKS = 100  # USER_HZ on Linux
@@ -119,10 +120,11 @@ async def _swebench(sandbox: AsyncSandbox, task: Task, spec: dict[str, Any]) -> 
     return Grade(bool(verdict["passed"]), 1.0 if verdict["passed"] else 0.0, detail)
 
 
-async def stop_processes(sandbox: AsyncSandbox) -> None:
-    """End every process in the sandbox but its executor (the agent's turn is over): nothing it left running
-    changes the workdir while it is read, or answers the check."""
-    await sandbox.exec(["/bin/sh", "-c", "kill -9 -1 2>/dev/null; true"], timeout_s=30)
+async def stop_processes(sandbox: AsyncSandbox, spared: list[int] | None = None) -> None:
+    """End every process in the sandbox but its executor and the task's services (``spared``: their pids) — the
+    agent's turn is over: nothing it left running changes the workdir while it is read, or answers the check."""
+    script = stop_script(spared) if spared else "kill -9 -1 2>/dev/null; true"
+    await sandbox.exec(["/bin/sh", "-c", script], timeout_s=30)
 
 
 async def cpu_seconds(sandbox: AsyncSandbox) -> float | None:

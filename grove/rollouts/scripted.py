@@ -13,8 +13,9 @@ It follows the task's ``scripted`` field::
 The draw is a pure function of (task id, attempt number, seed): a retried or resumed attempt makes the
 same choice, so faults never change what the policy did. Its file edits go through the file API (and so
 appear in the SFT export as ``write_file`` tool calls), its commands through exec. A browser task (one with a
-``start_url``) is driven by the scripted browser policy instead (:mod:`grove.rollouts.browser.policy`), with the
-same draw.
+``start_url``) is driven by the scripted browser policy instead (:mod:`grove.rollouts.browser.policy`), and a
+task whose plan has ``calls`` by the scripted assistant policy (:mod:`grove.rollouts.assistant`), with the same
+draw.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import time
 from typing import Any
 
 from grove.client import Sandbox
+from grove.rollouts.assistant import run_assistant
 from grove.rollouts.browser.policy import run_browser
 
 
@@ -41,6 +43,9 @@ def run_scripted(task: dict[str, Any], sandbox: Sandbox) -> None:
                         int(policy.get("seed", 0)))
     if task.get("start_url") or "steps" in policy:
         run_browser(task, sandbox, right=right)
+        return
+    if "calls" in policy:
+        run_assistant(task, sandbox, right=right)
         return
     workdir = str(task.get("workdir") or "/workspace")
     think = float(policy.get("think_s", 0.0))

@@ -2,8 +2,9 @@
 
 The agent's sandbox gets it, and so does every isolated grader (:mod:`grove.rollouts.isolated`): the state after
 setup is the base an attempt's changes are taken against, and put back onto. The agent's sandbox then gets the
-task's site and screen, if it is a browser task (:mod:`grove.rollouts.browser.site`): still setup, not the agent's
-doing, and after the base was taken (what the site writes as it runs is the attempt's doing).
+task's services (:mod:`grove.rollouts.services`), and its site and screen if it is a browser task
+(:mod:`grove.rollouts.browser.site`): still setup, not the agent's doing, and after the base was taken (what the
+site writes as it runs is the attempt's doing).
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from grove.client.upload import open_tarball
 from grove.rollouts.browser.site import open_site
 from grove.rollouts.changes import Manifest, manifest
 from grove.rollouts.harnesses import InfraFault
+from grove.rollouts.services import Running, describe, start_services
 from grove.rollouts.tasks import Task
 
 
-async def setup(sandbox: AsyncSandbox, task: Task, *, prompt: bool, site: bool = False) -> Manifest:
+async def setup(sandbox: AsyncSandbox, task: Task, *, prompt: bool, site: bool = False,
+                services: list[Running] | None = None) -> Manifest:
     """Put the task's files in and run its setup; with ``prompt``, the task as the agent's first message; with
-    ``site``, a browser task's site started and its screen opened. Returns the workdir's manifest after setup
+    ``site``, a browser task's site started and its screen opened; given ``services`` (a list to fill), the
+    task's services started and checked ready, and added to it. Returns the workdir's manifest after setup
     (taken as part of it: the base of the attempt's changes)."""
     await sandbox.post_event("setup", {"status": "started"})
     if isinstance(task.files, dict):
@@ -40,10 +44,13 @@ async def setup(sandbox: AsyncSandbox, task: Task, *, prompt: bool, site: bool =
             raise InfraFault(f"setup command {command!r} failed (exit {result.exit_code}): {tail}",
                              reason="setup_failed")
     base = await manifest(sandbox, task.workdir)
+    if services is not None:
+        services.extend(await start_services(sandbox, task.services))
     if site:
         await open_site(sandbox, task)
     # One call: the end of setup, then (for the agent) the task as its first message.
-    events = [{"kind": "setup", "data": {"status": "finished"}}]
+    events = [{"kind": "setup", "data": {"status": "finished", **({"services": describe(services)} if services
+                                                                  else {})}}]
     if prompt:
         events.append({"kind": "message", "data": {"role": "user", "content": task.prompt}})
     await sandbox.client.request("POST", f"/v1/sandboxes/{sandbox.id}/events", json_body={"events": events})

@@ -14,6 +14,9 @@ A task line::
      "timeout_s": 600, "resources": {"cpu": 1, "memory_mb": 1024}, "network": {"egress": "deny"},
      "env": {"K": "V"}, "labels": {"difficulty": "easy"}, "scripted": {...}, "data": {...anything...}}
 
+A task with ``services`` (``[{"name", "command", "port", "ready": {"http": PATH}, "in_agent_sandbox": true}]``)
+has them started and checked healthy before its agent, and queried by its check (:mod:`grove.rollouts.services`).
+
 A **browser task** has ``start_url`` (and optionally ``serve``, the command of its site's server, started in the
 background after setup, and ``desktop``, its screen): the agent's sandbox gets a screen with Chromium open at
 ``start_url`` once the site answers (:mod:`grove.rollouts.browser`). A ``judge`` check grades an attempt by its
@@ -33,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from grove.rollouts.fields import Fields, TaskFileError
+from grove.rollouts.services import Service, check_grading, parse_services
 
 __all__ = ["BROWSER_MEMORY_MB", "GRADING_MODES", "Check", "Task", "TaskFileError", "load_tasks", "parse_check",
            "parse_task"]
@@ -40,7 +44,7 @@ __all__ = ["BROWSER_MEMORY_MB", "GRADING_MODES", "Check", "Task", "TaskFileError
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _JUDGE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _KNOWN = {"id", "image", "workdir", "files", "setup", "prompt", "check", "timeout_s", "resources", "network",
-          "env", "labels", "scripted", "data", "serve", "start_url", "desktop"}
+          "env", "labels", "scripted", "data", "serve", "start_url", "desktop", "services"}
 GRADING_MODES = ("isolated", "in-place")
 _CHECK_FIELDS = {"test", "reward", "judge", "pass_threshold", "files", "timeout_s", "protected", "tests", "grading"}
 _DESKTOP_FIELDS = ("width", "height", "quiet_ms", "cap_ms")
@@ -107,6 +111,8 @@ class Task:
     """Where the agent's screen opens Chromium, once the site answers there (a browser task)."""
     desktop: dict[str, int] | None = None
     """A browser task's screen (``width``, ``height``, ``quiet_ms``, ``cap_ms``; the create's ``desktop``)."""
+    services: tuple[Service, ...] = ()
+    """Programs the agent's tools talk to, started before it and queried by the check (:mod:`.services`)."""
     data: dict[str, Any] = field(default_factory=dict)
     """Free-form data for the harness (``"data": {...}`` in the task line): never checked by grove."""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -169,8 +175,10 @@ def parse_task(raw: Any, where: str, *, base: Path, files_root: Path | None = No
         raise TaskFileError(f"{where}: field 'id': {task_id!r} must be 1-128 of [A-Za-z0-9._-], starting alnum")
     start_url, desktop = _start_url(f), _desktop(f)
     browser = bool(start_url) or desktop is not None
+    check, services = parse_check(raw.get("check"), where), parse_services(f)
+    check_grading(f, services, check.grading)
     return Task(
-        id=task_id, prompt=f.text("prompt", required=True), check=parse_check(raw.get("check"), where),
+        id=task_id, prompt=f.text("prompt", required=True), check=check, services=services,
         image=f.text("image") or "default", workdir=f.abspath("workdir") or "/workspace",
         files=f.files(base, files_root), setup=tuple(f.strings("setup")), timeout_s=f.number("timeout_s", 600.0),
         resources=_resources(f, browser=browser), network=f.mapping("network") or None, env=f.string_map("env"),

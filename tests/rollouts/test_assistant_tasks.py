@@ -1,0 +1,171 @@
+"""Task services and the assistant demo: the ``services`` field and its errors; the office service started beside
+the agent before it acts, called over HTTP by the scripted assistant policy from inside the sandbox, spared when
+the agent's processes are ended, and queried by the check for its final state; a service that never gets ready
+is the task's infrastructure fault; and ``python -m grove.demo --assistant`` itself (on a subset of its tasks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grove.demo.assistant.tasks import CHORES, SEED, task_line, task_lines
+from grove.rollouts import Policy, TaskFileError
+from grove.rollouts.tasks import parse_task
+from tests.rollouts.runs import results, run
+from tests.support.router_fixtures import RouterProcess, force_cleanup, leaks
+
+pytestmark = pytest.mark.local_only  # services run beside the agent through the executor; curl is the host's /usr
+
+OFFICE = {"name": "office", "command": "python3 server.py", "port": 8025, "ready": {"http": "/health"},
+          "in_agent_sandbox": True}
+BASE = {"id": "t", "prompt": "p", "check": {"test": "true", "grading": "in-place"}}
+
+
+def _parse(line: dict[str, Any]) -> Any:
+    return parse_task(line, "tasks.jsonl, line 3", base=Path("/nonexistent"))
+
+
+def _chore(name: str) -> Any:
+    return next(c for c in CHORES if c.name == name)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("services", "error"), [
+    ({"name": "office"}, "field 'services' must be a list of {name, command, port, ready: {http: PATH}}"),
+    ([{**OFFICE, "name": "Office_1"}], "field 'services[0].name' must be a host name"),
+    ([OFFICE, OFFICE], "field 'services[1].name' 'office' is taken"),
+    ([{**OFFICE, "port": 70000}], "field 'services[0].port' must be a port number (1-65535), got 70000"),
+    ([{**OFFICE, "ready": {"tcp": 8025}}], "field 'services[0].ready' must be {\"http\": PATH}"),
+    ([{**OFFICE, "restart": True}], "field 'services[0].restart' is unknown; known: command, cwd, env"),
+    ([{k: v for k, v in OFFICE.items() if k != "command"}], "field 'services[0].command'"),
+    ([{**OFFICE, "in_agent_sandbox": False}], "field 'services[0].in_agent_sandbox' is false (the default: a "
+                                             "sibling sandbox on a private network with the agent's), which needs "
+                                             "networking between sandboxes"),
+    ([{**OFFICE, "image": "debian"}], "field 'services[0].image' goes with a sibling sandbox"),
+])
+def test_the_services_field_is_checked_and_each_error_names_its_entry(services: Any, error: str) -> None:
+    with pytest.raises(TaskFileError) as caught:
+        _parse({**BASE, "services": services})
+    assert caught.value.message.startswith("tasks.jsonl, line 3: "), caught.value.message
+    assert error in caught.value.message, caught.value.message
+
+
+@pytest.mark.fast
+def test_a_task_with_services_is_graded_where_they_run() -> None:
+    with pytest.raises(TaskFileError, match=re.escape('field \'check.grading\' must be "in-place"')):
+        _parse({**BASE, "check": {"test": "true"}, "services": [OFFICE]})
+    task = _parse({**BASE, "services": [{**OFFICE, "ready": {"http": "/health", "timeout_s": 5}}]})
+    [office] = task.services
+    assert (office.name, office.port, office.ready_http, office.ready_s, office.in_agent_sandbox) == \
+        ("office", 8025, "/health", 5.0, True)
+
+
+@pytest.mark.fast
+def test_the_demo_ships_ten_valid_assistant_tasks_of_graded_difficulty() -> None:
+    tasks = [_parse(line) for line in task_lines()]
+    assert len(tasks) == 10 and len({t.id for t in tasks}) == 10
+    assert {t.labels["difficulty"] for t in tasks} == {"easy", "medium", "hard"}
+    assert all(t.check.grading == "in-place" and [s.name for s in t.services] == ["office"] for t in tasks)
+    assert all(t.scripted and t.scripted["calls"] for t in tasks)
+    assert json.loads(task_lines(["groceries"])[0]["files"]["/srv/office/seed.json"]) == SEED
+
+
+def test_the_right_plan_passes_and_the_wrong_one_fails_graded_by_the_services_final_state(
+        router: RouterProcess, tmp_path: Path) -> None:
+    lines = []
+    for name in ("alan-sync", "archive-news"):
+        for verdict, p_solve in (("right", 1.0), ("wrong", 0.0)):
+            line = task_line(_chore(name), p_solve=p_solve)
+            lines.append({**line, "id": f"{line['id']}-{verdict}"})
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    run(router, tasks, tmp_path / "run", Policy(attempts=1), concurrency=2, max_infra_retries=0)
+    by_task = {r["task"]: r for r in results(tmp_path / "run")}
+    for name in ("alan-sync", "archive-news"):
+        right, wrong = by_task[f"assistant-{name}-right"], by_task[f"assistant-{name}-wrong"]
+        assert (right["outcome"], wrong["outcome"]) == ("pass", "fail"), (right, wrong)
+        assert right["grading"] == "in-place" and right["infra_errors"] == [], right
+    # The check queried the service after the agent's processes were ended: what it printed names the state it read.
+    said = {name: _check_output(router, by_task[name]) for name in by_task}
+    assert said["assistant-alan-sync-right"].strip().endswith("PASS")
+    assert "FAIL events: wanted exactly 1 matching" in said["assistant-alan-sync-wrong"]
+    assert "FAIL sent" not in said["assistant-alan-sync-wrong"]  # the reply was sent: only the date was wrong
+    assert "FAIL archived: wanted exactly 2" in said["assistant-archive-news-wrong"]
+
+    with router.client() as grove:
+        record = grove.request("GET", f"/v1/trajectories/{by_task['assistant-alan-sync-right']['trajectory_id']}")
+    steps = record["steps"]
+    setup_done = next(s for s in steps if s.get("kind") == "setup" and s["data"]["status"] == "finished")
+    [office] = setup_done["data"]["services"]
+    assert office["name"] == "office" and office["url"] == "http://office:8025/"
+    started = [s for s in steps if s["type"] == "process" and s["event"] == "start"]
+    assert [s["pid"] for s in started] == [office["pid"]] and "server.py" in started[0]["command"][-1]
+    calls = [s for s in steps if s["type"] == "exec" and "curl" in _text(s["command"])]
+    assert len(calls) == 4, [s["command"] for s in calls]  # the agent's four tool calls, each an exec step
+    assert steps.index(setup_done) < steps.index(calls[0])  # the service was up before the agent acted
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return " ".join(value) if isinstance(value, list) else str(value)
+
+
+def _check_output(router: RouterProcess, result: dict[str, Any]) -> str:
+    """What the check printed: its exec step in the agent's trajectory (an in-place check runs there)."""
+    with router.client() as grove:
+        record = grove.request("GET", f"/v1/trajectories/{result['trajectory_id']}")
+    [check] = [s for s in record["steps"] if s["type"] == "exec" and "/grader/check.py" in _text(s["command"])]
+    return _text(check["stdout"])
+
+
+def test_a_service_that_never_becomes_ready_is_an_infrastructure_fault(router: RouterProcess, tmp_path: Path) -> None:
+    silent = {**OFFICE, "command": "exec sleep 300", "ready": {"http": "/health", "timeout_s": 2}}
+    dying = {**OFFICE, "name": "crashy", "port": 8026, "command": "echo 'cannot open the database' >&2; exit 4"}
+    lines = [{**BASE, "id": "silent", "services": [silent], "scripted": {"inspect": ["true"]},
+              "resources": {"memory_mb": 128}},
+             {**BASE, "id": "dying", "services": [dying], "scripted": {"inspect": ["true"]},
+              "resources": {"memory_mb": 128}}]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    run(router, tasks, tmp_path / "run", Policy(attempts=1), concurrency=2, max_infra_retries=0)
+    by_task = {r["task"]: r for r in results(tmp_path / "run")}
+    for name in ("silent", "dying"):
+        assert by_task[name]["outcome"] == "infra_error" and by_task[name]["infra_errors"] == ["service_not_ready"]
+    journal = (tmp_path / "run" / "journal.jsonl").read_text()
+    assert "service 'office' did not answer GET http://127.0.0.1:8025/health below 400 within 2s" in journal
+    assert "service 'crashy' exited with code 4 before it answered" in journal
+    assert "cannot open the database" in journal
+
+
+def test_the_assistant_demo_runs_bar_end_to_end() -> None:
+    checkout = Path(tempfile.mkdtemp(prefix="gt-"))
+    state = checkout / ".state" / "demo"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GROVE_")}
+    try:
+        done = subprocess.run([sys.executable, "-m", "grove.demo", "--assistant", "--tasks", "3"], cwd=checkout,
+                              env=env, capture_output=True, text=True, timeout=600, check=False,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        out = done.stdout
+        assert "3 offline assistant tasks" in out and "This proves the plumbing, not a model's skill" in out
+        assert "NOT AS THE POLICY PLAYED IT" not in out
+        assert "sandboxes left behind: 0" in out and "Infrastructure faults\n\nNone." in out, out[-4000:]
+        for task in ("assistant-reply-ada", "assistant-standup", "assistant-cancel-dentist"):
+            assert f"| {task} | " in out
+        down = subprocess.run([str(Path(sys.executable).with_name("grove")), "--state-dir", ".state/demo", "down"],
+                              cwd=checkout, env=env, capture_output=True, text=True, timeout=120, check=False)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert leaks(state) == []
+    finally:
+        force_cleanup(state)
+        shutil.rmtree(checkout, ignore_errors=True)
