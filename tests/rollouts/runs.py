@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from grove.demo.tasks import task_lines
 from grove.rollouts import Policy, RunConfig, run_rollouts
 from grove.rollouts.scripted import draws_right
-from tests.support.router_fixtures import RouterProcess
+from tests.support.router_fixtures import RouterProcess, force_cleanup, leaks
 
 
 def write_tasks(path: Path, difficulties: tuple[str, ...], *, prefix: str, think_s: float = 0.0) -> Path:
@@ -19,6 +25,18 @@ def write_tasks(path: Path, difficulties: tuple[str, ...], *, prefix: str, think
     for line in lines:
         line["id"] = f"{prefix}-{line['id']}"
         line["resources"] = {"cpu": 0.5, "memory_mb": 128}
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def right_and_wrong(path: Path, line_of: Callable[[str, float], dict[str, Any]], names: Sequence[str]) -> Path:
+    """A task file holding each named task twice: its right plan (id ``...-right``, ``p_solve`` 1) and its wrong
+    one (``...-wrong``, ``p_solve`` 0); ``line_of(name, p_solve)`` makes a task line."""
+    lines = []
+    for name in names:
+        for verdict, p_solve in (("right", 1.0), ("wrong", 0.0)):
+            line = line_of(name, p_solve)
+            lines.append({**line, "id": f"{line['id']}-{verdict}"})
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
 
@@ -48,3 +66,23 @@ def journal(out: Path) -> list[dict[str, Any]]:
         with contextlib.suppress(json.JSONDecodeError):
             entries.append(json.loads(line))
     return entries
+
+
+def demo_output(*flags: str) -> str:
+    """Run ``python -m grove.demo FLAGS`` in a scratch directory as a user would; insist that it exits 0, that
+    ``grove down`` on its state dir works after it and that nothing of it is left; its stdout."""
+    checkout = Path(tempfile.mkdtemp(prefix="gt-"))
+    state = checkout / ".state" / "demo"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GROVE_")}
+    try:
+        done = subprocess.run([sys.executable, "-m", "grove.demo", *flags], cwd=checkout, env=env,
+                              capture_output=True, text=True, timeout=600, check=False, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        down = subprocess.run([str(Path(sys.executable).with_name("grove")), "--state-dir", ".state/demo", "down"],
+                              cwd=checkout, env=env, capture_output=True, text=True, timeout=120, check=False)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert leaks(state) == []
+        return done.stdout
+    finally:
+        force_cleanup(state)
+        shutil.rmtree(checkout, ignore_errors=True)

@@ -6,12 +6,7 @@ is the task's infrastructure fault; and ``python -m grove.demo --assistant`` its
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +15,8 @@ import pytest
 from grove.demo.assistant.tasks import CHORES, SEED, task_line, task_lines
 from grove.rollouts import Policy, TaskFileError
 from grove.rollouts.tasks import parse_task
-from tests.rollouts.runs import results, run
-from tests.support.router_fixtures import RouterProcess, force_cleanup, leaks
+from tests.rollouts.runs import demo_output, results, right_and_wrong, run
+from tests.support.router_fixtures import RouterProcess
 
 pytestmark = pytest.mark.local_only  # services run beside the agent through the executor; curl is the host's /usr
 
@@ -81,13 +76,8 @@ def test_the_demo_ships_ten_valid_assistant_tasks_of_graded_difficulty() -> None
 
 def test_the_right_plan_passes_and_the_wrong_one_fails_graded_by_the_services_final_state(
         router: RouterProcess, tmp_path: Path) -> None:
-    lines = []
-    for name in ("alan-sync", "archive-news"):
-        for verdict, p_solve in (("right", 1.0), ("wrong", 0.0)):
-            line = task_line(_chore(name), p_solve=p_solve)
-            lines.append({**line, "id": f"{line['id']}-{verdict}"})
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    tasks = right_and_wrong(tmp_path / "tasks.jsonl", lambda name, p: task_line(_chore(name), p_solve=p),
+                            ("alan-sync", "archive-news"))
     run(router, tasks, tmp_path / "run", Policy(attempts=1), concurrency=2, max_infra_retries=0)
     by_task = {r["task"]: r for r in results(tmp_path / "run")}
     for name in ("alan-sync", "archive-news"):
@@ -148,24 +138,9 @@ def test_a_service_that_never_becomes_ready_is_an_infrastructure_fault(router: R
 
 
 def test_the_assistant_demo_runs_bar_end_to_end() -> None:
-    checkout = Path(tempfile.mkdtemp(prefix="gt-"))
-    state = checkout / ".state" / "demo"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GROVE_")}
-    try:
-        done = subprocess.run([sys.executable, "-m", "grove.demo", "--assistant", "--tasks", "3"], cwd=checkout,
-                              env=env, capture_output=True, text=True, timeout=600, check=False,
-                              stdin=subprocess.DEVNULL)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        out = done.stdout
-        assert "3 offline assistant tasks" in out and "This proves the plumbing, not a model's skill" in out
-        assert "NOT AS THE POLICY PLAYED IT" not in out
-        assert "sandboxes left behind: 0" in out and "Infrastructure faults\n\nNone." in out, out[-4000:]
-        for task in ("assistant-reply-ada", "assistant-standup", "assistant-cancel-dentist"):
-            assert f"| {task} | " in out
-        down = subprocess.run([str(Path(sys.executable).with_name("grove")), "--state-dir", ".state/demo", "down"],
-                              cwd=checkout, env=env, capture_output=True, text=True, timeout=120, check=False)
-        assert down.returncode == 0, down.stdout + down.stderr
-        assert leaks(state) == []
-    finally:
-        force_cleanup(state)
-        shutil.rmtree(checkout, ignore_errors=True)
+    out = demo_output("--assistant", "--tasks", "3")
+    assert "3 offline assistant tasks" in out and "This proves the plumbing, not a model's skill" in out
+    assert "NOT AS THE POLICY PLAYED IT" not in out
+    assert "sandboxes left behind: 0" in out and "Infrastructure faults\n\nNone." in out, out[-4000:]
+    for task in ("assistant-reply-ada", "assistant-standup", "assistant-cancel-dentist"):
+        assert f"| {task} | " in out

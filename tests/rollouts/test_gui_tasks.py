@@ -5,11 +5,6 @@ and ``python -m grove.demo --gui`` itself (on a subset of its tasks: the whole t
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +16,8 @@ from grove.rollouts import Policy, TaskFileError
 from grove.rollouts.browser.layout import Page
 from grove.rollouts.browser.policy import Hand
 from grove.rollouts.tasks import BROWSER_MEMORY_MB, parse_task
-from tests.rollouts.runs import results, run
-from tests.support.router_fixtures import RouterProcess, force_cleanup, leaks
+from tests.rollouts.runs import demo_output, results, right_and_wrong, run
+from tests.support.router_fixtures import RouterProcess
 
 pytestmark = pytest.mark.local_only  # the browser runs from the local backend's host /usr
 
@@ -106,13 +101,8 @@ def gui_run(router: RouterProcess, tmp_path_factory: pytest.TempPathFactory) -> 
     """One rollout run of four browser tasks: the form (its right plan, its wrong plan) graded in place from the
     site's log, and the museum (right and wrong) graded by the demo's judge."""
     root = tmp_path_factory.mktemp("gui")
-    lines = []
-    for name in ("form", "museum"):
-        for verdict, p_solve in (("right", 1.0), ("wrong", 0.0)):
-            line = task_line(_site(name), p_solve=p_solve)
-            lines.append({**line, "id": f"{line['id']}-{verdict}"})
-    tasks = root / "tasks.jsonl"
-    tasks.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    tasks = right_and_wrong(root / "tasks.jsonl", lambda name, p: task_line(_site(name), p_solve=p),
+                            ("form", "museum"))
     summary = run(router, tasks, root / "run", Policy(attempts=1), concurrency=2)
     yield root / "run", summary
 
@@ -233,24 +223,10 @@ def test_a_click_on_a_button_changes_the_page_seen_in_the_next_screenshot_and_in
 
 
 def test_the_gui_demo_runs_bar_end_to_end_and_says_where_to_look() -> None:
-    checkout = Path(tempfile.mkdtemp(prefix="gt-"))
-    state = checkout / ".state" / "demo"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GROVE_")}
-    try:
-        done = subprocess.run([sys.executable, "-m", "grove.demo", "--gui", "--tasks", "3"], cwd=checkout, env=env,
-                              capture_output=True, text=True, timeout=600, check=False, stdin=subprocess.DEVNULL)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        out = done.stdout
-        assert "This proves the plumbing, not a model's skill" in out
-        assert "3 offline web tasks" in out and "NOT AS THE POLICY PLAYED IT" not in out
-        assert "sandboxes left behind: 0" in out and "Infrastructure faults\n\nNone." in out, out[-4000:]
-        for task in ("gui-links", "gui-scroll", "gui-form"):
-            assert f"| {task} | " in out
-        assert "where to look: the run at http://127.0.0.1:8471/ui/runs/" in out
-        down = subprocess.run([str(Path(sys.executable).with_name("grove")), "--state-dir", ".state/demo", "down"],
-                              cwd=checkout, env=env, capture_output=True, text=True, timeout=120, check=False)
-        assert down.returncode == 0, down.stdout + down.stderr
-        assert leaks(state) == []
-    finally:
-        force_cleanup(state)
-        shutil.rmtree(checkout, ignore_errors=True)
+    out = demo_output("--gui", "--tasks", "3")
+    assert "This proves the plumbing, not a model's skill" in out
+    assert "3 offline web tasks" in out and "NOT AS THE POLICY PLAYED IT" not in out
+    assert "sandboxes left behind: 0" in out and "Infrastructure faults\n\nNone." in out, out[-4000:]
+    for task in ("gui-links", "gui-scroll", "gui-form"):
+        assert f"| {task} | " in out
+    assert "where to look: the run at http://127.0.0.1:8471/ui/runs/" in out

@@ -19,6 +19,7 @@ from typing import Any
 
 
 def matches(value: Any, want: Any) -> bool:
+    """Whether an item's field holds what an expectation wants of it."""
     if isinstance(want, dict) and "contains" in want:
         text = str(want["contains"]).lower()
         if isinstance(value, list):
@@ -30,6 +31,7 @@ def matches(value: Any, want: Any) -> bool:
 
 
 def failures(state: dict[str, Any], expect: list[dict[str, Any]]) -> list[str]:
+    """Each expectation the state does not meet, said in a line."""
     wrong = []
     for rule in expect:
         items = state.get(rule["in"], [])
@@ -43,6 +45,7 @@ def failures(state: dict[str, Any], expect: list[dict[str, Any]]) -> list[str]:
 
 
 def main() -> None:
+    """Read the state, grade it, say why, exit 0 or 1."""
     url, expect_path = sys.argv[1], sys.argv[2]
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(url, timeout=30) as answer:

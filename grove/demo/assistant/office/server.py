@@ -53,10 +53,12 @@ class Office:
         self.serial = 100
 
     def next_id(self, prefix: str) -> str:
+        """A fresh id for a new item (``s101``, ``e102``, ...)."""
         self.serial += 1
         return f"{prefix}{self.serial}"
 
     def find(self, kind: str, item_id: str) -> dict[str, Any]:
+        """The item of a collection with that id (itself, to change in place); 404 if none."""
         for item in self.state[kind]:
             if item["id"] == item_id:
                 found: dict[str, Any] = item
@@ -64,6 +66,7 @@ class Office:
         raise Refused(404, "not_found", f"no {kind.rstrip('s')} with id {item_id!r}")
 
     def route(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
+        """One request: its status and the JSON value answered."""
         parts = [p for p in path.split("/") if p]
         if parts == ["health"] and method == "GET":
             return 200, {"ok": True}
@@ -78,6 +81,7 @@ class Office:
         raise Refused(404, "not_found", f"no such route: {method} {path}")
 
     def mail(self, method: str, rest: list[str], body: Any) -> tuple[int, Any]:
+        """``/mail/...``: the inbox, a message, archiving, sending."""
         if rest == ["inbox"] and method == "GET":
             return 200, [{k: m.get(k) for k in ("id", "from", "subject", "date", "read")} for m in self.state["inbox"]]
         if len(rest) == 2 and rest[0] == "messages" and method == "GET":
@@ -99,6 +103,7 @@ class Office:
         raise Refused(405 if rest else 404, "no_route", f"no mail route {method} /mail/{'/'.join(rest)}")
 
     def calendar(self, method: str, rest: list[str], query: dict[str, str], body: Any) -> tuple[int, Any]:
+        """``/calendar/events...``: list, create, change, delete."""
         if not rest and method == "GET":
             date = query.get("date")
             return 200, [e for e in self.state["events"] if date is None or e["date"] == date]
@@ -120,6 +125,7 @@ class Office:
         raise Refused(405, "no_route", f"no calendar route {method} /calendar/events/{'/'.join(rest)}")
 
     def notes(self, method: str, rest: list[str], body: Any) -> tuple[int, Any]:
+        """``/notes...``: list, create, change."""
         if not rest and method == "GET":
             return 200, self.state["notes"]
         if not rest and method == "POST":
@@ -160,6 +166,7 @@ def given(body: Any, fields: dict[str, type]) -> dict[str, Any]:
 
 
 def check_when(event: dict[str, Any]) -> None:
+    """An event's date and times are well formed, and it ends after it starts."""
     if not DATE.match(event["date"]):
         raise Refused(400, "bad_request", f"'date' must be YYYY-MM-DD, got {event['date']!r}")
     for key in ("start", "end"):
@@ -170,6 +177,7 @@ def check_when(event: dict[str, Any]) -> None:
 
 
 def handler_for(office: Office) -> type[BaseHTTPRequestHandler]:
+    """The request handler class serving ``office``."""
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             self.answer()
@@ -211,6 +219,7 @@ def handler_for(office: Office) -> type[BaseHTTPRequestHandler]:
 
 
 def main() -> None:
+    """Serve the office on the loopback until killed."""
     parser = argparse.ArgumentParser(description="the office service: mail, calendar, notes")
     parser.add_argument("--port", type=int, default=8025)
     parser.add_argument("--seed", help="a JSON file of the starting state")
