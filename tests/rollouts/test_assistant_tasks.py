@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +19,7 @@ import pytest
 from grove.demo.assistant.tasks import CHORES, SEED, task_line, task_lines
 from grove.rollouts import Policy, TaskFileError
 from grove.rollouts.tasks import parse_task
+from tests.conftest import free_tcp_port
 from tests.rollouts.runs import demo_output, results, right_and_wrong, run
 from tests.support.router_fixtures import RouterProcess
 
@@ -72,6 +77,52 @@ def test_the_demo_ships_ten_valid_assistant_tasks_of_graded_difficulty() -> None
     assert all(t.check.grading == "in-place" and [s.name for s in t.services] == ["office"] for t in tasks)
     assert all(t.scripted and t.scripted["calls"] for t in tasks)
     assert json.loads(task_lines(["groceries"])[0]["files"]["/srv/office/seed.json"]) == SEED
+
+
+@pytest.mark.fast
+def test_the_office_service_refuses_bad_requests_by_name_and_its_check_says_what_is_missing(
+        tmp_path: Path) -> None:
+    office = Path(__file__).resolve().parents[2] / "grove" / "demo" / "assistant" / "office"
+    seed = tmp_path / "seed.json"
+    seed.write_text(json.dumps(SEED))
+    port = free_tcp_port()
+    server = subprocess.Popen([sys.executable, str(office / "server.py"), "--port", str(port), "--seed", str(seed)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert server.stdout is not None and b"serving" in server.stdout.readline()
+        url = f"http://127.0.0.1:{port}"
+        for method, path, body, status, message in (
+                ("POST", "/mail/send", {"to": "ada@example.org"}, 400, "missing field(s): subject, body"),
+                ("POST", "/mail/send", {"to": "ada", "subject": "s", "body": "b"}, 400, "must be an email address"),
+                ("PATCH", "/calendar/events/e2", {"start": "16:00", "end": "15:00"}, 400, "must end after it starts"),
+                ("POST", "/calendar/events", {"title": "t", "date": "tomorrow", "start": "09:00", "end": "10:00"},
+                 400, "'date' must be YYYY-MM-DD"),
+                ("DELETE", "/calendar/events/e9", None, 404, "no event with id 'e9'"),
+                ("PATCH", "/notes/n1", {"colour": "red"}, 400, "unknown field(s): colour")):
+            answer = _http(method, url + path, body)
+            assert answer[0] == status and message in answer[1]["error"]["message"], (path, answer)
+        assert _http("POST", url + "/mail/messages/m2/archive", None)[0] == 200
+        state = _http("GET", url + "/state", None)[1]
+        assert [m["id"] for m in state["archived"]] == ["m2"] and state["events"] == SEED["events"]
+        checker = subprocess.run([sys.executable, str(office / "check.py"), url + "/state", "-"], input=json.dumps(
+            _chore("archive-news").expect), capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        server.kill()
+        server.wait()
+        assert server.stdout is not None
+        server.stdout.close()
+    assert checker.returncode == 1
+    assert "FAIL archived: wanted exactly 2 matching" in checker.stdout and "FAIL inbox" in checker.stdout
+
+
+def _http(method: str, url: str, body: Any) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
 
 
 def test_the_right_plan_passes_and_the_wrong_one_fails_graded_by_the_services_final_state(

@@ -118,3 +118,13 @@ def test_the_count_of_running_processes_is_capped(router: RouterProcess, grove: 
     again = sandbox.processes.start("echo room again; exec sleep 600")
     assert again.running and again.pid not in pids
     assert len([p for p in sandbox.processes.list() if p.running]) == MAX_RUNNING
+
+
+def test_a_process_runs_where_and_as_whom_it_is_told(router: RouterProcess, sandbox: Sandbox) -> None:
+    sandbox.exec("mkdir -p /workspace/here")
+    proc = sandbox.processes.start("echo $(id -u) $GREETING $(pwd)", user="nobody", env={"GREETING": "hi"},
+                                   cwd="/workspace/here")
+    assert sandbox.processes.wait(proc.pid, timeout_s=30).exit_code == 0
+    assert sandbox.processes.logs(proc.pid) == b"65534 hi /workspace/here\n"
+    [start] = [s for s in process_steps(router, sandbox) if s["event"] == "start" and s["pid"] == proc.pid]
+    assert (start["user"], start["cwd"], start["env_keys"]) == ("nobody", "/workspace/here", ["GREETING"])

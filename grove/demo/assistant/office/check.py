@@ -1,7 +1,7 @@
 """The check of an assistant task: the office service's final state against what the task expects (standard
 library only; it runs in the agent's sandbox once the agent has stopped, the service still up).
 
-    python3 check.py http://office:8025/state expect.json
+    python3 check.py http://office:8025/state expect.json      # or - : the expectations on stdin
 
 ``expect.json`` is a list of expectations, each ``{"in": COLLECTION, "match": {FIELD: VALUE}, "count": N}``:
 COLLECTION one of ``inbox``, ``archived``, ``sent``, ``events``, ``notes``; a VALUE is matched exactly, or
@@ -50,8 +50,11 @@ def main() -> None:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(url, timeout=30) as answer:
         state = json.load(answer)
-    with open(expect_path, encoding="utf-8") as fh:
-        expect = json.load(fh)
+    if expect_path == "-":
+        expect = json.load(sys.stdin)
+    else:
+        with open(expect_path, encoding="utf-8") as fh:
+            expect = json.load(fh)
     wrong = failures(state, expect)
     for line in wrong:
         print(f"FAIL {line}")
