@@ -12,12 +12,13 @@ Exits are also queued for the router (:meth:`Processes.exits`), which records ea
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import signal as signals
+import stat
 import subprocess
 import threading
-import builtins
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -89,7 +90,8 @@ class Processes:
             out_dir = self._paths.resolve(self._settings.output_dir)
             os.makedirs(out_dir, exist_ok=True)
             pending = os.path.join(out_dir, f"proc-starting-{threading.get_ident()}.log")
-            fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW,
+                         0o600)
             try:
                 popen = self._runner.launch(argv, cwd, user, env, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd)
             except BaseException:
@@ -139,11 +141,15 @@ class Processes:
     def logs(self, pid: int, offset: int, follow: bool) -> Iterator[bytes]:
         """The log from ``offset``; with ``follow``, new output as it comes until the process has exited."""
         process = self._find(pid)
-        try:
-            fd = self._paths.open(process.log, os.O_RDONLY | os.O_NOFOLLOW)
+        try:  # the sandbox owns the file: never blocking on a FIFO put in its place, never following a link
+            fd = self._paths.open(process.log, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except NotFound:
             raise NotFound(f"the log of process {pid} ({process.log}) is gone: something in the sandbox deleted "
                            "it") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise Conflict(f"the log of process {pid} ({process.log}) is no longer a regular file: something in "
+                           "the sandbox replaced it")
         return self._read(fd, process, offset, follow)
 
     def exits(self) -> builtins.list[dict[str, Any]]:

@@ -128,3 +128,15 @@ def test_a_process_runs_where_and_as_whom_it_is_told(router: RouterProcess, sand
     assert sandbox.processes.logs(proc.pid) == b"65534 hi /workspace/here\n"
     [start] = [s for s in process_steps(router, sandbox) if s["event"] == "start" and s["pid"] == proc.pid]
     assert (start["user"], start["cwd"], start["env_keys"]) == ("nobody", "/workspace/here", ["GREETING"])
+
+
+def test_a_log_the_sandbox_replaced_is_refused_not_waited_on(router: RouterProcess, sandbox: Sandbox) -> None:
+    proc = sandbox.processes.start("echo once")
+    log = sandbox.processes.get(proc.pid).raw["log"]
+    sandbox.processes.wait(proc.pid, timeout_s=30)
+    assert sandbox.exec(f"rm {log} && mkfifo {log}").ok
+    with pytest.raises(Conflict, match="no longer a regular file"):
+        sandbox.processes.logs(proc.pid)
+    assert sandbox.exec(f"rm {log}").ok
+    with pytest.raises(NotFound, match="is gone"):
+        sandbox.processes.logs(proc.pid)
