@@ -92,7 +92,8 @@ class AsyncProcesses:
         return data
 
     async def follow(self, pid: int, *, offset: int = 0) -> AsyncGenerator[bytes, None]:
-        """Its output as it comes, from byte ``offset``, until it ends."""
+        """Its output as it comes, from byte ``offset``, until it ends. One call: a follow longer than the client's
+        ``timeout_s`` (or, on Knative, the revision's timeout) is cut; follow again from the bytes already read."""
         async with self._sandbox.client.stream(f"{self._path}/{pid}/logs",
                                                params={"offset": str(offset), "follow": "1"}) as resp:
             async for chunk in resp.content.iter_any():
