@@ -28,6 +28,8 @@ from router.api.trajectories import (
     post_artifacts,
     post_events,
 )
+from router.compat.fusion.models import RunCodeBody
+from router.compat.fusion.run import run_code
 from router.models import (
     ArtifactQuery,
     BatchCreateRequest,
@@ -62,6 +64,9 @@ class Route:
     """The model of the query parameters, for the spec (the handler parses them with it)."""
     own_auth: bool = False
     """The handler checks a bearer credential of its own instead of an API key (an executor's upload token)."""
+    basic_auth: bool = False
+    """The key may come as the password of HTTP Basic auth: for clients that can only carry credentials in
+    their URL (SandboxFusion's and verl's: ``http://grove:KEY@host/sandbox-fusion``)."""
 
 
 async def openapi(request: web.Request) -> web.Response:
@@ -142,4 +147,7 @@ ROUTES: list[Route] = [
     Route("POST", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler,
           "SWE-ReX remote runtime: create_session, run_in_session, close_session, execute, read_file, write_file, "
           "upload, close", raw_body="application/json", key_header="X-API-Key"),
+    Route("POST", "/sandbox-fusion/run_code", run_code,
+          "SandboxFusion's run_code: compile and run one program in a fresh sandbox of the project's "
+          "'sandbox-fusion' warm pool; its RunCodeResponse", body=RunCodeBody, basic_auth=True),
 ]

@@ -1,0 +1,112 @@
+"""The router's own exec and file calls on a sandbox, made for a compatibility API (E2B, SandboxFusion), and
+recorded in its trajectory exactly as grove's own ``/exec`` and ``/files`` calls are.
+
+A compatibility handler translates its client's call into one of these; the executor sees the same request
+grove's API would have forwarded, and the recorder writes the same step (via ``exec_step`` and
+``Recorder.transfer``), tagged with ``via`` so a reader can tell which client made it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+
+from grove.core import wire
+from grove.core.errors import BadGateway, GroveError, error_from_body
+from router.lifecycle.service import SandboxService
+from router.records.registry import SandboxRecord
+from router.trajectory.recorder import Digest, exec_step
+
+MAX_READ_BYTES = 256 * 1024 * 1024
+
+
+class SandboxCalls:
+    """Exec and file calls on one sandbox, each recorded as a step of its trajectory."""
+
+    def __init__(self, service: SandboxService, record: SandboxRecord, via: str) -> None:
+        self._service = service
+        self._record = record
+        self._via = via
+
+    @property
+    def record(self) -> SandboxRecord:
+        """The sandbox the calls go to."""
+        return self._record
+
+    @asynccontextmanager
+    async def _call(self, method: str, path: str, *, params: dict[str, str] | None = None, data: bytes | None = None,
+                    content_type: str = wire.MSGPACK) -> AsyncIterator[aiohttp.ClientResponse]:
+        service, record = self._service, self._record
+        with service.calling(record), service.recorder.faults(record, f"{method} {path} ({self._via})"):
+            endpoint = await service.endpoint(record)
+            session, base = service.upstreams.session(endpoint)
+            headers = service.upstreams.headers(endpoint, {"Accept": wire.MSGPACK, "Content-Type": content_type})
+            try:
+                async with session.request(method, base + path, params=params, data=data, headers=headers) as resp:
+                    yield resp
+            except aiohttp.ClientError as exc:
+                await service.lost(record)
+                raise BadGateway(f"the sandbox's executor went away during {method} {path}: {exc}") from exc
+
+    async def exec(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Run one command (an :class:`~grove.core.api.ExecBody` as a dict); its result, recorded. The
+        executor's refusal (a bad cwd, a missing program) is raised as the error it answered."""
+        raw = wire.encode(body, True)
+        started = time.time()
+        async with self._call("POST", "/v1/exec", data=raw) as resp:
+            answer = await resp.read()
+            status = resp.status
+        step = exec_step(raw, wire.MSGPACK, answer, wire.MSGPACK, False, status, started)
+        if step is not None:
+            step["via"] = self._via
+            self._service.recorder.exec(self._record, step)
+        decoded = wire.decode(answer, wire.MSGPACK)
+        if status != 200:
+            raise _error(decoded, status)
+        if not isinstance(decoded, dict):
+            raise BadGateway("the executor answered an exec with something that is not a result")
+        return decoded
+
+    async def write(self, path: str, data: bytes) -> None:
+        """Write a file atomically (parents made), recorded with its size and sha256."""
+        digest = Digest()
+        digest(data)
+        started = time.time()
+        async with self._call("PUT", "/v1/files", params={"path": path}, data=data,
+                              content_type="application/octet-stream") as resp:
+            answer = await resp.read()
+            status = resp.status
+        self._service.recorder.transfer(self._record, "file", "write", path=path, status=status, started=started,
+                                        moved=digest)
+        if status >= 300:
+            raise _error(wire.decode(answer, resp.content_type), status)
+
+    async def read(self, path: str, limit: int = MAX_READ_BYTES) -> bytes:
+        """A file's bytes (``NotFound`` if there is none), recorded with its size and sha256."""
+        digest = Digest()
+        started = time.time()
+        async with self._call("GET", "/v1/files", params={"path": path}) as resp:
+            status = resp.status
+            if status == 200:
+                data = bytearray()
+                async for chunk in resp.content.iter_chunked(256 * 1024):
+                    data += chunk
+                    digest(chunk)
+                    if len(data) > limit:
+                        raise BadGateway(f"{path} is larger than {limit} bytes")
+            else:
+                answer = await resp.read()
+        self._service.recorder.transfer(self._record, "file", "read", path=path, status=status, started=started,
+                                        moved=digest if status == 200 else None)
+        if status != 200:
+            raise _error(wire.decode(answer, resp.content_type), status)
+        return bytes(data)
+
+
+def _error(decoded: Any, status: int) -> GroveError:
+    """The error an executor's error body stands for."""
+    return error_from_body(status, decoded)
