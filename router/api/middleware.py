@@ -50,7 +50,9 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             err = InternalError(exc.text or exc.reason)
     except Exception as exc:
         err = error_of(exc, request.app[SERVICE].settings.state_dir, f"{request.method} {request.path}")
-    response = reply(request, err.to_body(), status=err.status)
+    route = request.match_info.route.resource
+    shape = _ERROR_BODIES.get((request.method, route.canonical)) if route is not None else None
+    response = reply(request, shape(err) if shape is not None else err.to_body(), status=err.status)
     if isinstance(err, RequestTimeout):
         response.force_close()  # the rest of a stalled body must not hold the connection (or a place) open
     if err.retry_after is not None:
@@ -63,6 +65,7 @@ _OWN_AUTH = {(r.method, canonical_path(r.path)) for r in ROUTES if r.own_auth}
 _NO_KEY = _PUBLIC | _OWN_AUTH
 _KEY_HEADERS = {(r.method, canonical_path(r.path)): r.key_header for r in ROUTES if r.key_header}
 _BASIC = {(r.method, canonical_path(r.path)) for r in ROUTES if r.basic_auth}
+_ERROR_BODIES = {(r.method, canonical_path(r.path)): r.error_body for r in ROUTES if r.error_body}
 SESSION_ROUTES = web.AppKey("session_routes", frozenset)
 """(method, path) of the routes that check a session cookie themselves instead of an API key (the viewer's,
 router/ui/guard.py), set by the app that adds them; only matched ones skip the key check here."""

@@ -38,8 +38,10 @@ class SandboxCalls:
         return self._record
 
     @asynccontextmanager
-    async def _call(self, method: str, path: str, *, params: dict[str, str] | None = None, data: bytes | None = None,
-                    content_type: str = wire.MSGPACK) -> AsyncIterator[aiohttp.ClientResponse]:
+    async def open(self, method: str, path: str, *, params: dict[str, str] | None = None, data: bytes | None = None,
+                   content_type: str = wire.MSGPACK) -> AsyncIterator[aiohttp.ClientResponse]:
+        """One executor call, its response open for the block (the sandbox busy meanwhile); not recorded: the
+        caller records what it made of it."""
         service, record = self._service, self._record
         with service.calling(record), service.recorder.faults(record, f"{method} {path} ({self._via})"):
             endpoint = await service.endpoint(record)
@@ -57,7 +59,7 @@ class SandboxCalls:
         executor's refusal (a bad cwd, a missing program) is raised as the error it answered."""
         raw = wire.encode(body, True)
         started = time.time()
-        async with self._call("POST", "/v1/exec", data=raw) as resp:
+        async with self.open("POST", "/v1/exec", data=raw) as resp:
             answer = await resp.read()
             status = resp.status
         step = exec_step(raw, wire.MSGPACK, answer, wire.MSGPACK, False, status, started)
@@ -76,7 +78,7 @@ class SandboxCalls:
         digest = Digest()
         digest(data)
         started = time.time()
-        async with self._call("PUT", "/v1/files", params={"path": path}, data=data,
+        async with self.open("PUT", "/v1/files", params={"path": path}, data=data,
                               content_type="application/octet-stream") as resp:
             answer = await resp.read()
             status = resp.status
@@ -85,11 +87,43 @@ class SandboxCalls:
         if status >= 300:
             raise _error(wire.decode(answer, resp.content_type), status)
 
+    async def remove(self, path: str) -> None:
+        """Delete a file or a directory tree, recorded."""
+        started = time.time()
+        async with self.open("DELETE", "/v1/files", params={"path": path, "recursive": "1"}) as resp:
+            answer = await resp.read()
+            status = resp.status
+        self._service.recorder.transfer(self._record, "file", "delete", path=path, status=status, started=started,
+                                        moved=None)
+        if status >= 300:
+            raise _error(wire.decode(answer, resp.content_type), status)
+
+    async def listing(self, path: str) -> list[dict[str, Any]]:
+        """A directory's entries (``name``, ``type``, ``size``, ``mode``, ``mtime``), recorded."""
+        started = time.time()
+        async with self.open("GET", "/v1/files/list", params={"path": path}) as resp:
+            answer = wire.decode(await resp.read(), resp.content_type)
+            status = resp.status
+        self._service.recorder.transfer(self._record, "file", "list", path=path, status=status, started=started,
+                                        moved=None)
+        if status != 200:
+            raise _error(answer, status)
+        entries = answer.get("entries") if isinstance(answer, dict) else None
+        return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+    def note(self, step: dict[str, Any]) -> None:
+        """Record a step this caller built (a process it ran through other executor calls)."""
+        step["via"] = self._via
+        if step["type"] == "exec":
+            self._service.recorder.exec(self._record, step)
+        else:
+            self._service.recorder.step(self._record, step)
+
     async def read(self, path: str, limit: int = MAX_READ_BYTES) -> bytes:
         """A file's bytes (``NotFound`` if there is none), recorded with its size and sha256."""
         digest = Digest()
         started = time.time()
-        async with self._call("GET", "/v1/files", params={"path": path}) as resp:
+        async with self.open("GET", "/v1/files", params={"path": path}) as resp:
             status = resp.status
             if status == 200:
                 data = bytearray()
