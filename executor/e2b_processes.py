@@ -1,6 +1,6 @@
 """Long-lived processes for the router's E2B layer (envd's ``process.Process`` service), under ``/e2b/processes``.
 
-Private to :mod:`router.compat.e2b`: its shapes follow envd's, not grove's public API. A process is started
+Private to :mod:`router.api.compat.e2b`: its shapes follow envd's, not grove's public API. A process is started
 with its output streamed back as newline-delimited JSON events (``{"start": pid}``, ``{"stdout"|"stderr":
 base64}``, ``{"end": {"exit_code", "signal"}}``) and lives on when that stream is dropped (an E2B background
 command): it can be listed, re-attached to (output from then on, as envd does), fed stdin, have its stdin

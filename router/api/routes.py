@@ -12,6 +12,11 @@ from grove.core.api import ExecBody
 from grove.core.errors import GroveError
 from router.api.artifacts import get_artifact, list_artifacts, list_sandbox_artifacts
 from router.api.batch import create_sandboxes
+from router.api.compat.e2b import control as e2b
+from router.api.compat.e2b import envd
+from router.api.compat.e2b.wire import e2b_error_body
+from router.api.compat.fusion.models import RunCodeBody
+from router.api.compat.fusion.run import run_code
 from router.api.computer import computer_handler, display_handler, screenshot_handler
 from router.api.datapath import exec_handler, transfer
 from router.api.images import get_image
@@ -30,11 +35,6 @@ from router.api.trajectories import (
     post_artifacts,
     post_events,
 )
-from router.compat.e2b import control as e2b
-from router.compat.e2b import envd
-from router.compat.e2b.wire import e2b_error_body
-from router.compat.fusion.models import RunCodeBody
-from router.compat.fusion.run import run_code
 from router.models import (
     ArtifactQuery,
     BatchCreateRequest,

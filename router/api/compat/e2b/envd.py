@@ -13,11 +13,10 @@ from aiohttp import web
 
 from grove.core.errors import GroveError, NotFound
 from router.api.appkeys import service_of
-from router.api.datapath import read_capped
-from router.compat.calls import SandboxCalls
-from router.compat.e2b import filesystem, process
-from router.compat.e2b.control import live_sandbox
-from router.compat.e2b.wire import (
+from router.api.compat.calls import SandboxCalls
+from router.api.compat.e2b import filesystem, process
+from router.api.compat.e2b.control import live_sandbox
+from router.api.compat.e2b.wire import (
     STREAM_TYPE,
     ConnectError,
     connect_error_body,
@@ -26,6 +25,7 @@ from router.compat.e2b.wire import (
     message,
     unenvelope,
 )
+from router.api.datapath import read_capped
 from router.records.registry import SAFE_ID_RE
 
 Unary = Callable[[SandboxCalls, dict[str, Any]], Awaitable[dict[str, Any]]]

@@ -19,8 +19,8 @@ from aiohttp import web
 
 from grove.core.errors import BadRequest, Conflict, GroveError, Invalid, NotFound
 from router.api.appkeys import project_of, sandbox_of, service_of
+from router.api.compat.e2b.wire import ENVD_VERSION
 from router.api.sandboxes import read_body
-from router.compat.e2b.wire import ENVD_VERSION
 from router.models import DAY, CreateRequest, Metadata, NetworkModel
 from router.records.registry import SandboxRecord
 

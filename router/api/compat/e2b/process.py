@@ -19,8 +19,8 @@ from aiohttp import web
 
 from grove.core import wire as grove_wire
 from grove.core.errors import BadGateway, BadRequest, GroveError, error_from_body
-from router.compat.calls import SandboxCalls
-from router.compat.e2b.wire import STREAM_TYPE, ConnectError, end_stream, envelope
+from router.api.compat.calls import SandboxCalls
+from router.api.compat.e2b.wire import STREAM_TYPE, ConnectError, end_stream, envelope
 
 _RECORD_LIMIT = 1024 * 1024
 _KEEPALIVE_S = 50.0

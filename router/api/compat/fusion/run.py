@@ -4,7 +4,7 @@ The sandbox is claimed from the caller's project's warm pool named ``sandbox-fus
 sandbox when the project has no such pool), labelled with the request (``task_id`` ``run_code-<id>``,
 harness ``sandbox-fusion``, the language and the code's sha256), and deleted once the answer is ready: a
 sandbox one request touched never serves another. Every step (files written, compile, run, files fetched)
-goes through :class:`~router.compat.calls.SandboxCalls`, so the sandbox's trajectory holds them as grove's
+goes through :class:`~router.api.compat.calls.SandboxCalls`, so the sandbox's trajectory holds them as grove's
 own calls. A request grove cannot run (no sandbox could be made, the executor lost) answers 200 with
 ``status: SandboxError``, as SandboxFusion does, and its client retries it; bad input is a 4xx.
 """
@@ -24,11 +24,11 @@ from aiohttp import web
 from grove.core.errors import BadRequest, GroveError, Invalid, NotFound
 from grove.core.schema import parse
 from router.api.appkeys import project_of, service_of
+from router.api.compat.calls import SandboxCalls
+from router.api.compat.fusion.languages import Language, language, shell
+from router.api.compat.fusion.models import RunCodeBody, command_result, run_answer
 from router.api.replies import reply
 from router.api.sandboxes import read_body
-from router.compat.calls import SandboxCalls
-from router.compat.fusion.languages import Language, language, shell
-from router.compat.fusion.models import RunCodeBody, command_result, run_answer
 from router.lifecycle.service import SandboxService
 from router.models import CreateRequest, Metadata
 

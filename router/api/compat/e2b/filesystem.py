@@ -16,8 +16,8 @@ from typing import Any
 from aiohttp import BodyPartReader, web
 
 from grove.core.errors import BadRequest, NotFound
-from router.compat.calls import SandboxCalls
-from router.compat.e2b.wire import ConnectError
+from router.api.compat.calls import SandboxCalls
+from router.api.compat.e2b.wire import ConnectError
 
 MAX_DEPTH = 8
 _TYPES = {"file": "FILE_TYPE_FILE", "dir": "FILE_TYPE_DIRECTORY", "symlink": "FILE_TYPE_SYMLINK"}
