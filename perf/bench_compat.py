@@ -70,8 +70,8 @@ def _e2b_vs_exec(url: str, key: str, count: int) -> dict[str, Any]:
 
 def _run_code(url: str, key: str) -> float:
     started = time.perf_counter()
-    body = {"compile_timeout": 10, "run_timeout": 10, "code": "print(1)\n", "stdin": "", "memory_limit_MB": 1024,
-            "language": "python", "files": {}, "fetch_files": []}
+    body: dict[str, Any] = {"compile_timeout": 10, "run_timeout": 10, "code": "print(1)\n", "stdin": "",
+                            "memory_limit_MB": 1024, "language": "python", "files": {}, "fetch_files": []}
     base = url.replace("http://", f"http://grove:{key}@")
     answer = requests.post(f"{base}/sandbox-fusion/run_code", json=body, timeout=120).json()
     assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "1\n", answer
