@@ -7,7 +7,7 @@
   each, alternating, ``--execs`` calls each; p50 and p99 and their ratio.
 - SandboxFusion: ``--runs`` ``run_code`` requests of ``print(1)`` (verl's request shape), ``--concurrency`` at a
   time, on a warm pool of that many sandboxes: throughput and p50 latency, against a bare
-  ``subprocess.run(["python3", "-c", "print(1)"])`` of the same code, as many, as many at a time.
+  ``subprocess.run(["/usr/bin/python3", "-c", "print(1)"])`` of the same code, as many, as many at a time.
 
 Writes ``perf/results/compat.json`` and the "Compatibility APIs" section of ``perf/README.md``.
 """
@@ -39,6 +39,8 @@ from perf.common import (
 NAME = "compat"
 SECTION = "## Compatibility APIs: E2B and SandboxFusion against grove's own calls"
 POOL = "sandbox-fusion"
+BARE_PYTHON = "/usr/bin/python3"
+"""The interpreter the sandbox runs (the default image binds the host's /usr), not a PATH shim's."""
 
 
 def _e2b_vs_exec(url: str, key: str, count: int) -> dict[str, Any]:
@@ -80,7 +82,7 @@ def _run_code(url: str, key: str) -> float:
 
 def _bare() -> float:
     started = time.perf_counter()
-    done = subprocess.run(["python3", "-c", "print(1)"], capture_output=True, check=True)
+    done = subprocess.run([BARE_PYTHON, "-c", "print(1)"], capture_output=True, check=True)
     assert done.stdout == b"1\n"
     return time.perf_counter() - started
 
@@ -115,8 +117,8 @@ def _section(report: dict[str, Any], rows: list[Target]) -> str:
              f"E2B: {report['execs']} `commands.run(\"true\")` through the real `e2b` SDK against as many grove "
              "`exec(\"true\")`, alternating, one sandbox each. SandboxFusion: "
              f"{report['runs']} `run_code` of `print(1)` in verl's request shape, {report['concurrency']} at a "
-             "time on a warm pool, against as many bare `subprocess.run` of `python3 -c 'print(1)'`. Raw figures: "
-             "`perf/results/compat.json`.", "",
+             "time on a warm pool, against as many bare `subprocess.run` of `/usr/bin/python3 -c 'print(1)'`. "
+             "Raw figures: `perf/results/compat.json`.", "",
              "| figure | compat | grove / bare | ratio |", "|---|---|---|---|",
              f"| E2B `commands.run` vs grove exec, p50 (ms) | {e['e2b_ms']['p50_ms']:.1f} | "
              f"{e['grove_exec_ms']['p50_ms']:.1f} | {e['p50_ratio']:.2f} |",
