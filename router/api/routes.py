@@ -101,7 +101,8 @@ E2B_ROUTES = [
     _e2b("POST", "/sandbox/{service}/{method}", envd.rpc,
          "envd Connect-RPC (JSON codec): process.Process Start/Connect (streaming), List, SendSignal, SendInput, "
          "CloseStdin; filesystem.Filesystem Stat, ListDir, MakeDir, Move, Remove", sandbox_side=True),
-    *(_e2b(method, "/{tail:.*}", e2b.unsupported, "any other call: 501, as E2B answers what it does not serve")
+    *(_e2b(method, "/{tail:.*}", e2b.unsupported,
+           "any other call: 404 in E2B's error body, as E2B answers a call it does not serve")
       for method in ("GET", "POST", "PUT", "PATCH", "DELETE")),
 ]
 

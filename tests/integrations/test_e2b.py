@@ -128,7 +128,7 @@ def test_wrong_key_and_foreign_sandbox_refused(router: RouterProcess, e2b_env: N
     assert Sandbox.connect(sbx.sandbox_id, api_key=router.key).commands.run("echo still").stdout == "still\n"
     unsupported = router.http("POST", f"/e2b/sandboxes/{sbx.sandbox_id}/pause",
                               headers={"X-API-KEY": router.key}, auth=False)
-    assert unsupported.status == 501 and "not supported" in unsupported.json()["message"]
+    assert unsupported.status == 404 and "not supported" in unsupported.json()["message"]
     refused = router.http("POST", "/e2b/sandbox/process.Process/List", json_body={}, auth=False,
                           headers={"X-Access-Token": "gk-wrong", "E2b-Sandbox-Id": sbx.sandbox_id})
     assert refused.status == 401

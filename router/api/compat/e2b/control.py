@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from grove.core.errors import BadRequest, Conflict, GroveError, Invalid, NotFound
+from grove.core.errors import BadRequest, Conflict, Invalid, NotFound
 from router.api.appkeys import project_of, sandbox_of, service_of
 from router.api.compat.e2b.wire import ENVD_VERSION
 from router.api.sandboxes import read_body
@@ -161,12 +161,6 @@ async def connect(request: web.Request) -> web.Response:
 
 
 async def unsupported(request: web.Request) -> web.Response:
-    """Anything else under ``/e2b``: what E2B answers a call its API lacks."""
-    raise NotImplementedCall(f"{request.method} {request.path} is not supported by grove's E2B endpoint")
-
-
-class NotImplementedCall(GroveError):
-    """A call of E2B's API that grove does not serve."""
-
-    code = "not_implemented"
-    status = 501
+    """Anything else under ``/e2b``: a 404 in E2B's error body, as E2B's API answers a call it does not serve
+    (the SDK raises ``NotFoundException`` with the message)."""
+    raise NotFound(f"{request.method} {request.path} is not supported by grove's E2B endpoint")
