@@ -126,6 +126,11 @@ def test_wrong_key_and_foreign_sandbox_refused(router: RouterProcess, e2b_env: N
     with pytest.raises(AuthenticationException):
         Sandbox.connect(sbx.sandbox_id)
     assert Sandbox.connect(sbx.sandbox_id, api_key=router.key).commands.run("echo still").stdout == "still\n"
+    # A key sent as grove's bearer token instead of E2B's header is the envd token handed back.
+    made = router.http("POST", "/e2b/v2/sandboxes", json_body={"templateID": "base", "timeout": 30})
+    assert made.status == 201 and made.json()["envdAccessToken"] == router.key
+    assert made.json()["envdVersion"] == "0.5.7"
+    assert router.http("DELETE", f"/e2b/sandboxes/{made.json()['sandboxID']}").status == 204
     unsupported = router.http("POST", f"/e2b/sandboxes/{sbx.sandbox_id}/pause",
                               headers={"X-API-KEY": router.key}, auth=False)
     assert unsupported.status == 404 and "not supported" in unsupported.json()["message"]

@@ -88,7 +88,9 @@ def live_sandbox(request: web.Request, sandbox_id: str) -> SandboxRecord:
 
 def sandbox_body(request: web.Request, record: SandboxRecord) -> dict[str, Any]:
     """E2B's ``Sandbox``: what create and connect answer."""
-    key = request.headers.get("X-API-KEY", "")
+    # The key this call was let in with (E2B's header, or a bearer token): the sandbox side takes it back.
+    scheme, _, bearer = request.headers.get("Authorization", "").partition(" ")
+    key = bearer.strip() if scheme.lower() == "bearer" else request.headers.get("X-API-KEY", "")
     return {"templateID": record.request.metadata.labels.get("e2b_template", record.request.image),
             "sandboxID": record.id, "clientID": "grove", "envdVersion": ENVD_VERSION,
             "envdAccessToken": key, "trafficAccessToken": None, "domain": None}

@@ -74,6 +74,7 @@ async def send_input(calls: SandboxCalls, body: dict[str, Any]) -> dict[str, Any
     if not isinstance(data, str):
         raise ConnectError("unimplemented", "only 'stdin' input is supported (grove has no PTY here)")
     await _json_call(calls, "POST", "/e2b/processes/stdin", {"pid": pid, "data": data})
+    calls.note({"type": "process_input", "t": time.time(), "pid": pid, "bytes": len(base64.b64decode(data))})
     return {}
 
 
@@ -81,6 +82,7 @@ async def close_stdin(calls: SandboxCalls, body: dict[str, Any]) -> dict[str, An
     """``CloseStdin``."""
     pid = await _pid(calls, body.get("process"))
     await _json_call(calls, "POST", "/e2b/processes/close-stdin", {"pid": pid})
+    calls.note({"type": "process_input", "t": time.time(), "pid": pid, "closed": True})
     return {}
 
 
