@@ -138,3 +138,29 @@ def test_wrong_key_and_foreign_sandbox_refused(router: RouterProcess, e2b_env: N
                           headers={"X-Access-Token": "gk-wrong", "E2b-Sandbox-Id": sbx.sandbox_id})
     assert refused.status == 401
     sbx.kill()
+
+
+def test_bad_input_answers_e2b_errors_a_person_can_act_on(router: RouterProcess, e2b_env: None) -> None:
+    key = {"X-API-KEY": router.key}
+    unknown = router.http("POST", "/e2b/v2/sandboxes", json_body={"templateID": "no-such-template"}, headers=key,
+                          auth=False)
+    assert unknown.status in (404, 422) and "no-such-template" in unknown.json()["message"]
+    assert set(unknown.json()) == {"code", "message"} and unknown.json()["code"] == unknown.status
+    for body, word in (({"templateID": "base", "timeout": 0}, "timeout"), ({"templateID": "base", "x": 1}, "x"),
+                       ({"timeout": 30}, "templateID"), ({"templateID": "base", "mcp": {"a": 1}}, "mcp")):
+        reply = router.http("POST", "/e2b/v2/sandboxes", json_body=body, headers=key, auth=False)
+        assert reply.status in (400, 422) and word in reply.json()["message"], (body, reply.body[:300])
+    sbx = Sandbox.create(timeout=60)
+    envd = {"X-Access-Token": router.key, "E2b-Sandbox-Id": sbx.sandbox_id}
+    garbled = router.http("POST", "/e2b/sandbox/filesystem.Filesystem/Stat", b"{not json", auth=False,
+                          headers={**envd, "Content-Type": "application/json"})
+    assert garbled.status == 400 and garbled.json()["code"] == "invalid_argument"
+    missing = router.http("POST", "/e2b/sandbox/filesystem.Filesystem/Stat", json_body={"path": "/nope"},
+                          headers=envd, auth=False)
+    assert missing.status == 404 and missing.json() == {"code": "not_found", "message": "path '/nope' does not exist"}
+    nothing = router.http("POST", "/e2b/sandbox/filesystem.Filesystem/Watch", json_body={}, headers=envd, auth=False)
+    assert nothing.status == 501 and nothing.json()["code"] == "unimplemented"
+    with pytest.raises(SandboxException, match="not found"):
+        sbx.commands.send_stdin(424242, "x")
+    assert sbx.commands.run("echo fine").stdout == "fine\n"  # nothing else disturbed
+    sbx.kill()
