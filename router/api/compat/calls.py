@@ -73,41 +73,34 @@ class SandboxCalls:
             raise BadGateway("the executor answered an exec with something that is not a result")
         return decoded
 
+    async def _file_call(self, op: str, method: str, path: str, *, params: dict[str, str] | None = None,
+                         data: bytes | None = None, moved: Digest | None = None) -> Any:
+        """One executor file call, recorded as grove's ``/files`` handler records it; its decoded answer."""
+        started = time.time()
+        async with self.open(method, "/v1/files/list" if op == "list" else "/v1/files",
+                             params={"path": path, **(params or {})}, data=data,
+                             content_type="application/octet-stream") as resp:
+            answer = wire.decode(await resp.read(), resp.content_type)
+            status = resp.status
+        self._service.recorder.transfer(self._record, "file", op, path=path, status=status, started=started,
+                                        moved=moved)
+        if status >= 300:
+            raise _error(answer, status)
+        return answer
+
     async def write(self, path: str, data: bytes) -> None:
         """Write a file atomically (parents made), recorded with its size and sha256."""
         digest = Digest()
         digest(data)
-        started = time.time()
-        async with self.open("PUT", "/v1/files", params={"path": path}, data=data,
-                              content_type="application/octet-stream") as resp:
-            answer = await resp.read()
-            status = resp.status
-        self._service.recorder.transfer(self._record, "file", "write", path=path, status=status, started=started,
-                                        moved=digest)
-        if status >= 300:
-            raise _error(wire.decode(answer, resp.content_type), status)
+        await self._file_call("write", "PUT", path, data=data, moved=digest)
 
     async def remove(self, path: str) -> None:
         """Delete a file or a directory tree, recorded."""
-        started = time.time()
-        async with self.open("DELETE", "/v1/files", params={"path": path, "recursive": "1"}) as resp:
-            answer = await resp.read()
-            status = resp.status
-        self._service.recorder.transfer(self._record, "file", "delete", path=path, status=status, started=started,
-                                        moved=None)
-        if status >= 300:
-            raise _error(wire.decode(answer, resp.content_type), status)
+        await self._file_call("delete", "DELETE", path, params={"recursive": "1"})
 
     async def listing(self, path: str) -> list[dict[str, Any]]:
         """A directory's entries (``name``, ``type``, ``size``, ``mode``, ``mtime``), recorded."""
-        started = time.time()
-        async with self.open("GET", "/v1/files/list", params={"path": path}) as resp:
-            answer = wire.decode(await resp.read(), resp.content_type)
-            status = resp.status
-        self._service.recorder.transfer(self._record, "file", "list", path=path, status=status, started=started,
-                                        moved=None)
-        if status != 200:
-            raise _error(answer, status)
+        answer = await self._file_call("list", "GET", path)
         entries = answer.get("entries") if isinstance(answer, dict) else None
         return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
