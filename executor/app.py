@@ -19,6 +19,7 @@ from werkzeug.exceptions import HTTPException
 
 from executor.archive import extract_tar, stream_tar
 from executor.dedup import Deduplicator
+from executor.e2b_processes import e2b_blueprint
 from executor.files import delete, listing, open_for_read, parse_mode, write_atomic
 from executor.jsonfit import JSON_FACTOR, escaped_size, fit_for_json
 from executor.manifest import manifest
@@ -240,6 +241,8 @@ def app_shell(root: str) -> Flask:
     # The SWE-ReX remote-runtime protocol (SWE-agent's), behind the same bearer token.
     app.register_blueprint(swerex_blueprint(slot.get), url_prefix="/swerex")
     app.register_blueprint(processes_blueprint(slot.get), url_prefix="/v1/processes")
+    # Long-lived processes for the router's E2B layer (private to it: envd's shapes, not grove's API).
+    app.register_blueprint(e2b_blueprint(slot.get), url_prefix="/e2b")
     return app
 
 

@@ -3,6 +3,9 @@ sandbox ids are checked once, before any handler."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+
 from aiohttp import web
 
 from grove.core.errors import (
@@ -47,7 +50,9 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             err = InternalError(exc.text or exc.reason)
     except Exception as exc:
         err = error_of(exc, request.app[SERVICE].settings.state_dir, f"{request.method} {request.path}")
-    response = reply(request, err.to_body(), status=err.status)
+    route = request.match_info.route.resource
+    shape = _ERROR_BODIES.get((request.method, route.canonical)) if route is not None else None
+    response = reply(request, shape(err) if shape is not None else err.to_body(), status=err.status)
     if isinstance(err, RequestTimeout):
         response.force_close()  # the rest of a stalled body must not hold the connection (or a place) open
     if err.retry_after is not None:
@@ -59,6 +64,8 @@ _PUBLIC = {(r.method, canonical_path(r.path)) for r in ROUTES if r.public}
 _OWN_AUTH = {(r.method, canonical_path(r.path)) for r in ROUTES if r.own_auth}
 _NO_KEY = _PUBLIC | _OWN_AUTH
 _KEY_HEADERS = {(r.method, canonical_path(r.path)): r.key_header for r in ROUTES if r.key_header}
+_BASIC = {(r.method, canonical_path(r.path)) for r in ROUTES if r.basic_auth}
+_ERROR_BODIES = {(r.method, canonical_path(r.path)): r.error_body for r in ROUTES if r.error_body}
 SESSION_ROUTES = web.AppKey("session_routes", frozenset)
 """(method, path) of the routes that check a session cookie themselves instead of an API key (the viewer's,
 router/ui/guard.py), set by the app that adds them; only matched ones skip the key check here."""
@@ -75,10 +82,25 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
             (route is None or (request.method, canonical) not in request.app[SESSION_ROUTES]):
         header = request.headers.get("Authorization")
         alternative = _KEY_HEADERS.get((request.method, canonical))
-        if header is None and alternative and alternative in request.headers:
+        if not _is_bearer(header) and alternative and alternative in request.headers:
+            # E2B's envd calls carry `Authorization: Basic <user>:` (the sandbox user) beside their token.
             header = f"Bearer {request.headers[alternative]}"
+        elif (request.method, canonical) in _BASIC and header and header[:6].lower() == "basic ":
+            header = f"Bearer {basic_password(header)}"
         request[CALLER] = request.app[KEYS].check(header)
     return await handler(request)
+
+
+def _is_bearer(header: str | None) -> bool:
+    return header is not None and header[:7].lower() == "bearer "
+
+
+def basic_password(header: str) -> str:
+    """The password of ``Authorization: Basic base64(user:password)`` (empty if it is malformed)."""
+    try:
+        return base64.b64decode(header[6:].strip(), validate=True).decode().partition(":")[2]
+    except (binascii.Error, ValueError):
+        return ""
 
 
 _ID_PARTS = ("id", "sandbox_id")

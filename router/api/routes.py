@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
 from grove.core.api import ExecBody
+from grove.core.errors import GroveError
 from router.api.artifacts import get_artifact, list_artifacts, list_sandbox_artifacts
 from router.api.batch import create_sandboxes
+from router.api.compat.e2b import control as e2b
+from router.api.compat.e2b import envd
+from router.api.compat.e2b.wire import e2b_error_body
+from router.api.compat.fusion.models import RunCodeBody
+from router.api.compat.fusion.run import run_code
 from router.api.computer import computer_handler, display_handler, screenshot_handler
 from router.api.datapath import exec_handler, transfer
 from router.api.images import get_image
@@ -70,11 +77,42 @@ class Route:
     """The model of the query parameters, for the spec (the handler parses them with it)."""
     own_auth: bool = False
     """The handler checks a bearer credential of its own instead of an API key (an executor's upload token)."""
+    basic_auth: bool = False
+    """The key may come as the password of HTTP Basic auth: for clients that can only carry credentials in
+    their URL (SandboxFusion's and verl's: ``http://grove:KEY@host/sandbox-fusion``)."""
+    error_body: Callable[[GroveError], dict[str, Any]] | None = None
+    """The body an error answers in on this route, if not grove's (E2B's clients parse ``{"code", "message"}``)."""
 
 
 async def openapi(request: web.Request) -> web.Response:
     return web.json_response(build_spec(ROUTES))
 
+
+def _e2b(method: str, path: str, handler: Handler, summary: str, *, sandbox_side: bool = False) -> Route:
+    """A route of the E2B API: the key in E2B's header (envd's access token on the sandbox side), E2B's errors."""
+    return Route(method, "/e2b" + path, handler, "E2B: " + summary, raw_body="application/json",
+                 key_header="X-Access-Token" if sandbox_side else "X-API-KEY", error_body=e2b_error_body)
+
+
+E2B_ROUTES = [
+    _e2b("POST", "/sandboxes", e2b.create, "create a sandbox (templateID, timeout, metadata, envVars)"),
+    _e2b("POST", "/v2/sandboxes", e2b.create, "create a sandbox (templateID, timeout, metadata, envVars)"),
+    _e2b("GET", "/sandboxes/{id}", e2b.get, "a sandbox's details"),
+    _e2b("DELETE", "/sandboxes/{id}", e2b.kill, "kill a sandbox"),
+    _e2b("POST", "/sandboxes/{id}/timeout", e2b.set_timeout, "set the sandbox's timeout from now"),
+    _e2b("POST", "/sandboxes/{id}/connect", e2b.connect, "connect to a sandbox (its timeout extended)"),
+    _e2b("POST", "/v2/sandboxes/{id}/connect", e2b.connect, "connect to a sandbox (its timeout extended)"),
+    _e2b("GET", "/sandbox/health", envd.health, "envd: the sandbox (E2b-Sandbox-Id) is there", sandbox_side=True),
+    _e2b("GET", "/sandbox/files", envd.files, "envd: read a file (?path=)", sandbox_side=True),
+    _e2b("POST", "/sandbox/files", envd.files, "envd: write files (multipart, or octet-stream to ?path=)",
+         sandbox_side=True),
+    _e2b("POST", "/sandbox/{service}/{method}", envd.rpc,
+         "envd Connect-RPC (JSON codec): process.Process Start/Connect (streaming), List, SendSignal, SendInput, "
+         "CloseStdin; filesystem.Filesystem Stat, ListDir, MakeDir, Move, Remove", sandbox_side=True),
+    *(_e2b(method, "/{tail:.*}", e2b.unsupported,
+           "any other call: 404 in E2B's error body, as E2B answers a call it does not serve")
+      for method in ("GET", "POST", "PUT", "PATCH", "DELETE")),
+]
 
 ROUTES: list[Route] = [
     Route("GET", "/healthz", healthz, "Health of the router", public=True),
@@ -161,4 +199,8 @@ ROUTES: list[Route] = [
     Route("POST", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler,
           "SWE-ReX remote runtime: create_session, run_in_session, close_session, execute, read_file, write_file, "
           "upload, close", raw_body="application/json", key_header="X-API-Key"),
+    Route("POST", "/sandbox-fusion/run_code", run_code,
+          "SandboxFusion's run_code: compile and run one program in a fresh sandbox of the project's "
+          "'sandbox-fusion' warm pool; its RunCodeResponse", body=RunCodeBody, basic_auth=True),
+    *E2B_ROUTES,
 ]

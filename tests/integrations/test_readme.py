@@ -76,6 +76,8 @@ MARKERS = {
     "harness": "def rollout(task, policy):",
     "mini": "env = GroveEnvironment(",
     "swerex": "rt = RemoteRuntime(",
+    "e2b": 'sbx = Sandbox.create("base", timeout=300',
+    "fusion": "answer = run_code(RunCodeRequest(",
     "artifacts": 'grove.artifacts.pull("./out", run_id="run-7")',
     "many": 'grove.create_many(n, pool="swe"',
     "as_ready": "async for i, sandbox in grove.create_as_ready(",
@@ -185,6 +187,26 @@ def test_swerex_remote_runtime(user: RouterProcess) -> None:
         run_block(block(MARKERS["swerex"]).replace("pytest -q", "python3 -c 'print(1)'"), namespace)
         steps = grove.request("GET", f"/v1/sandboxes/{sb.id}/trajectory")["steps"]
     assert any(s.get("via") == "swerex" and s["type"] == "exec" for s in steps), steps
+
+
+def test_e2b_sdk(user: RouterProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The block as written, with the environment the README exports."""
+    monkeypatch.setenv("E2B_API_URL", f"{user.url}/e2b")
+    monkeypatch.setenv("E2B_SANDBOX_URL", f"{user.url}/e2b/sandbox")
+    monkeypatch.setenv("E2B_API_KEY", user.key)
+    monkeypatch.setenv("E2B_HTTP_VERSION", "1.1")
+    before = user.live_ids()
+    namespace = run_block(block(MARKERS["e2b"]), {})
+    sandbox_id = namespace["sbx"].sandbox_id
+    assert sandbox_id not in user.live_ids() and user.live_ids() == before  # killed
+    steps = user.http("GET", f"/v1/trajectories/{sandbox_id}").json()["steps"]
+    assert ["/bin/bash", "-l", "-c", "ls /workspace"] in [s.get("command") for s in steps]
+
+
+def test_sandbox_fusion_client(user: RouterProcess) -> None:
+    namespace = run_block(block(MARKERS["fusion"]), {"GROVE_URL": user.url, "GROVE_API_KEY": user.key})
+    answer = namespace["answer"]
+    assert answer.status == "Success" and answer.run_result.stdout == "1\n"
 
 
 def test_getting_artifacts_back(user: RouterProcess, tmp_path: Path) -> None:

@@ -119,6 +119,24 @@ CASES: dict[tuple[str, str], Callable[[World, Names], list[Probe]]] = {
         send("POST", f"/v1/sandboxes/{n.live}/swerex/execute", {"command": "true", "shell": True}),
         replace(send("POST", f"/v1/sandboxes/{n.live}/swerex/execute", {"command": "true", "shell": True}),
                 headers=(("Content-Type", "application/json"), ("X-API-Key", "")))],
+    # E2B's API: the control plane with the key in X-API-KEY; envd with the sandbox in E2b-Sandbox-Id.
+    ("GET", "/e2b/sandboxes/{id}"): lambda w, n: [_e2b("GET", f"/e2b/sandboxes/{n.live}")],
+    ("DELETE", "/e2b/sandboxes/{id}"): lambda w, n: [replace(_e2b("DELETE", f"/e2b/sandboxes/{n.live}"),
+                                                             control=False)],
+    # (alpha's own call would change its sandbox's lifetime, which its create's retry compares)
+    ("POST", "/e2b/sandboxes/{id}/timeout"): lambda w, n: [
+        replace(_e2b("POST", f"/e2b/sandboxes/{n.live}/timeout", {"timeout": 86400}), control=False)],
+    ("POST", "/e2b/sandboxes/{id}/connect"): lambda w, n: [_e2b("POST", f"/e2b/sandboxes/{n.live}/connect", {})],
+    ("POST", "/e2b/v2/sandboxes/{id}/connect"): lambda w, n: [
+        _e2b("POST", f"/e2b/v2/sandboxes/{n.live}/connect", {})],
+    ("GET", "/e2b/sandbox/health"): lambda w, n: [_envd("GET", "/e2b/sandbox/health", n.live)],
+    ("GET", "/e2b/sandbox/files"): lambda w, n: [_envd("GET", "/e2b/sandbox/files?path=/workspace/out.txt", n.live)],
+    ("POST", "/e2b/sandbox/files"): lambda w, n: [
+        _envd("POST", "/e2b/sandbox/files?path=/workspace/e2b-probe.txt", n.live, b"x", "application/octet-stream")],
+    ("POST", "/e2b/sandbox/{service}/{method}"): lambda w, n: [
+        _envd("POST", "/e2b/sandbox/process.Process/List", n.live, b"{}", "application/json"),
+        _envd("POST", "/e2b/sandbox/filesystem.Filesystem/Stat", n.live, b'{"path": "/workspace/out.txt"}',
+              "application/json")],
     # The viewer, with beta's session.
     ("GET", "/ui/sandboxes/{id}"): both(lambda s: f"/ui/sandboxes/{s}"),
     ("GET", "/ui/trajectories/{sandbox_id}"): both(lambda s: f"/ui/trajectories/{s}", stored=True),
@@ -262,6 +280,47 @@ def _beta_made(w: World, record: dict[str, Any]) -> None:
     api(w, w.beta, "DELETE", f"/v1/sandboxes/{record['id']}")
 
 
+def _e2b(method: str, path: str, body: Any = None) -> Probe:
+    """A call of E2B's control plane (its key in ``X-API-KEY``)."""
+    data = json.dumps(body).encode() if body is not None else None
+    return Probe(method, path, data, (("Content-Type", "application/json"), ("X-API-Key", "")))
+
+
+def _envd(method: str, path: str, sandbox_id: str, body: bytes | None = None, kind: str | None = None) -> Probe:
+    """A call of E2B's sandbox side, naming the sandbox in ``E2b-Sandbox-Id`` (the key as a bearer token)."""
+    return Probe(method, path, body, (("E2b-Sandbox-Id", sandbox_id), *((("Content-Type", kind),) if kind else ())))
+
+
+def _e2b_create(w: World) -> None:
+    """E2B's create names a template: never alpha's pool (another project's pool name is no template of beta's)."""
+    for path in ("/e2b/sandboxes", "/e2b/v2/sandboxes"):
+        refused = w.router.http("POST", path, json_body={"templateID": w.names.pool}, key=w.beta.key)
+        assert refused.status in (404, 422, 503), refused.body[:300]
+        names_nothing_of_alphas(w, w.names.pool, refused)
+        made = w.router.http("POST", path, json_body={"templateID": w.twin, "timeout": 60}, key=w.beta.key)
+        assert made.status == 201, made.body[:300]
+        _beta_made(w, api(w, w.beta, "GET", f"/v1/sandboxes/{made.json()['sandboxID']}"))
+
+
+def _e2b_unsupported(w: World) -> None:
+    """E2B calls grove lacks: the same 404 for anyone, naming nothing of alpha's."""
+    for method in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+        reply = w.router.http(method, f"/e2b/sandboxes/{w.names.live}/pause", key=w.beta.key)
+        assert reply.status == 404 and "not supported" in reply.json()["message"], reply.body[:300]
+        names_nothing_of_alphas(w, w.names.live, reply)
+
+
+def _run_code(w: World) -> None:
+    """SandboxFusion's run_code runs in a sandbox of beta's own (alpha's pool untouched: checked at the end)."""
+    reply = w.router.http("POST", "/sandbox-fusion/run_code", json_body={"code": "print(1)", "language": "python"},
+                          key=w.beta.key)
+    assert reply.status == 200 and reply.json()["status"] == "Success", reply.body[:300]
+    ran = reply.json()["executor_pod_name"]
+    assert ran not in {w.names.live, w.names.member}
+    assert api(w, w.beta, "GET", f"/v1/trajectories/{ran}")["sandbox"]["project"] == BETA
+    names_nothing_of_alphas(w, "", reply)
+
+
 def _pools_of_one_name(w: World) -> None:
     name = f"twin-{secrets.token_hex(3)}"
     for who in (w.alpha, w.beta):
@@ -326,8 +385,13 @@ CHECKS: dict[tuple[str, str], Callable[[World], None]] = {
     ("POST", "/v1/sandboxes/batch"): _batch_with_alphas_request_id_and_pool,
     ("POST", "/v1/pools"): _pools_of_one_name,
     ("PUT", "/v1/runs/{run_id}/files/{name}"): _run_file_written,
+    ("POST", "/e2b/sandboxes"): _e2b_create,
+    ("POST", "/e2b/v2/sandboxes"): _e2b_create,
+    **{(method, "/e2b/{tail:.*}"): _e2b_unsupported for method in ("GET", "POST", "PUT", "PATCH", "DELETE")},
+    ("POST", "/sandbox-fusion/run_code"): _run_code,
 }
-WRITES = {("POST", "/v1/sandboxes"), ("POST", "/v1/sandboxes/batch"), ("POST", "/v1/pools"),
+WRITES = {("POST", "/e2b/sandboxes"), ("POST", "/e2b/v2/sandboxes"), ("POST", "/sandbox-fusion/run_code"),
+          ("POST", "/v1/sandboxes"), ("POST", "/v1/sandboxes/batch"), ("POST", "/v1/pools"),
           ("PUT", "/v1/runs/{run_id}/files/{name}")}
 """Checks that leave beta with things named as alpha's are (a run file under alpha's run id, a sandbox made with
 alpha's request id): they run after the listings, which would show them as beta's own."""

@@ -156,7 +156,8 @@ def call_status(router: RouterProcess, who: Who, path: str) -> int:
 
 def names_nothing_of_alphas(w: World, asked: Probe | str, reply: Reply) -> None:
     """No marker of alpha's data in the answer (headers included) unless the request itself held it."""
-    request = asked if isinstance(asked, str) else asked.path + (asked.body or b"").decode(errors="replace")
+    request = asked if isinstance(asked, str) else asked.path + (asked.body or b"").decode(errors="replace") + \
+        "".join(value for _, value in asked.headers)  # a sandbox named in a header (E2B's E2b-Sandbox-Id)
     answer = reply.body.decode(errors="replace") + str(reply.headers)
     named = [m for m in w.markers if m not in request and m in answer]
     assert not named, (request, named, reply.body[:500])
