@@ -422,6 +422,12 @@ class KnativeStandin:
         """What the autoscaler does after the idle window, now (from the test's thread)."""
         self.api.run(self._stop_pod(self.services[name]))
 
+    async def restart(self, name: str) -> None:
+        """The container restarts (a crash, a node's eviction): a new pod reads its Secret again."""
+        ks = self.services[name]
+        await self._stop_pod(ks)
+        await self._wake(ks)
+
     def pods(self) -> list[Pod]:
         """Running pods."""
         return [ks.pod for ks in self.services.values() if ks.pod is not None]
