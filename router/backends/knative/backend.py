@@ -178,10 +178,12 @@ class KnativeBackend:
         await self._remove(sandbox_id, cleanup=kinds)
 
     async def claim(self, spec: SandboxSpec, handle: dict[str, Any]) -> dict[str, str]:
-        """Two merge patches: the Secret (token and env a restarted pod reads) and the Service's labels."""
+        """Two merge patches: the Secret (token, env and a fresh snapshot URL a restarted pod reads) and the
+        Service's labels."""
         kube, _ = self._api()
         ns, secret_name = self.options.namespace, manifest.secret_name(spec.id)
-        secret, service = manifest.claim_patches(spec)
+        access = await self.snapshots.access(spec.id, spec.ttl_s, spec.disk_mb) if self.snapshots else None
+        secret, service = manifest.claim_patches(spec, access)
         await kube.call("patch", "secrets", secret_name, kube.core.patch_namespaced_secret, secret_name, ns, secret,
                         _content_type="application/merge-patch+json")
         await kube.call("patch", "services.serving.knative.dev", spec.id, kube.custom.patch_namespaced_custom_object,
