@@ -49,6 +49,8 @@ class Snapshots:
         self.broker = (HttpBroker(settings.snapshot_upload_url, settings.snapshot_upload_token or "")
                        if settings.snapshot_upload_url else None)
         self.get_url = settings.snapshot_get_url
+        # Without an upload token the router would refuse to sign a GET URL: only the Secret's is there to use.
+        self._asks_router = self.broker is not None and bool(settings.snapshot_upload_token)
         api = settings.snapshot_dir or settings.workdir
         self.directory = PathResolver(settings.root, settings.workdir).resolve(api)
         """The directory on this filesystem that is kept."""
@@ -74,7 +76,7 @@ class Snapshots:
     def restore(self) -> int | None:
         """Unpack the last snapshot into the directory; member count, or None if there was none."""
         os.makedirs(self.directory, exist_ok=True)
-        if not self.get_url and self.broker is None:
+        if not self.get_url and not self._asks_router:
             return None
         for attempt, delay in enumerate(_RESTORE_ATTEMPTS):
             time.sleep(delay)
@@ -96,7 +98,7 @@ class Snapshots:
 
     def _url(self) -> str:
         """A GET URL of the snapshot: a fresh one from the router, else (router unreachable) the Secret's."""
-        if self.broker is not None:
+        if self.broker is not None and self._asks_router:
             try:
                 return str(self.broker.call("download")["url"])
             except Unavailable as exc:

@@ -170,6 +170,9 @@ class KnativeStandin:
             self.api.put("configmaps", SYSTEM_NS, {"apiVersion": "v1", "kind": "ConfigMap",
                                                    "metadata": {"name": name, "namespace": SYSTEM_NS}, "data": data},
                          "ADDED")
+        # The activator's Deployment, with its grace period raised to the revisions' timeout as the README's step
+        # (or the Operator manifest's spec.deployments) does.
+        self.api.put("deployments", SYSTEM_NS, activator_deployment(3600), "ADDED")
         self.api.validators["services"] = self.webhook
         self.api.on_create["services"] = self.created
         self.api.on_delete["services"] = self.deleted
@@ -185,6 +188,7 @@ class KnativeStandin:
         name = body.get("metadata", {}).get("name", "")
         if isinstance(body.get("spec", {}).get("template", {}).get("spec"), dict):
             apply_defaults(body["spec"]["template"]["spec"], self.config.get("config-defaults", {}))
+            secure_defaults(body["spec"]["template"]["spec"], self.config.get("config-features", {}))
         problems = validate(body, self.schema)
         unknown = [p for p in problems if "unknown field" in p]
         if unknown and field_validation == "Strict":
@@ -310,6 +314,9 @@ class KnativeStandin:
                 raise RuntimeError(f'CreateContainerConfigError: secret "{ref["name"]}" not found')
             if value is not None:
                 env[item["name"]] = base64.b64decode(value).decode()
+        if (container.get("securityContext") or {}).get("runAsNonRoot"):  # every test image's user is root
+            raise RuntimeError("CreateContainerConfigError: container has runAsNonRoot and image will run as root "
+                               f"(pod: \"{ks.revision}-deployment-7c9d8b5f4-x2x9z_{ns}\", container: sandbox)")
         argv = [a.replace(DEFAULT_MOUNT_POINT, str(self.bundle.path), 1) if a.startswith(DEFAULT_MOUNT_POINT)
                 else a.replace("0.0.0.0:8080", f"127.0.0.1:{port}") for a in container["command"]]
         env["TMPDIR"] = os.path.join(root, "tmp")  # the container's /tmp is on its writable layer
@@ -614,6 +621,27 @@ def apply_defaults(spec: Obj, defaults: dict[str, str]) -> None:
     idle = int(defaults.get("revision-idle-timeout-seconds", "0"))
     if "idleTimeoutSeconds" not in spec and 0 < idle < spec["timeoutSeconds"]:
         spec["idleTimeoutSeconds"] = idle
+
+
+def secure_defaults(spec: Obj, features: dict[str, str]) -> None:
+    """Knative's ``secure-pod-defaults: enabled`` (``revision_defaults.go``): each container's ``runAsNonRoot``
+    becomes true where neither it nor the pod says otherwise (the other defaults it adds are beside the point)."""
+    if features.get("secure-pod-defaults", "").lower() != "enabled":
+        return
+    if "runAsNonRoot" in (spec.get("securityContext") or {}):
+        return
+    for container in spec.get("containers", []):
+        container.setdefault("securityContext", {}).setdefault("runAsNonRoot", True)
+
+
+def activator_deployment(grace_s: int) -> Obj:
+    """Knative's activator Deployment as the API holds it (what grove reads of it: the grace period)."""
+    labels = {"app": "activator"}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "activator", "namespace": SYSTEM_NS},
+            "spec": {"selector": {"matchLabels": labels}, "template": {
+                "metadata": {"labels": labels},
+                "spec": {"terminationGracePeriodSeconds": grace_s,
+                         "containers": [{"name": "activator", "image": "gcr.io/knative-releases/activator"}]}}}}
 
 
 def _bytes(quantity: str) -> int:

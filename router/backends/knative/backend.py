@@ -26,7 +26,7 @@ from grove.core.errors import GroveError, Invalid, NotFound, Unavailable, Upstre
 from router.backends.base import Endpoint, SandboxSpec, SnapshotUploads, Started
 from router.backends.knative import egress as knative_egress
 from router.backends.knative import labels as L
-from router.backends.knative import manifest, runtimeclass, status
+from router.backends.knative import manifest, requirements, runtimeclass, status
 from router.backends.knative.informer import Informer, Obj
 from router.backends.knative.kube import Kube, api_error, client_configuration
 from router.backends.knative.options import KnativeOptions
@@ -80,7 +80,7 @@ class KnativeBackend:
         """Connect, then list and watch the namespace's grove Services (and EndpointSlices in pod mode)."""
         if self.kube is None:
             self.kube = Kube(self.options, await asyncio.to_thread(client_configuration, self.options))
-        await runtimeclass.check(self.kube, self.options.runtime_class)
+        await requirements.enforce(self.kube, self.options)
         ns, selector = self.options.namespace, f"{L.MANAGED_BY}=grove,{L.INSTANCE}={self._instance}"
         lister = functools.partial(self.kube.custom.list_namespaced_custom_object, _GROUP, _VERSION, ns, "services")
         o = self.options

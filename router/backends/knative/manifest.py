@@ -200,6 +200,9 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
             # task needs goes — raw sockets (spoofing on the node's network), device nodes, audit, file
             # capabilities and chroot.
             "capabilities": {"drop": list(DROPPED_CAPABILITIES)},
+            # Said explicitly: with secure-pod-defaults enabled Knative would set runAsNonRoot: true where it is
+            # unset, and the kubelet then refuses every image whose user is root (most task images).
+            "runAsNonRoot": False,
         },
         "volumeMounts": [{"name": RUNTIME_VOLUME, "mountPath": DEFAULT_MOUNT_POINT, "readOnly": True}],
     }
