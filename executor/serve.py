@@ -202,12 +202,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         logging.getLogger(name).setLevel(logging.INFO)
     settings = ExecutorSettings.from_env()
     if os.environ.get("GROVE_EXECUTOR_SECCOMP") == "1":
-        _install_seccomp()
+        # Test-only: calls the filter answers ENOSYS, as a kernel that lacks them (openat2 under older gVisor).
+        missing = os.environ.get("GROVE_EXECUTOR_SECCOMP_ENOSYS", "")
+        _install_seccomp(tuple(name for name in missing.split(",") if name))
     sys.argv = [sys.argv[0]]  # gunicorn parses sys.argv itself; ours are already consumed
     ExecutorServer(settings, args.bind, threads=args.threads, log_level=args.log_level).run()
 
 
-def _install_seccomp() -> None:
+def _install_seccomp(enosys: tuple[str, ...] = ()) -> None:
     """grove's own filter (:mod:`sandbox_image.seccomp`) on the executor and everything it starts, where no
     grove PID 1 installs it (a Knative pod). The executor already runs under it on the local backend. The
     program is built for the node's architecture (x86-64 or aarch64); on any other the runtime's default
@@ -218,4 +220,4 @@ def _install_seccomp() -> None:
         log.warning("grove's seccomp filter has no system call table for %s; only the runtime's profile applies",
                     platform.machine())
         return
-    seccomp.install()
+    seccomp.install(enosys)
