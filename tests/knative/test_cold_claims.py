@@ -13,7 +13,7 @@ import json
 from router.backends.knative.manifest import secret_name
 from tests.knative.test_pools import IMAGE, _members, _status
 from tests.support.k8s_standin import Obj
-from tests.support.knative_fixtures import Cluster
+from tests.support.knative_fixtures import NAMESPACE, Cluster
 from tests.support.router_fixtures import RouterProcess, wait_for
 
 
@@ -67,3 +67,29 @@ def test_a_claim_holds_when_the_container_restarts_between_patch_and_claim(
     cluster.api.on_patch["secrets"] = restart
     assert _claim_and_check(knative_router, cluster, member) == 2
     assert restarted
+
+
+def test_a_member_whose_template_a_claim_would_change_is_recycled(
+        knative_router: RouterProcess, cluster: Cluster) -> None:
+    """Knative's webhook defaults the template on every write: with a default added since the member was made,
+    the claim's label patch would make a new revision. The member is made again for the claimant instead."""
+    member = _one_ready_member(knative_router)
+    sandbox_id = str(member["id"])
+    cluster.knative.new_template_defaults = {"serving.knative.dev/a-newer-default": "on"}
+    before = dict(cluster.api.calls)
+    with knative_router.client() as grove:
+        sb = grove.create(pool="cold", env={"TASK_VAR": "claimed"}, heartbeat=False)
+        assert sb.id == sandbox_id
+        assert sb.exec("echo $TASK_VAR").stdout == b"claimed\n"
+        service = cluster.api.objects[("services", NAMESPACE)][sb.id]
+        # A fresh Service (generation 1, never patched into a second revision), with today's defaults.
+        assert service["metadata"]["generation"] == 1
+        assert service["spec"]["template"]["metadata"]["annotations"]["serving.knative.dev/a-newer-default"] == "on"
+        made = {f"{verb} {plural}": n - before.get((owner, verb, plural), 0)
+                for (owner, verb, plural), n in cluster.api.calls.items() if owner == sb.id}
+        assert made["delete services"] == 1 and made["create services"] == 1 and made["patch services"] == 1
+        token = json.loads(knative_router.layout.record(sb.id).read_text())["token"]
+        assert _status(cluster, sb.id, str(member["token"])) == 401
+        assert _status(cluster, sb.id, token) == 200
+        sb.close()
+        grove.delete_pool("cold")

@@ -86,6 +86,8 @@ class KubeStandin:
         self.validators: dict[str, Callable[[Obj, str], tuple[int, str] | None]] = {}
         self.on_create: dict[str, Callable[[Obj], Awaitable[None]]] = {}
         self.on_delete: dict[str, Callable[[Obj], Awaitable[None]]] = {}
+        self.mutators: dict[str, Callable[[Obj], None]] = {}
+        """Mutating admission on an update, per plural (in place, before ``generation`` is worked out)."""
         self.on_patch: dict[str, Callable[[Obj], Awaitable[None]]] = {}
         """Awaited with the patched object before the patch is answered (what happened meanwhile in the cluster)."""
         self.faults: list[Fault] = []
@@ -345,8 +347,12 @@ class KubeStandin:
             patch = {**patch, "data": {k: base64.b64encode(v.encode()).decode()
                                        for k, v in patch.pop("stringData").items()}}
         patched = _merge(copy.deepcopy(obj), patch)
+        if mutate := self.mutators.get(plural):
+            mutate(patched)
         if patched.get("spec") != obj.get("spec"):
             patched["metadata"]["generation"] = obj["metadata"].get("generation", 1) + 1
+        if request.query.get("dryRun") == "All":  # admitted and answered, not stored
+            return web.json_response(patched)
         return web.json_response(self.put(plural, ns, patched))
 
     async def _watch(self, request: web.Request, plural: str, ns: str, labels: str,

@@ -141,6 +141,9 @@ class KnativeStandin:
         self.slice_lag_s = 0.0
         """Seconds before a pod's removal reaches its EndpointSlice (the controller batches updates, the watch
         carries them): meanwhile a client that read the slice can still dial the pod's address."""
+        self.new_template_defaults: dict[str, str] = {}
+        """Template annotations the webhook adds on every write from now on: a default a newer Knative (or a changed
+        config) sets that the Services made before it do not have."""
         self.evictions = 0
         """Pods the kubelet evicted for outgrowing their ephemeral-storage limit."""
         self.timeouts = 0
@@ -174,6 +177,7 @@ class KnativeStandin:
         # (or the Operator manifest's spec.deployments) does.
         self.api.put("deployments", SYSTEM_NS, activator_deployment(3600), "ADDED")
         self.api.validators["services"] = self.webhook
+        self.api.mutators["services"] = self.default_template
         self.api.on_create["services"] = self.created
         self.api.on_delete["services"] = self.deleted
         self.api.run(self._start_gateway())
@@ -187,8 +191,7 @@ class KnativeStandin:
         (the mutating webhook runs first)."""
         name = body.get("metadata", {}).get("name", "")
         if isinstance(body.get("spec", {}).get("template", {}).get("spec"), dict):
-            apply_defaults(body["spec"]["template"]["spec"], self.config.get("config-defaults", {}))
-            secure_defaults(body["spec"]["template"]["spec"], self.config.get("config-features", {}))
+            self.default_template(body)
         problems = validate(body, self.schema)
         unknown = [p for p in problems if "unknown field" in p]
         if unknown and field_validation == "Strict":
@@ -201,6 +204,14 @@ class KnativeStandin:
             return 422, ('admission webhook "validation.webhook.serving.knative.dev" denied the request: '
                          "validation failed: " + "; ".join(denied))
         return None
+
+    def default_template(self, body: Obj) -> None:
+        """The mutating webhook, on a create and on every update: the template is defaulted with today's defaults."""
+        template = body.get("spec", {}).get("template", {})
+        template.setdefault("metadata", {}).setdefault("annotations", {}).update(self.new_template_defaults)
+        if isinstance(template.get("spec"), dict):
+            apply_defaults(template["spec"], self.config.get("config-defaults", {}))
+            secure_defaults(template["spec"], self.config.get("config-features", {}))
 
     def _knative_checks(self, body: Obj) -> list[str]:
         template = body["spec"]["template"]
