@@ -18,6 +18,7 @@ import pytest
 
 from artifacts.s3server import EmbeddedS3
 from artifacts.store import ObjectStore
+from grove.client.sync import Grove, Sandbox
 from grove.core.errors import Conflict, Forbidden
 from router.backends.knative.manifest import secret_name, snapshot_key
 from tests.knative.test_router import bucket_store
@@ -54,12 +55,18 @@ def _expired_url(store: ObjectStore, sandbox_id: str) -> str:
     return url
 
 
+def _scaled_to_zero(grove: Grove, cluster: Cluster, content: bytes) -> Sandbox:
+    """A sandbox with ``kept.txt`` in its workspace, scaled to zero (its snapshot taken)."""
+    sb = grove.create(IMAGE, heartbeat=False)
+    sb.write_file("kept.txt", content)
+    cluster.knative.scale_to_zero(sb.id)
+    return sb
+
+
 def test_a_wake_restores_through_a_fresh_url_when_the_secrets_one_expired(
         knative_router: RouterProcess, cluster: Cluster, store: ObjectStore) -> None:
     with knative_router.client() as grove:
-        sb = grove.create(IMAGE, heartbeat=False)
-        sb.write_file("kept.txt", b"still here\n")
-        cluster.knative.scale_to_zero(sb.id)
+        sb = _scaled_to_zero(grove, cluster, b"still here\n")
         assert store.exists(snapshot_key(sb.id))
         _set_secret(cluster, sb.id, **{"snapshot-get-url": _expired_url(store, sb.id)})
 
@@ -71,9 +78,7 @@ def test_a_wake_restores_through_a_fresh_url_when_the_secrets_one_expired(
 def test_a_restore_that_cannot_succeed_is_a_clear_state_not_a_crash_loop(
         knative_router: RouterProcess, cluster: Cluster, store: ObjectStore) -> None:
     with knative_router.client() as grove:
-        sb = grove.create(IMAGE, heartbeat=False)
-        sb.write_file("kept.txt", b"the good snapshot\n")
-        cluster.knative.scale_to_zero(sb.id)
+        sb = _scaled_to_zero(grove, cluster, b"the good snapshot\n")
         good = store.stat(snapshot_key(sb.id)).etag
         # Neither the URL (expired) nor the router (a token that is not the sandbox's) can give the files back.
         _set_secret(cluster, sb.id, **{"snapshot-get-url": _expired_url(store, sb.id),
