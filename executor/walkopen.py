@@ -26,8 +26,16 @@ import errno
 import os
 import stat
 
-RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH, RESOLVE_IN_ROOT = 0x02, 0x04, 0x08, 0x10
+RESOLVE_NO_MAGICLINKS = 0x02
+"""Refuse ``/proc/<pid>/fd/N``, ``/proc/<pid>/root`` and their kind (jumps the walk could not check)."""
+RESOLVE_NO_SYMLINKS = 0x04
+"""Refuse every symbolic link on the way, the last component included."""
+RESOLVE_BENEATH = 0x08
+"""Refuse a walk that leaves the starting directory (``..`` above it, an absolute link)."""
+RESOLVE_IN_ROOT = 0x10
+"""Walk as if the starting directory were ``/`` (absolute links and ``..`` stay inside it)."""
 MAX_LINKS = 40
+"""Links followed in one walk before it is refused (ELOOP), as the kernel's ``MAXSYMLINKS``."""
 _PROC_SUPER_MAGIC = 0x9FA0
 _libc = ctypes.CDLL(None, use_errno=True)
 
