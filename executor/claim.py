@@ -55,9 +55,7 @@ class Claimable:
         header = environ.get("HTTP_AUTHORIZATION", "")
         scheme, _, given = header.partition(" ")
         with self._lock:
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(),
-                                                                      self._settings.token.encode()):
-                return _error(Unauthorized("the bearer token is not valid for this sandbox"))
+            by_header = scheme.lower() == "bearer" and _same(given.strip(), self._settings.token)
             try:
                 # No Content-Length when a proxy (Knative's activator) forwards it chunked: read to the end.
                 raw = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or _MAX_CLAIM_BYTES + 1))
@@ -69,7 +67,14 @@ class Claimable:
                         and isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
                     raise ValueError("want {token: str, env: {str: str}, workdir: absolute path}")
             except (ValueError, KeyError, TypeError) as exc:
+                if not by_header:  # nothing about the body is told to a caller without the token
+                    return _error(Unauthorized("the bearer token is not valid for this sandbox"))
                 return _error(BadRequest(f"bad claim: {exc}"))
+            if not by_header:
+                if not _same(token, self._settings.token):
+                    return _error(Unauthorized("the bearer token is not valid for this sandbox"))
+                if env == self._settings.env and workdir == self._settings.workdir:
+                    return "200 OK", b'{"ok": true, "already": true}'
             # The workdir of a fresh sandbox exists (its init made it); the claim's may be another one.
             os.makedirs(os.path.join(self._settings.root, workdir.lstrip("/")), exist_ok=True)
             self._settings = dataclasses.replace(self._settings, token=token, env=dict(env), workdir=workdir)
@@ -77,6 +82,10 @@ class Claimable:
             # is the moment a pool exists for); the old app is unreachable from here on.
             self._app = None
         return "200 OK", b'{"ok": true}'
+
+
+def _same(given: str, token: str) -> bool:
+    return bool(given) and hmac.compare_digest(given.encode(), token.encode())
 
 
 def _error(err: GroveError) -> tuple[str, bytes]:

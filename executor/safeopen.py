@@ -3,9 +3,9 @@
 A check of a path followed by a use of the same path can be raced: between the two, code in the sandbox
 swaps a directory for a symlink (``renameat2(RENAME_EXCHANGE)``) and the use lands elsewhere. Here every
 lookup is one ``openat2`` call, whose ``resolve`` flags the kernel enforces on every component as it walks
-them, and everything after it works on the descriptor it returned. The kernel needs ``openat2`` (Linux 5.6;
-gVisor since 2026-09): without it the executor refuses to touch the sandbox's files rather than fall back
-to a check it cannot keep.
+them, and everything after it works on the descriptor it returned. ``openat2`` needs Linux 5.6, and gVisor
+has it only since its 2026-09 releases: where it answers ENOSYS, the same rules are kept by a walk of one
+``O_NOFOLLOW`` open per component from directory descriptors (:mod:`executor.walkopen`).
 """
 
 from __future__ import annotations
@@ -15,16 +15,10 @@ import ctypes
 import errno
 import os
 
-from grove.core.errors import Unavailable
+from executor.walkopen import RESOLVE_BENEATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, walk_open
 
-RESOLVE_NO_MAGICLINKS = 0x02
-"""Refuse ``/proc/<pid>/fd/N``, ``/proc/<pid>/root`` and their kind (jumps the walk could not check)."""
-RESOLVE_NO_SYMLINKS = 0x04
-"""Refuse every symbolic link on the way, the last component included."""
-RESOLVE_BENEATH = 0x08
-"""Refuse a walk that leaves the starting directory (``..`` above it, an absolute link)."""
-RESOLVE_IN_ROOT = 0x10
-"""Walk as if the starting directory were ``/`` (absolute links and ``..`` stay inside it)."""
+__all__ = ["MEMBER", "RESOLVE_BENEATH", "RESOLVE_IN_ROOT", "RESOLVE_NO_MAGICLINKS", "RESOLVE_NO_SYMLINKS",
+           "open_dirs", "openat2"]
 
 MEMBER = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS
 """How names inside an archive's target resolve: never through a link, never above the target."""
@@ -55,11 +49,8 @@ def openat2(dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> i
         err = ctypes.get_errno()
         if err != errno.EAGAIN:
             break
-    if err == errno.ENOSYS:
-        raise Unavailable(
-            "this kernel has no openat2 (Linux 5.6 or later is needed; under gVisor a release from 2026-09 on): "
-            "the executor does not open the sandbox's paths without it"
-        )
+    if err == errno.ENOSYS:  # an older kernel, or gVisor before 2026-09
+        return walk_open(dirfd, path, flags, resolve, mode)
     raise OSError(err, os.strerror(err), path)
 
 

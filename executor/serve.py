@@ -18,7 +18,7 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 
 from executor.settings import ExecutorSettings
-from executor.snapshot import IdleSnapshots, Snapshots
+from executor.snapshot import IdleSnapshots, Snapshots, unrestored_app
 
 log = logging.getLogger("grove.executor")
 _IDLE_TICK_S = 15.0
@@ -44,6 +44,7 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
         self._app_shell = app_shell
         self._logger: Any = None
         self._threads, self._log_level, self._worker_tmp_dir = threads, log_level, worker_tmp_dir
+        self._snapshots: Snapshots | None = None
         self._options = self._make_options(settings, bind)
         super().__init__()
 
@@ -72,10 +73,10 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
         # Snapshots (and the root descriptor its path resolver opens) only where asked for: built for every
         # server, it left a descriptor of the zygote's root — the host's — open in every sandbox it forked.
         if settings.snapshot_upload_url or settings.snapshot_get_url or settings.snapshot_dir:
-            snapshots = Snapshots(settings)
+            snapshots = self._snapshots = Snapshots(settings)
             # In the arbiter: restore before the socket is bound (nothing is served from a half-restored
             # workspace), snapshot after the workers are gone (SIGTERM: Knative is taking the pod away).
-            options["on_starting"] = lambda _server: snapshots.restore()
+            options["on_starting"] = lambda _server: snapshots.restore_or_hold()
             options["on_exit"] = lambda _server: _final_snapshot(snapshots)
         return options
 
@@ -159,6 +160,8 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
         from executor.claim import Claimable
 
         shell, self._app_shell = self._app_shell, None
+        if self._snapshots is not None and self._snapshots.failure is not None:
+            return unrestored_app(self._snapshots.failure)  # forked after the restore: it knows
 
         def build(settings: ExecutorSettings) -> Any:
             nonlocal shell
@@ -199,12 +202,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         logging.getLogger(name).setLevel(logging.INFO)
     settings = ExecutorSettings.from_env()
     if os.environ.get("GROVE_EXECUTOR_SECCOMP") == "1":
-        _install_seccomp()
+        # Test-only: calls the filter answers ENOSYS, as a kernel that lacks them (openat2 under older gVisor).
+        missing = os.environ.get("GROVE_EXECUTOR_SECCOMP_ENOSYS", "")
+        _install_seccomp(tuple(name for name in missing.split(",") if name))
     sys.argv = [sys.argv[0]]  # gunicorn parses sys.argv itself; ours are already consumed
     ExecutorServer(settings, args.bind, threads=args.threads, log_level=args.log_level).run()
 
 
-def _install_seccomp() -> None:
+def _install_seccomp(enosys: tuple[str, ...] = ()) -> None:
     """grove's own filter (:mod:`sandbox_image.seccomp`) on the executor and everything it starts, where no
     grove PID 1 installs it (a Knative pod). The executor already runs under it on the local backend. The
     program is built for the node's architecture (x86-64 or aarch64); on any other the runtime's default
@@ -215,4 +220,4 @@ def _install_seccomp() -> None:
         log.warning("grove's seccomp filter has no system call table for %s; only the runtime's profile applies",
                     platform.machine())
         return
-    seccomp.install()
+    seccomp.install(enosys)

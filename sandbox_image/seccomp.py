@@ -116,8 +116,9 @@ def _assemble(code: Iterable[_Insn | str]) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def program(arch: Arch | None = None) -> list[tuple[int, int, int, int]]:
-    """The filter for ``arch`` (default: this machine's) as (code, jt, jf, k) instructions."""
+def program(arch: Arch | None = None, enosys: tuple[str, ...] = ()) -> list[tuple[int, int, int, int]]:
+    """The filter for ``arch`` (default: this machine's) as (code, jt, jf, k) instructions. ``enosys``: calls
+    that fail with ENOSYS besides, as on a kernel that lacks them (tests: ``openat2``, as under older gVisor)."""
     arch = arch or _this_arch()
     numbers = arch.numbers
     code: list[_Insn | str] = [
@@ -129,6 +130,7 @@ def program(arch: Arch | None = None) -> list[tuple[int, int, int, int]]:
         code.append((_JGE_K, "deny", 0, arch.x32_bit))
     # A denied call the architecture never had (aarch64 has no create_module, iopl, ...) cannot be made.
     code += [(_JEQ_K, "deny", 0, numbers[name]) for name in DENIED if name in numbers]
+    code += [(_JEQ_K, "enosys", 0, numbers[name]) for name in enosys]
     code += [
         (_JEQ_K, "clone", 0, numbers["clone"]),
         (_JEQ_K, "personality", 0, numbers["personality"]),
@@ -191,23 +193,23 @@ _INSN_SIZE = struct.calcsize("HBBI")
 
 
 @functools.cache
-def packed() -> bytes:
+def packed(enosys: tuple[str, ...] = ()) -> bytes:
     """This machine's filter as the kernel takes it (``struct sock_filter`` after ``struct sock_filter``).
 
     Built once per process: the zygote builds it before it forks, so a sandbox start does not assemble it again.
     """
-    return b"".join(struct.pack("HBBI", *insn) for insn in program(_this_arch()))
+    return b"".join(struct.pack("HBBI", *insn) for insn in program(_this_arch(), enosys))
 
 
-def install() -> None:
+def install(enosys: tuple[str, ...] = ()) -> None:
     """Install the filter on this process (all its threads) and everything it starts from now on.
 
     Root with CAP_SYS_ADMIN may install a filter without ``no_new_privs``; that is what we want, so
     that setuid programs inside (``su``, ``sudo``) keep working. Without the capability we set
-    ``no_new_privs`` first, as the kernel then requires.
+    ``no_new_privs`` first, as the kernel then requires. ``enosys``: see :func:`program`.
     """
     arch = _this_arch()
-    raw = packed()
+    raw = packed(enosys)
     buf = ctypes.create_string_buffer(raw, len(raw))
     prog = _SockFprog(len(raw) // _INSN_SIZE, ctypes.cast(buf, ctypes.c_void_p))
     libc = _LIBC

@@ -48,7 +48,7 @@ X86_64 = Arch(
         "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
         "fspick": 433, "clone3": 435, "mount_setattr": 442, "quotactl_fd": 443,
         "mount": 165, "umount2": 166, "pivot_root": 155, "clone": 56, "socket": 41, "socketpair": 53,
-        "io_setup": 206, "seccomp": 317,
+        "io_setup": 206, "seccomp": 317, "openat2": 437,
     },
 )
 
@@ -66,7 +66,7 @@ AARCH64 = Arch(
         "finit_module": 273, "seccomp": 277, "bpf": 280, "userfaultfd": 282, "kexec_file_load": 294,
         "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
         "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435,
-        "mount_setattr": 442, "quotactl_fd": 443,
+        "mount_setattr": 442, "quotactl_fd": 443, "openat2": 437,
     },
 )
 

@@ -73,8 +73,8 @@ def options_from_args(args: argparse.Namespace) -> KnativeOptions:
 
 
 def add_knative_parser(sub: Any) -> None:
-    """``grove knative manifest [create options]``."""
-    knative = sub.add_parser("knative", help="Knative backend tools (no cluster needed)")
+    """``grove knative manifest [create options]`` and ``grove knative doctor [cluster options]``."""
+    knative = sub.add_parser("knative", help="Knative backend tools: manifest (no cluster needed), doctor")
     ksub = knative.add_subparsers(dest="knative_cmd", required=True)
     show = ksub.add_parser("manifest", help="print the objects a create would make, as YAML or JSON")
     show.add_argument("--image", default="default")
@@ -96,6 +96,9 @@ def add_knative_parser(sub: Any) -> None:
     show.add_argument("--format", choices=("yaml", "json"), default="yaml")
     add_cluster_options(show)
     show.set_defaults(func=cmd_manifest)
+    from grove.cli.knative_doctor import add_doctor_parser
+
+    add_doctor_parser(ksub, add_cluster_options)
 
 
 def cmd_manifest(args: argparse.Namespace) -> int:

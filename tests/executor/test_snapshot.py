@@ -17,7 +17,7 @@ import pytest
 
 from artifacts.store import ObjectStore
 from router.backends.knative.manifest import snapshot_key
-from tests.support.executor_fixtures import start_executor
+from tests.support.executor_fixtures import TOKEN, start_executor
 from tests.support.snapshot_broker import BrokerServer, broker_for
 
 SANDBOX = "sb-00000000000000ee"
@@ -106,11 +106,19 @@ def test_idle_timer_snapshots_once_per_burst_of_activity(object_store: ObjectSto
         client.close()
 
 
-def test_a_restore_that_fails_stops_the_start(object_store: ObjectStore, broker: BrokerServer) -> None:
-    """A workspace that cannot be restored must not come up empty (and later overwrite the snapshot)."""
+def test_a_restore_that_fails_serves_only_its_reason(object_store: ObjectStore, broker: BrokerServer) -> None:
+    """A workspace that cannot be restored must not come up empty (and later overwrite the snapshot), nor stop
+    the start (on Knative: a crash loop): the executor answers its health check, every other call with a 409
+    naming the failure, and takes no snapshot, on exit either."""
     object_store.put_bytes(KEY, b"not a tar.zst")
-    try:
-        with start_executor(env=snapshot_env(object_store, broker)):
-            raise AssertionError("the executor started with a workspace it could not restore")
-    except RuntimeError as exc:
-        assert "not a valid tar + zstd archive" in str(exc)
+    with start_executor(env=snapshot_env(object_store, broker)) as ex:
+        client = ex.client()
+        assert client.request("GET", "/healthz").status == 200
+        for method, path in (("POST", "/v1/exec"), ("GET", "/v1/files?path=/work/space")):
+            reply = client.request(method, path, b'{"command": "true"}' if method == "POST" else None,
+                                   {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+            assert reply.status == 409, reply.body
+            message = reply.json()["error"]["message"]
+            assert "could not be restored" in message and "not a valid tar + zstd archive" in message
+        client.close()
+    assert object_store.get_bytes(KEY) == b"not a tar.zst"  # the exit took no snapshot over it

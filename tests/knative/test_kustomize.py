@@ -62,14 +62,17 @@ def test_every_manifest_is_in_the_kustomization() -> None:
 
 def test_rbac_is_least_privilege() -> None:
     docs = resources()
-    # Outside the sandbox namespace, two reads for the start-up check (router/backends/knative/runtimeclass.py):
-    # RuntimeClasses (cluster-scoped, hence the one ClusterRole) and Knative's config-features, by name.
+    # Outside the sandbox namespace, reads for the start-up check (router/backends/knative/requirements.py):
+    # RuntimeClasses (cluster-scoped, hence the one ClusterRole), and by name Knative's three ConfigMaps grove
+    # depends on and the activator's Deployment (its grace period).
     assert [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]] == [
         {"apiGroups": ["node.k8s.io"], "resources": ["runtimeclasses"], "verbs": ["get"]}]
     roles = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "Role"}
     assert set(roles) == {"grove-sandboxes", "knative-serving"}
     assert roles["knative-serving"]["rules"] == [
-        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["config-features"], "verbs": ["get"]}]
+        {"apiGroups": [""], "resources": ["configmaps"],
+         "resourceNames": ["config-features", "config-defaults", "config-autoscaler"], "verbs": ["get"]},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["activator"], "verbs": ["get"]}]
     granted = role_rules()
     assert ("get", "secrets") not in granted and ("create", "pods") not in granted
     assert not any(verb in ("*", "update", "deletecollection") for verb, _ in granted)

@@ -62,9 +62,10 @@ def test_sandbox_pods_run_under_gvisor_by_default(cluster: Cluster) -> None:
         await backend.delete(sb.id, {})
 
     run(cluster, body)
-    # Checked once at start: the RuntimeClass and Knative's feature flag, under knative/rbac.yaml's grants.
+    # Checked once at start: the RuntimeClass and Knative's configuration, under knative/rbac.yaml's grants.
     assert cluster.api.calls[("*", "get", "runtimeclasses")] == 1
-    assert cluster.api.calls[("*", "get", "configmaps")] == 1
+    assert cluster.api.calls[("*", "get", "configmaps")] == 3  # config-features, -defaults, -autoscaler
+    assert cluster.api.calls[("*", "get", "deployments")] == 1  # the activator's grace period
 
 
 def test_a_missing_runtime_class_refuses_to_start(cluster: Cluster, s3_server: EmbeddedS3) -> None:

@@ -75,7 +75,8 @@ def matches(labels: dict[str, str], selector: str) -> bool:
 
 
 class KubeStandin:
-    """The API server; ``url`` once started. Hooks: ``validators``, ``on_create``, ``on_delete`` per plural."""
+    """The API server; ``url`` once started. Hooks: ``validators``, ``on_create``, ``on_patch``, ``on_delete`` per
+    plural."""
 
     def __init__(self, token: str = "standin-token", history: int = 10_000) -> None:
         self.token = token
@@ -85,6 +86,10 @@ class KubeStandin:
         self.validators: dict[str, Callable[[Obj, str], tuple[int, str] | None]] = {}
         self.on_create: dict[str, Callable[[Obj], Awaitable[None]]] = {}
         self.on_delete: dict[str, Callable[[Obj], Awaitable[None]]] = {}
+        self.mutators: dict[str, Callable[[Obj], None]] = {}
+        """Mutating admission on an update, per plural (in place, before ``generation`` is worked out)."""
+        self.on_patch: dict[str, Callable[[Obj], Awaitable[None]]] = {}
+        """Awaited with the patched object before the patch is answered (what happened meanwhile in the cluster)."""
         self.faults: list[Fault] = []
         self.forbidden: set[tuple[str, str]] = set()
         """(verb, plural) pairs RBAC refuses."""
@@ -306,7 +311,10 @@ class KubeStandin:
         if verb == "get":
             return web.json_response(obj)
         if verb == "patch":
-            return self._patch(request, plural, ns, obj, await request.json())
+            answer = self._patch(request, plural, ns, obj, await request.json())
+            if answer.status == 200 and (patched_hook := self.on_patch.get(plural)):
+                await patched_hook(self.objects[(plural, ns)][name])
+            return answer
         raw = await request.read()
         options = json.loads(raw) if raw else {}
         policy = request.query.get("propagationPolicy") or options.get("propagationPolicy") or "Background"
@@ -339,8 +347,12 @@ class KubeStandin:
             patch = {**patch, "data": {k: base64.b64encode(v.encode()).decode()
                                        for k, v in patch.pop("stringData").items()}}
         patched = _merge(copy.deepcopy(obj), patch)
+        if mutate := self.mutators.get(plural):
+            mutate(patched)
         if patched.get("spec") != obj.get("spec"):
             patched["metadata"]["generation"] = obj["metadata"].get("generation", 1) + 1
+        if request.query.get("dryRun") == "All":  # admitted and answered, not stored
+            return web.json_response(patched)
         return web.json_response(self.put(plural, ns, patched))
 
     async def _watch(self, request: web.Request, plural: str, ns: str, labels: str,

@@ -141,6 +141,9 @@ class KnativeStandin:
         self.slice_lag_s = 0.0
         """Seconds before a pod's removal reaches its EndpointSlice (the controller batches updates, the watch
         carries them): meanwhile a client that read the slice can still dial the pod's address."""
+        self.new_template_defaults: dict[str, str] = {}
+        """Template annotations the webhook adds on every write from now on: a default a newer Knative (or a changed
+        config) sets that the Services made before it do not have."""
         self.evictions = 0
         """Pods the kubelet evicted for outgrowing their ephemeral-storage limit."""
         self.timeouts = 0
@@ -170,7 +173,11 @@ class KnativeStandin:
             self.api.put("configmaps", SYSTEM_NS, {"apiVersion": "v1", "kind": "ConfigMap",
                                                    "metadata": {"name": name, "namespace": SYSTEM_NS}, "data": data},
                          "ADDED")
+        # The activator's Deployment, with its grace period raised to the revisions' timeout as the README's step
+        # (or the Operator manifest's spec.deployments) does.
+        self.api.put("deployments", SYSTEM_NS, activator_deployment(3600), "ADDED")
         self.api.validators["services"] = self.webhook
+        self.api.mutators["services"] = self.default_template
         self.api.on_create["services"] = self.created
         self.api.on_delete["services"] = self.deleted
         self.api.run(self._start_gateway())
@@ -184,7 +191,7 @@ class KnativeStandin:
         (the mutating webhook runs first)."""
         name = body.get("metadata", {}).get("name", "")
         if isinstance(body.get("spec", {}).get("template", {}).get("spec"), dict):
-            apply_defaults(body["spec"]["template"]["spec"], self.config.get("config-defaults", {}))
+            self.default_template(body)
         problems = validate(body, self.schema)
         unknown = [p for p in problems if "unknown field" in p]
         if unknown and field_validation == "Strict":
@@ -197,6 +204,14 @@ class KnativeStandin:
             return 422, ('admission webhook "validation.webhook.serving.knative.dev" denied the request: '
                          "validation failed: " + "; ".join(denied))
         return None
+
+    def default_template(self, body: Obj) -> None:
+        """The mutating webhook, on a create and on every update: the template is defaulted with today's defaults."""
+        template = body.get("spec", {}).get("template", {})
+        template.setdefault("metadata", {}).setdefault("annotations", {}).update(self.new_template_defaults)
+        if isinstance(template.get("spec"), dict):
+            apply_defaults(template["spec"], self.config.get("config-defaults", {}))
+            secure_defaults(template["spec"], self.config.get("config-features", {}))
 
     def _knative_checks(self, body: Obj) -> list[str]:
         template = body["spec"]["template"]
@@ -310,6 +325,9 @@ class KnativeStandin:
                 raise RuntimeError(f'CreateContainerConfigError: secret "{ref["name"]}" not found')
             if value is not None:
                 env[item["name"]] = base64.b64decode(value).decode()
+        if (container.get("securityContext") or {}).get("runAsNonRoot"):  # every test image's user is root
+            raise RuntimeError("CreateContainerConfigError: container has runAsNonRoot and image will run as root "
+                               f"(pod: \"{ks.revision}-deployment-7c9d8b5f4-x2x9z_{ns}\", container: sandbox)")
         argv = [a.replace(DEFAULT_MOUNT_POINT, str(self.bundle.path), 1) if a.startswith(DEFAULT_MOUNT_POINT)
                 else a.replace("0.0.0.0:8080", f"127.0.0.1:{port}") for a in container["command"]]
         env["TMPDIR"] = os.path.join(root, "tmp")  # the container's /tmp is on its writable layer
@@ -421,6 +439,12 @@ class KnativeStandin:
     def scale_to_zero(self, name: str) -> None:
         """What the autoscaler does after the idle window, now (from the test's thread)."""
         self.api.run(self._stop_pod(self.services[name]))
+
+    async def restart(self, name: str) -> None:
+        """The container restarts (a crash, a node's eviction): a new pod reads its Secret again."""
+        ks = self.services[name]
+        await self._stop_pod(ks)
+        await self._wake(ks)
 
     def pods(self) -> list[Pod]:
         """Running pods."""
@@ -608,6 +632,27 @@ def apply_defaults(spec: Obj, defaults: dict[str, str]) -> None:
     idle = int(defaults.get("revision-idle-timeout-seconds", "0"))
     if "idleTimeoutSeconds" not in spec and 0 < idle < spec["timeoutSeconds"]:
         spec["idleTimeoutSeconds"] = idle
+
+
+def secure_defaults(spec: Obj, features: dict[str, str]) -> None:
+    """Knative's ``secure-pod-defaults: enabled`` (``revision_defaults.go``): each container's ``runAsNonRoot``
+    becomes true where neither it nor the pod says otherwise (the other defaults it adds are beside the point)."""
+    if features.get("secure-pod-defaults", "").lower() != "enabled":
+        return
+    if "runAsNonRoot" in (spec.get("securityContext") or {}):
+        return
+    for container in spec.get("containers", []):
+        container.setdefault("securityContext", {}).setdefault("runAsNonRoot", True)
+
+
+def activator_deployment(grace_s: int) -> Obj:
+    """Knative's activator Deployment as the API holds it (what grove reads of it: the grace period)."""
+    labels = {"app": "activator"}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "activator", "namespace": SYSTEM_NS},
+            "spec": {"selector": {"matchLabels": labels}, "template": {
+                "metadata": {"labels": labels},
+                "spec": {"terminationGracePeriodSeconds": grace_s,
+                         "containers": [{"name": "activator", "image": "gcr.io/knative-releases/activator"}]}}}}
 
 
 def _bytes(quantity: str) -> int:

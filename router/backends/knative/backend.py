@@ -26,7 +26,7 @@ from grove.core.errors import GroveError, Invalid, NotFound, Unavailable, Upstre
 from router.backends.base import Endpoint, SandboxSpec, SnapshotUploads, Started
 from router.backends.knative import egress as knative_egress
 from router.backends.knative import labels as L
-from router.backends.knative import manifest, runtimeclass, status
+from router.backends.knative import manifest, requirements, runtimeclass, status
 from router.backends.knative.informer import Informer, Obj
 from router.backends.knative.kube import Kube, api_error, client_configuration
 from router.backends.knative.options import KnativeOptions
@@ -80,7 +80,7 @@ class KnativeBackend:
         """Connect, then list and watch the namespace's grove Services (and EndpointSlices in pod mode)."""
         if self.kube is None:
             self.kube = Kube(self.options, await asyncio.to_thread(client_configuration, self.options))
-        await runtimeclass.check(self.kube, self.options.runtime_class)
+        await requirements.enforce(self.kube, self.options)
         ns, selector = self.options.namespace, f"{L.MANAGED_BY}=grove,{L.INSTANCE}={self._instance}"
         lister = functools.partial(self.kube.custom.list_namespaced_custom_object, _GROUP, _VERSION, ns, "services")
         o = self.options
@@ -178,16 +178,36 @@ class KnativeBackend:
         await self._remove(sandbox_id, cleanup=kinds)
 
     async def claim(self, spec: SandboxSpec, handle: dict[str, Any]) -> dict[str, str]:
-        """Two merge patches: the Secret (token and env a restarted pod reads) and the Service's labels."""
-        kube, _ = self._api()
+        """Two merge patches: the Secret (token, env and a fresh snapshot URL a restarted pod reads) and the
+        Service's labels — after a dry run of the second. Knative's webhook defaults the template on every
+        write, so with its defaults changed since the member was made (an upgrade, an edited config) the
+        "label-only" patch would change the template: a new revision, a cold pod, the wait a pool is for.
+        Such a member is recycled instead: made again, as the claimant's, with today's defaults."""
+        kube, services = self._api()
         ns, secret_name = self.options.namespace, manifest.secret_name(spec.id)
-        secret, service = manifest.claim_patches(spec)
-        await kube.call("patch", "secrets", secret_name, kube.core.patch_namespaced_secret, secret_name, ns, secret,
-                        _content_type="application/merge-patch+json")
-        await kube.call("patch", "services.serving.knative.dev", spec.id, kube.custom.patch_namespaced_custom_object,
-                        _GROUP, _VERSION, ns, "services", spec.id, service,
-                        _content_type="application/merge-patch+json")
+        access = await self.snapshots.access(spec.id, spec.ttl_s, spec.disk_mb) if self.snapshots else None
+        secret, service = manifest.claim_patches(spec, access)
+        patch_service = functools.partial(
+            kube.custom.patch_namespaced_custom_object, _GROUP, _VERSION, ns, "services", spec.id, service,
+            _content_type="application/merge-patch+json")
+        made = services.objects.get(spec.id, {}).get("metadata", {}).get("generation")
+        would = await kube.call("patch", "services.serving.knative.dev", spec.id, patch_service, dry_run="All")
+        if made is not None and would.get("metadata", {}).get("generation") != made:
+            log.warning("claiming %s would change its revision template (Knative's defaults changed since it was "
+                        "made): recycling it", spec.id)
+            await self._recycle(spec)
+        else:
+            await kube.call("patch", "secrets", secret_name, kube.core.patch_namespaced_secret, secret_name, ns,
+                            secret, _content_type="application/merge-patch+json")
+            await kube.call("patch", "services.serving.knative.dev", spec.id, patch_service)
         return dict(json.loads(manifest.executor_env(spec)))
+
+    async def _recycle(self, spec: SandboxSpec) -> None:
+        """Delete the member's objects, wait for its Service to be gone, and make them again for ``spec``."""
+        _, services = self._api()
+        await self._remove(spec.id, cleanup=["Service", "Secret", "NetworkPolicy"], keep_snapshot=True)
+        await services.wait_for(spec.id, lambda obj: True if obj is None else None, self.options.ready_timeout_s)
+        await self._create_all(spec, keep_snapshot=True)
 
     async def is_running(self, sandbox_id: str, handle: dict[str, Any]) -> bool:
         """From the watch cache (no API call): the Service exists and is not failed; in pod mode, the

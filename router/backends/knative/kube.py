@@ -64,13 +64,15 @@ class Kube:
         self.custom = client.CustomObjectsApi(self.api_client)
         """serving.knative.dev Services and Revisions."""
         self.core = client.CoreV1Api(self.api_client)
-        """Secrets, and Knative's config-features ConfigMap (read once, at start)."""
+        """Secrets, and Knative's ConfigMaps (read once, at start)."""
         self.networking = client.NetworkingV1Api(self.api_client)
         """NetworkPolicies."""
         self.discovery = client.DiscoveryV1Api(self.api_client)
         """EndpointSlices (pod endpoints)."""
         self.node = client.NodeV1Api(self.api_client)
         """RuntimeClasses (read once, at start)."""
+        self.apps = client.AppsV1Api(self.api_client)
+        """Knative's activator Deployment (read once, at start: its grace period)."""
         self.create_limit = TokenBucket(options.create_qps, options.create_burst)
         """Bounds create calls."""
         self.delete_limit = TokenBucket(options.delete_qps, options.delete_burst)

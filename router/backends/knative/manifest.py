@@ -87,11 +87,13 @@ def build(
     )
 
 
-def claim_patches(spec: SandboxSpec) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Merge patches that make a pool member's Secret and Service the claim's: the token and env its
-    pods start with, the Service's metadata labels. Neither touches the revision template, so Knative
-    makes no new revision and the running pod keeps serving."""
-    secret = {"stringData": {"token": spec.token, "env": executor_env(spec)}}
+def claim_patches(spec: SandboxSpec, snapshot_access: tuple[str, str] | None = None
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Merge patches that make a pool member's Secret and Service the claim's: the token, env and a snapshot
+    GET URL as fresh as the claim (the member's was signed when the pool made it) its pods start with, the
+    Service's metadata labels. Neither touches the revision template, so Knative makes no new revision and
+    the running pod keeps serving."""
+    secret = {"stringData": _secret_data(spec, snapshot_access)}
     return secret, {"metadata": {"labels": _service_labels(spec)}}
 
 
@@ -198,6 +200,9 @@ def _service(spec: SandboxSpec, options: KnativeOptions, image: str, metadata: d
             # task needs goes — raw sockets (spoofing on the node's network), device nodes, audit, file
             # capabilities and chroot.
             "capabilities": {"drop": list(DROPPED_CAPABILITIES)},
+            # Said explicitly: with secure-pod-defaults enabled Knative would set runAsNonRoot: true where it is
+            # unset, and the kubelet then refuses every image whose user is root (most task images).
+            "runAsNonRoot": False,
         },
         "volumeMounts": [{"name": RUNTIME_VOLUME, "mountPath": DEFAULT_MOUNT_POINT, "readOnly": True}],
     }

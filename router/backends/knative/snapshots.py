@@ -28,9 +28,6 @@ class Presigner(MultipartStorage, Protocol):
 
     config: S3Config
 
-    def presign_get(self, key: str, expires: float) -> str:
-        """A URL that GETs ``key`` without credentials."""
-
     def delete(self, key: str) -> None:
         """Remove ``key`` (no error if it is gone)."""
 

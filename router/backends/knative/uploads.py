@@ -11,6 +11,10 @@ router's S3 secret, of the sandbox id and the most bytes it may upload (its disk
 sandbox's Secret, so it reaches exactly what the presigned PUT URL before it did: that sandbox's own
 snapshot key, and no more than its disk's worth. The router needs no state to check it, and a restarted
 router checks it alike.
+
+The same token buys a fresh GET URL of the snapshot (``download``): the one in the Secret was presigned when
+the sandbox (or pool member) was made, and a sandbox that lives and sleeps long outlives it. Each wake asks
+for one first, and falls back to the Secret's only when the router cannot be reached.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ _URL_EXPIRY_S = 3600.0  # made when needed: an hour covers one part, however lon
 
 class MultipartStorage(Protocol):
     """What the broker needs of object storage (``artifacts.store.ObjectStore`` has it)."""
+
+    def presign_get(self, key: str, expires: float) -> str:
+        """A URL that GETs ``key`` without credentials."""
 
     def start_multipart(self, key: str) -> str:
         """Start an upload; its id."""
@@ -95,10 +102,13 @@ class SnapshotUploads:
         return int(limit)
 
     async def handle(self, sandbox_id: str, max_bytes: int, body: Any) -> dict[str, Any]:
-        """One operation of the executor's (``start``, ``parts``, ``complete``, ``abort``)."""
-        if not isinstance(body, dict) or body.get("op") not in ("start", "parts", "complete", "abort"):
-            raise Invalid("'op' must be one of start, parts, complete, abort")
+        """One operation of the executor's (``start``, ``parts``, ``complete``, ``abort``; ``download``: a fresh
+        GET URL of the snapshot, valid for an hour — a restore starts within seconds of asking)."""
+        if not isinstance(body, dict) or body.get("op") not in ("start", "parts", "complete", "abort", "download"):
+            raise Invalid("'op' must be one of start, parts, complete, abort, download")
         key, part_size = snapshot_key(sandbox_id), part_size_for(max_bytes, self.part_size)
+        if body["op"] == "download":
+            return {"url": await asyncio.to_thread(self.storage.presign_get, key, _URL_EXPIRY_S)}
         max_parts = min(MAX_PARTS, math.ceil(max_bytes / part_size))
         if body["op"] == "start":
             # One snapshot at a time per sandbox: what a killed executor left is dropped now.
