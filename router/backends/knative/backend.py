@@ -23,7 +23,7 @@ import urllib3
 from kubernetes import client
 
 from grove.core.errors import GroveError, Invalid, NotFound, Unavailable, UpstreamTimeout
-from router.backends.base import Endpoint, SandboxSpec, SnapshotUploads, Started
+from router.backends.base import CheckpointTaken, Endpoint, SandboxSpec, SnapshotUploads, Started
 from router.backends.knative import egress as knative_egress
 from router.backends.knative import labels as L
 from router.backends.knative import manifest, runtimeclass, status
@@ -208,6 +208,14 @@ class KnativeBackend:
         gives a rate now, not what a run used), so a Knative sandbox's cost has its running time, its reserved
         memory and its S3 bytes, and no CPU time, memory peak or disk figure."""
         return None
+
+    async def checkpoint(self, sandbox_id: str, handle: dict[str, Any], checkpoint_id: str) -> CheckpointTaken:
+        """Not built yet on this backend: refused, saying so (see the README's checkpoints section)."""
+        raise Invalid("checkpoints and forks are available on the local backend only in this version; the Knative "
+                      "backend's workspace snapshots are not yet exposed as checkpoints")
+
+    async def delete_checkpoint(self, sandbox_id: str, checkpoint_id: str) -> None:
+        """Nothing is ever kept (:meth:`checkpoint` refuses)."""
 
     async def collect_orphans(self, known_ids: set[str]) -> list[str]:
         """Delete this instance's Services, Secrets and policies that belong to no known sandbox."""
