@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from grove.core.errors import Unavailable
@@ -38,6 +39,7 @@ MIN_VOLUME_BYTES = 4 << 30
 """A state dir's file system smaller than this gets no volume (an XFS log alone takes tens of MiB)."""
 _NO_REFLINK = (errno.EOPNOTSUPP, errno.EXDEV, errno.EINVAL, errno.ENOTTY)
 _TOOL_TIMEOUT_S = 60.0
+_DETACH_S = 10.0
 
 
 def clone(src: Path, dst: Path) -> bool:
@@ -152,6 +154,10 @@ class CowVolume:
             return
         with contextlib.suppress(FileNotFoundError):
             self._image.unlink()
+        # The loop device lets go of the image a moment after the unmount (the kernel detaches it on its own).
+        deadline = time.monotonic() + _DETACH_S
+        while disk.attached_loops(self._image) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 def run_tool(argv: list[str], what: str) -> None:

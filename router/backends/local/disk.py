@@ -204,7 +204,12 @@ def attached_loops(image: Path, among: list[str] | None = None) -> list[str]:
             continue
         finally:
             os.close(fd)
-        if backing == wanted or backing == f"{wanted} (deleted)":
+        if backing.endswith(" (deleted)"):
+            backing = backing[:-len(" (deleted)")]
+        # On the checkpoint volume (router/backends/local/cow.py) the kernel names the file from that volume's
+        # root: the sandbox's copy of the mount was detached with its old root at pivot_root, so
+        # ``<state>/sandboxes/<id>/disk.img`` reads ``/<id>/disk.img``.
+        if backing == wanted or (backing.startswith("/") and wanted.endswith(backing) and backing.count("/") >= 2):
             found.append(name)
     return found
 
