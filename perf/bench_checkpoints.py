@@ -37,7 +37,7 @@ from perf.common import (
 NAME = "checkpoints"
 SECTION = "## Checkpoints and forks"
 DIRTY_MB = (1, 16, 128)
-BODY = {"cpu": 1.0, "memory_mb": 512, "disk_mb": 4096}
+BODY: dict[str, Any] = {"cpu": 1.0, "memory_mb": 512, "disk_mb": 4096}
 
 
 def _timed(call: Any) -> tuple[float, Any]:
