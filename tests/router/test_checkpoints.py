@@ -185,3 +185,49 @@ def test_checkpoints_count_toward_the_disk_quota(ck_router: RouterProcess) -> No
         finally:
             parent.close()
             ck_router.cli("project", "set", "quotaed", "--disk-mb", "none")
+
+
+def test_an_idle_sandbox_checkpoints_without_waking(ck_router: RouterProcess, client: Grove) -> None:
+    sb = client.create(heartbeat=False, idle_timeout_s=1, **SMALL)
+    sb.write_file("/workspace/kept.txt", "before idling")
+    wait_for(lambda: sb.status()["status"] == "idle", 15, what="the sandbox to scale to zero")
+    made = sb.checkpoint()
+    assert made["frozen_ms"] == 0 and made["copy_on_write"]
+    assert sb.status()["status"] == "idle"  # not woken for it
+    child = client.create(heartbeat=False, checkpoint=made["id"])
+    assert child.read_file("/workspace/kept.txt") == b"before idling"
+
+
+def test_the_cli_takes_lists_forks_restores_and_deletes(ck_router: RouterProcess, client: Grove) -> None:
+    sb = client.create(heartbeat=False, **SMALL)
+    sb.write_file("/workspace/cli.txt", "via the cli")
+
+    def cli(*args: str) -> str:
+        done = ck_router.cli(*args)
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stdout.decode()
+
+    checkpoint_id = cli("checkpoint", "create", sb.id).strip()
+    assert checkpoint_id.startswith("ck-")
+    listing = cli("checkpoint", "ls", sb.id)
+    assert "CHECKPOINT" in listing and checkpoint_id in listing
+    restored = cli("create", "--checkpoint", checkpoint_id).strip()
+    assert client.attach(restored).read_file("/workspace/cli.txt") == b"via the cli"
+    forked = cli("fork", sb.id, "-n", "2").split()
+    assert len(forked) == 2 and all(client.attach(i).read_file("/workspace/cli.txt") == b"via the cli" for i in forked)
+    assert "deleted checkpoint" in cli("checkpoint", "rm", sb.id, checkpoint_id)
+    assert checkpoint_id not in cli("checkpoint", "ls", sb.id)
+    done = ck_router.cli("checkpoint", "rm", sb.id, checkpoint_id)
+    assert done.returncode != 0 and b"no checkpoint" in done.stderr
+
+
+def test_checkpoints_survive_a_router_restart(fresh_router: RouterProcess) -> None:
+    with fresh_router.client() as grove:
+        sb = grove.create(heartbeat=False, **SMALL)
+        sb.write_file("/workspace/x", "kept")
+        made = sb.checkpoint()
+        fresh_router.stop()
+        fresh_router.start()
+        assert [c["id"] for c in sb.checkpoints()] == [made["id"]]
+        child = grove.create(heartbeat=False, checkpoint=made["id"])
+        assert child.read_file("/workspace/x") == b"kept"

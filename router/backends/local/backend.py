@@ -23,7 +23,7 @@ from typing import Any
 from grove.core.errors import BadGateway, Invalid, NotFound, Unavailable
 from grove.statedir import StateDir
 from router.backends.base import CheckpointTaken, Endpoint, RunUsage, SandboxSpec, SnapshotUploads, Started
-from router.backends.local import disk, procs, references, restoring, snapshotting
+from router.backends.local import disk, procs, references, snapshotting
 from router.backends.local.cgroups import CgroupSet, Limits, instance_ids, remove_instance
 from router.backends.local.cow import CowVolume
 from router.backends.local.egress_rules import parse_allow
@@ -52,6 +52,9 @@ _STARTS_PER_CPU = 2
 # Files in a sandbox's directory: the image digest its layer was made on (for its life) and the stamp of
 # the runtime bundle its running tree has mounted (while it runs).
 IMAGE_FILE = "image"
+# The host id base of the sandbox whose checkpoint a new sandbox's layer came from, until its first start
+# re-owned the layer's files to its own range.
+_REBASE_FILE = "rebase-from"
 _BUNDLE_FILE = "bundle"
 
 
@@ -234,6 +237,8 @@ class LocalBackend:
             "desktop": dict(vars(spec.desktop)) if spec.desktop is not None else None,
         }
         config.update(await self._layer(base, fresh))
+        with contextlib.suppress(FileNotFoundError):
+            config["rebase_from"] = int((base / _REBASE_FILE).read_text(encoding="ascii"))
         report = await self._zygote().spawn(config)
         if report.get("bad_image"):
             raise Invalid(f"image {spec.image!r} cannot be a sandbox's root: {report['error']}; the image store "
@@ -248,6 +253,7 @@ class LocalBackend:
         if spec.network.egress == "allow":  # before ready: a sandbox never answers without its network
             await self._attach_network(spec, base, handle)
         await self._wait_ready(socket_path, spec.id, base)
+        (base / _REBASE_FILE).unlink(missing_ok=True)  # re-owned: later starts need not walk the layer
         return Started(Endpoint(f"unix:{socket_path}", spec.token), image.digest, handle)
 
     async def _layer(self, base: Path, fresh: bool) -> dict[str, str]:
@@ -271,8 +277,8 @@ class LocalBackend:
         assert self._uids is not None, "open() first"
         base = self._dir(sandbox_id)
         snapshotting.restore(self._dir(parent_id), checkpoint_id, base / disk.IMAGE_NAME)
-        restoring.rebase_layer(base / disk.IMAGE_NAME, base / "disk", self._uids.base(parent_id),
-                               self._uids.base(sandbox_id))
+        # PID 1 re-owns the files when it mounts the image (sandbox_image/disk.py), at its first start only.
+        (base / _REBASE_FILE).write_text(f"{self._uids.base(parent_id)}\n", encoding="ascii")
 
     async def checkpoint(self, sandbox_id: str, handle: dict[str, Any], checkpoint_id: str) -> CheckpointTaken:
         """Freeze, sync, clone the disk image, thaw (:mod:`router.backends.local.snapshotting`)."""

@@ -1,12 +1,13 @@
 """Checkpoints of local sandboxes: their disk image, consistent at one instant, cloned copy-on-write.
 
-Taking one (:func:`take`): freeze the sandbox's processes (the cgroup v2 freezer of its accounting group,
-``cgroup.freeze``), ``syncfs`` its root (an overlay's sync writes out its upper file system: the sandbox's ext4,
-whose loop device writes into ``disk.img``), clone ``disk.img`` (:func:`router.backends.local.cow.clone`), thaw.
+Taking one (:func:`take`): ``syncfs`` once while the sandbox runs (most dirty data goes out then), freeze the
+sandbox's processes (the cgroup v2 freezer of its accounting group, ``cgroup.freeze``), ``syncfs`` its root
+again (an overlay's sync writes out its upper file system: the sandbox's ext4, whose loop device writes into
+``disk.img``), clone ``disk.img`` (:func:`router.backends.local.cow.clone`), thaw.
 Nothing can change the file system between the sync and the clone, so the clone is what a clean crash at
 that instant would leave: an ext4 with every completed write (a database in WAL mode recovers from it as
 from a power cut). The processes stay frozen only across the sync and the clone; the sync's time grows with
-the data written since the last one, the clone's does not.
+what was written since the first sync, the clone's does not.
 
 Checkpoints live beside the sandbox's image, ``<state>/sandboxes/<id>/checkpoints/<checkpoint id>.img``: on
 the same file system (a reflink cannot cross one), and deleted with the sandbox.
@@ -50,12 +51,13 @@ def take(sandbox_dir: Path, cgroups: CgroupSet, pid: int | None, start_time: int
     root = os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     freeze = cgroups.path(ACCOUNTING) / "cgroup.freeze"
     try:
+        # Most dirty data is written out while the processes still run; frozen, the sync writes only what
+        # they dirtied since (the freeze grows with the write rate over this moment, not with all unsynced data).
+        _syncfs(root, sandbox_dir.name)
         frozen_at = time.monotonic()
         _freeze(freeze, cgroups.path(ACCOUNTING) / "cgroup.events")
         try:
-            if _libc.syncfs(root) != 0:
-                err = ctypes.get_errno()
-                raise Unavailable(f"syncing sandbox {sandbox_dir.name}'s file system failed: {os.strerror(err)}")
+            _syncfs(root, sandbox_dir.name)
             reflinked = cow.clone(source, target)
         finally:
             _thaw(freeze)
@@ -63,6 +65,12 @@ def take(sandbox_dir: Path, cgroups: CgroupSet, pid: int | None, start_time: int
     finally:
         os.close(root)
     return Taken(os.stat(target).st_blocks * 512, frozen_s, reflinked)
+
+
+def _syncfs(root: int, sandbox_id: str) -> None:
+    if _libc.syncfs(root) != 0:
+        err = ctypes.get_errno()
+        raise Unavailable(f"syncing sandbox {sandbox_id}'s file system failed: {os.strerror(err)}")
 
 
 def _freeze(freeze: Path, events: Path) -> None:
