@@ -14,25 +14,44 @@ import asyncio
 import dataclasses
 import secrets
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from grove.core.errors import Conflict, Invalid, QuotaExceeded
+from router.backends.base import Backend
 from router.checkpoints.index import CheckpointIndex, CheckpointRecord
 from router.models import CreateRequest, Metadata
-from router.records.registry import SandboxRecord
-
-if TYPE_CHECKING:
-    from router.lifecycle.service import SandboxService
+from router.projects.files import ProjectFiles
+from router.records.registry import Registry, SandboxRecord
+from router.trajectory.journal import Journal
 
 _QUOTA_RETRY_S = 30
 MAX_FORK = 64
 """The most children one fork makes."""
 
 
+class CheckpointHost(Protocol):
+    """What checkpoints need of the sandbox service (which owns the records, the backend and creates)."""
+
+    backend: Backend
+    registry: Registry
+    projects: ProjectFiles
+    journal: Journal
+
+    def lock(self, sandbox_id: str) -> asyncio.Lock:
+        """The sandbox's lifecycle lock."""
+
+    async def create(self, req: CreateRequest, given: frozenset[str] = ..., project: str = ...,
+                     kind: str = ...) -> SandboxRecord:
+        """Create a sandbox (from a checkpoint: ``kind`` is its lineage's)."""
+
+    async def delete(self, sandbox_id: str, *, reason: str = ...) -> SandboxRecord:
+        """Delete a sandbox."""
+
+
 class Checkpoints:
     """Takes, lists and deletes checkpoints; makes sandboxes from them."""
 
-    def __init__(self, service: SandboxService, index: CheckpointIndex) -> None:
+    def __init__(self, service: CheckpointHost, index: CheckpointIndex) -> None:
         self._service = service
         self.index = index
         """Every checkpoint's record."""
