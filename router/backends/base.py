@@ -193,9 +193,13 @@ class Backend(Protocol):
         """Make a running pool member the sandbox ``spec`` describes, as far as the backend keeps it (labels,
         the token and env a restart starts it with); returns the environment its executor must get."""
 
+    checkpoint_snapshots: bool
+    """Whether a checkpoint of a running sandbox is its executor's snapshot of its workspace (``POST /v1/snapshot``,
+    asked by the router first), which the backend then keeps (Knative); else the backend takes it alone."""
+
     async def checkpoint(self, sandbox_id: str, handle: dict[str, Any], checkpoint_id: str) -> CheckpointTaken:
-        """Keep the sandbox's files as they are now, consistent at one instant, as ``checkpoint_id`` (its processes
-        paused only for that instant); a later create with ``SandboxSpec.checkpoint`` starts from them."""
+        """Keep the sandbox's files as they are now as ``checkpoint_id``; a later create with
+        ``SandboxSpec.checkpoint`` starts from them."""
 
     async def delete_checkpoint(self, sandbox_id: str, checkpoint_id: str) -> None:
         """Remove a checkpoint's files (already gone: not an error)."""

@@ -23,8 +23,10 @@ from router.models import CreateRequest, Metadata
 from router.projects.files import ProjectFiles
 from router.records.registry import Registry, SandboxRecord
 from router.trajectory.journal import Journal
+from router.upstream.proxy import Upstreams
 
 _QUOTA_RETRY_S = 30
+_SNAPSHOT_TIMEOUT_S = 600.0
 MAX_FORK = 64
 """The most children one fork makes."""
 
@@ -36,6 +38,7 @@ class CheckpointHost(Protocol):
     registry: Registry
     projects: ProjectFiles
     journal: Journal
+    upstreams: Upstreams
 
     def lock(self, sandbox_id: str) -> asyncio.Lock:
         """The sandbox's lifecycle lock."""
@@ -65,6 +68,8 @@ class Checkpoints:
                                "checkpointed")
             checkpoint_id = "ck-" + secrets.token_hex(8)
             step = len(service.journal.record(record.id)["steps"])
+            if service.backend.checkpoint_snapshots and (endpoint := record.endpoint()) is not None:
+                await service.upstreams.post_json(endpoint, "/v1/snapshot", {}, timeout_s=_SNAPSHOT_TIMEOUT_S)
             taken = await service.backend.checkpoint(record.id, record.handle, checkpoint_id)
             made = CheckpointRecord(
                 id=checkpoint_id, sandbox_id=record.id, project=record.project, step=step, created_at=time.time(),

@@ -21,6 +21,12 @@ from router.backends.knative.uploads import DEFAULT_PART, MultipartStorage, Snap
 log = logging.getLogger("grove.knative")
 MAX_PRESIGN_S = 7 * 86400.0  # S3's limit for a presigned URL; a sandbox's ttl is capped the same
 PREFIX = "snapshots/"
+CHECKPOINTS = "checkpoints/"
+
+
+def checkpoint_key(sandbox_id: str, checkpoint_id: str) -> str:
+    """Where a checkpoint of a Knative sandbox is kept: a copy of its snapshot (a tar of its workspace)."""
+    return f"{CHECKPOINTS}{sandbox_id}/{checkpoint_id}"
 
 
 class Presigner(MultipartStorage, Protocol):
@@ -33,6 +39,15 @@ class Presigner(MultipartStorage, Protocol):
 
     def delete(self, key: str) -> None:
         """Remove ``key`` (no error if it is gone)."""
+
+    def copy(self, source: str, target: str) -> None:
+        """Copy ``source`` to ``target`` (server-side)."""
+
+    def exists(self, key: str) -> bool:
+        """Whether ``key`` exists."""
+
+    def stat(self, key: str) -> Any:
+        """Size (``.size``), etag and time of ``key``."""
 
     def list(self, prefix: str = "", *, recursive: bool = True) -> list[Any]:
         """Objects (with a ``key``) under ``prefix``."""

@@ -68,6 +68,7 @@ class LocalBackend:
     executor_reaches_storage = False
     host_admission = True
     warm_by_traffic = False  # the router's own reaper scales to zero, from the record a heartbeat touches
+    checkpoint_snapshots = False  # its checkpoints are clones of the sandbox's disk (snapshotting.py)
     claim_fixed: tuple[str, ...] = ()
 
     def __init__(
@@ -281,7 +282,8 @@ class LocalBackend:
         (base / _REBASE_FILE).write_text(f"{self._uids.base(parent_id)}\n", encoding="ascii")
 
     async def checkpoint(self, sandbox_id: str, handle: dict[str, Any], checkpoint_id: str) -> CheckpointTaken:
-        """Freeze, sync, clone the disk image, thaw (:mod:`router.backends.local.snapshotting`)."""
+        """Freeze, sync, clone the disk image, thaw (:mod:`router.backends.local.snapshotting`): consistent at one
+        instant, the processes frozen only for it."""
         pid, started = handle.get("pid"), handle.get("start_time")
         return await asyncio.to_thread(
             snapshotting.take, self._dir(sandbox_id), CgroupSet(self.instance, sandbox_id),
