@@ -7,28 +7,11 @@ which its pod restores. So files a child sees came to it through S3.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from artifacts.s3server import EmbeddedS3
 from router.backends.knative.snapshots import checkpoint_key
-from sandbox_image.bundle import Bundle
 from tests.knative.test_router import bucket_store
-from tests.support.knative_fixtures import Cluster, knative_router_on, stand_in_cluster
+from tests.support.knative_fixtures import Cluster
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
-
-
-@pytest.fixture(scope="module")
-def cluster(runtime_bundle: Bundle) -> Iterator[Cluster]:
-    with stand_in_cluster(runtime_bundle) as found:
-        yield found
-
-
-@pytest.fixture(scope="module")
-def knative_router(cluster: Cluster, s3_server: EmbeddedS3) -> Iterator[RouterProcess]:
-    with knative_router_on(cluster, s3_server) as router:
-        yield router
 
 
 def test_checkpoints_forks_and_restores_go_through_s3(knative_router: RouterProcess, cluster: Cluster,

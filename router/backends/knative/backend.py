@@ -371,9 +371,7 @@ class KnativeBackend:
             with contextlib.suppress(NotFound):
                 await kube.call("delete", resource, name, call, limit=limit)
         if "Service" in cleanup and self.snapshots is not None:  # a deleted sandbox's checkpoints go with it
-            storage = self.snapshots.storage
-            for obj in await asyncio.to_thread(storage.list, checkpoint_key(sandbox_id, "")):
-                await asyncio.to_thread(storage.delete, obj.key)
+            await self.snapshots.remove_checkpoints(sandbox_id)
         if not keep_snapshot and self.snapshots is not None and "Service" in cleanup:
             gone = functools.partial(services.wait_for, sandbox_id, lambda obj: True if obj is None else None,
                                      self.options.request_timeout_s + 120.0)

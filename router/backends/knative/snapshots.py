@@ -94,14 +94,22 @@ class Snapshots:
         except GroveError as exc:
             log.warning("removing the snapshot of %s failed: %s", sandbox_id, exc.message)
 
+    async def remove_checkpoints(self, sandbox_id: str) -> None:
+        """Remove every checkpoint of a sandbox (it was deleted: its checkpoints go with it)."""
+        for item in await asyncio.to_thread(self.storage.list, checkpoint_key(sandbox_id, "")):
+            await asyncio.to_thread(self.storage.delete, str(item.key))
+
     async def sweep(self, keep: set[str]) -> list[str]:
-        """Remove snapshots of sandboxes not in ``keep``; return their ids."""
+        """Remove snapshots and checkpoints of sandboxes not in ``keep``; return their ids."""
         found = [str(item.key) for item in await asyncio.to_thread(self.storage.list, PREFIX)]
         found += [key for key, _ in await asyncio.to_thread(self.storage.incomplete_uploads, PREFIX)]
         ids = {key[len(PREFIX):].split("/", 1)[0] for key in found}
-        stale = sorted(ids - keep)
+        kept = {str(item.key)[len(CHECKPOINTS):].split("/", 1)[0]
+                for item in await asyncio.to_thread(self.storage.list, CHECKPOINTS)}
+        stale = sorted((ids | kept) - keep)
         for sandbox_id in stale:
             await self.remove(sandbox_id)
+            await self.remove_checkpoints(sandbox_id)
         return stale
 
     async def close(self) -> None:
