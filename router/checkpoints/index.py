@@ -39,8 +39,15 @@ class CheckpointRecord:
     """The sandbox's disk quota (a sandbox made from the checkpoint has it too)."""
 
     def public(self) -> dict[str, Any]:
-        """The API's view (every field but the project's internal name is shown too)."""
+        """The API's view: every field."""
         return dataclasses.asdict(self)
+
+
+def unknown(checkpoint_id: str) -> NotFound:
+    """What every call answers for a checkpoint that is not the caller's: one never taken, one deleted (also with
+    its sandbox) and another project's alike."""
+    return NotFound(f"no checkpoint {checkpoint_id!r} (list a sandbox's with GET /v1/sandboxes/{{id}}/checkpoints); "
+                    "deleting a sandbox deletes its checkpoints")
 
 
 class CheckpointIndex:
@@ -66,8 +73,7 @@ class CheckpointIndex:
         """A checkpoint of one of ``projects`` (None: any); another project's is unknown, as one never taken."""
         record = self._all.get(checkpoint_id)
         if record is None or (projects is not None and record.project not in projects):
-            raise NotFound(f"no checkpoint {checkpoint_id!r} (list a sandbox's with GET "
-                           "/v1/sandboxes/{id}/checkpoints); deleting a sandbox deletes its checkpoints")
+            raise unknown(checkpoint_id)
         return record
 
     def of_sandbox(self, sandbox_id: str) -> list[CheckpointRecord]:

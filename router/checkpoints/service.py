@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from grove.core.errors import Conflict, Invalid, QuotaExceeded
 from router.backends.base import Backend
-from router.checkpoints.index import CheckpointIndex, CheckpointRecord
+from router.checkpoints.index import CheckpointIndex, CheckpointRecord, unknown
 from router.models import CreateRequest, Metadata
 from router.projects.files import ProjectFiles
 from router.records.registry import Registry, SandboxRecord
@@ -104,7 +104,7 @@ class Checkpoints:
         """One checkpoint of this sandbox (``NotFound`` for any other, another project's above all)."""
         found = self.index.get(checkpoint_id, frozenset({record.project}))
         if found.sandbox_id != record.id:
-            self.index.get(checkpoint_id, frozenset())  # raises the one NotFound
+            raise unknown(checkpoint_id)
         return found
 
     async def delete(self, record: SandboxRecord, checkpoint_id: str) -> CheckpointRecord:

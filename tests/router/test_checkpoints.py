@@ -142,6 +142,11 @@ def test_bad_input(ck_router: RouterProcess, client: Grove) -> None:
         assert "count" in error_of(reply)["message"]
     reply = ck_router.http("POST", f"/v1/sandboxes/{parent.id}/fork", json_body={"count": 1, "memory": True})
     assert reply.status == 422 and "CRIU" in error_of(reply)["message"]
+    other_sandbox = client.create(heartbeat=False, **SMALL)  # the checkpoint is not this sandbox's
+    for method in ("GET", "DELETE"):
+        reply = ck_router.http(method, f"/v1/sandboxes/{other_sandbox.id}/checkpoints/{made['id']}")
+        assert reply.status == 404 and "no checkpoint" in error_of(reply)["message"]
+    assert [c["id"] for c in parent.checkpoints()] == [made["id"]]
     reply = ck_router.http("POST", "/v1/sandboxes", json_body={"checkpoint": made["id"], "image": "nope"})
     assert reply.status == 422 and "leave 'image' out" in error_of(reply)["message"]
     # Another project's checkpoint is unknown, exactly as one never taken.

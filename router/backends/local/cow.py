@@ -39,7 +39,7 @@ MIN_VOLUME_BYTES = 4 << 30
 """A state dir's file system smaller than this gets no volume (an XFS log alone takes tens of MiB)."""
 _NO_REFLINK = (errno.EOPNOTSUPP, errno.EXDEV, errno.EINVAL, errno.ENOTTY)
 _TOOL_TIMEOUT_S = 60.0
-_DETACH_S = 10.0
+_DETACH_S = 30.0
 
 
 def clone(src: Path, dst: Path) -> bool:
@@ -154,10 +154,16 @@ class CowVolume:
             return
         with contextlib.suppress(FileNotFoundError):
             self._image.unlink()
-        # The loop device lets go of the image a moment after the unmount (the kernel detaches it on its own).
+        # The loop device lets go of the image once the file system is released everywhere: after the unmount
+        # here, and after the last sandbox disk on it (a loop device of its own, detached by the kernel a moment
+        # after its sandbox ended; slower on a loaded host) let go of its file.
         deadline = time.monotonic() + _DETACH_S
-        while disk.attached_loops(self._image) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        while held := disk.attached_loops(self._image):
+            if time.monotonic() > deadline:
+                log.warning("the checkpoint volume's loop device %s still holds %s; the kernel detaches it once "
+                            "its last user lets go", ", ".join(held), self._image)
+                break
+            time.sleep(0.02)
 
 
 def run_tool(argv: list[str], what: str) -> None:
