@@ -6,7 +6,7 @@ STAMP := $(VENV)/.grove-installed
 # Test files run on this many workers: most of a test's time is waiting on sandboxes, routers and servers.
 TEST_WORKERS ?= 2
 # python3-pytest: task checks in the default image (the host's /usr) run pytest, as most repositories' tests do.
-DEB_PACKAGES := xvfb xdotool matchbox-window-manager fonts-dejavu-core scrot busybox-static iproute2 nftables zstd e2fsprogs chromium chromium-driver skopeo docker-registry apache2-utils mmdebstrap linux-libc-dev python3-pytest
+DEB_PACKAGES := xvfb xdotool matchbox-window-manager fonts-dejavu-core scrot busybox-static iproute2 nftables zstd e2fsprogs xfsprogs chromium chromium-driver skopeo docker-registry apache2-utils mmdebstrap linux-libc-dev python3-pytest
 
 .PHONY: install demo demo-mini test test-fast test-slow lint typecheck bench clean
 

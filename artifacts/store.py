@@ -21,6 +21,7 @@ from typing import Any, BinaryIO, cast
 
 import urllib3
 from minio import Minio
+from minio.commonconfig import CopySource
 from minio.datatypes import Part
 from minio.error import InvalidResponseError, S3Error, ServerError
 from minio.lifecycleconfig import LifecycleConfig
@@ -162,6 +163,12 @@ class ObjectStore:
         self.ensure_bucket()
         with self._errors("delete", key):
             self._client.remove_object(self.config.bucket, key)
+
+    def copy(self, source: str, target: str) -> None:
+        """Copy ``source`` to ``target`` inside the bucket (server-side: no byte passes through here)."""
+        self.ensure_bucket()
+        with self._errors("copy", source):
+            self._client.copy_object(self.config.bucket, target, CopySource(self.config.bucket, source))
 
     def presign_get(self, key: str, expires: float | timedelta = 3600.0) -> str:
         """A URL that GETs ``key`` without credentials until it expires (seconds or a timedelta)."""
@@ -356,6 +363,9 @@ class ScopedStore(ObjectStore):
 
     def delete(self, key: str) -> None:
         super().delete(self.prefix + key)
+
+    def copy(self, source: str, target: str) -> None:
+        super().copy(self.prefix + source, self.prefix + target)
 
     def presign_get(self, key: str, expires: float | timedelta = 3600.0) -> str:
         return super().presign_get(self.prefix + key, expires)

@@ -30,6 +30,7 @@ from executor.push import check_items, put_file, require_files
 from executor.runner import Chunk
 from executor.served import Served, Slot
 from executor.settings import ExecutorSettings
+from executor.snapshot import Snapshots
 from executor.swerex import swerex_blueprint
 from grove.core import wire
 from grove.core.api import chunk_frame, encode_frame, error_frame, result_frame
@@ -136,6 +137,14 @@ def app_shell(root: str) -> Flask:
             if isinstance(event, dict):
                 result = event
         return _reply(result)
+
+    @app.post("/v1/snapshot")
+    def snapshot() -> Response:
+        # A checkpoint on a backend that keeps files as snapshots (Knative): the workspace to S3 now.
+        taken = Snapshots(slot.get().settings).take("checkpoint")
+        if taken is None:
+            raise Conflict("this sandbox keeps no snapshots: its backend keeps its files itself")
+        return _reply(taken)
 
     @app.post("/v1/computer")
     def computer() -> Response:

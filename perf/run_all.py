@@ -24,6 +24,7 @@ BENCHMARKS = {
     "projects": "perf.bench_projects",
     "desktop": "perf.bench_desktop",
     "images": "perf.bench_images",
+    "checkpoints": "perf.bench_checkpoints",
     "knative": "perf.knative_calls",
 }
 

@@ -83,6 +83,8 @@ class CreateRequest:
     pool: str | None = spec("claim a ready sandbox from this warm pool (its image, resources and network; "
                             "an empty pool makes a fresh one)", default=None, max_len=63)
     desktop: DesktopModel | None = spec("a screen for GUI agents (see DesktopModel)", default=None)
+    checkpoint: str | None = spec("start with the files of this checkpoint (`POST /v1/sandboxes/{id}/checkpoints`); "
+                                  "its image and disk_mb are the checkpoint's", default=None, max_len=64)
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, nested models as dicts: ``dataclasses.asdict`` (a deep copy by reflection, 13 % of

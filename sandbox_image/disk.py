@@ -16,10 +16,12 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import struct
 import time
 
 from sandbox_image import linux
+from sandbox_image.userns import RANGE
 
 LOOP_CONTROL = "/dev/loop-control"
 _LOOP_CTL_GET_FREE = 0x4C82
@@ -84,7 +86,8 @@ def mount(image: str, target: str) -> None:
         os.close(device)
 
 
-def prepare_layer(image: str, mountpoint: str, upper: str, work: str, *, owner: int | None = None) -> None:
+def prepare_layer(image: str, mountpoint: str, upper: str, work: str, *, owner: int | None = None,
+                  rebase_from: int | None = None) -> None:
     """PID 1, before the overlay: mount the sandbox's disk and make its layer directories inside.
 
     ``owner``: the host uid (and gid) the layer directories belong to, for a sandbox whose root is
@@ -93,5 +96,34 @@ def prepare_layer(image: str, mountpoint: str, upper: str, work: str, *, owner: 
     mount(image, mountpoint)
     for path in (upper, work):
         os.makedirs(path, mode=0o755, exist_ok=True)
+        if owner is not None and rebase_from is not None:
+            rebase_tree(path, rebase_from, owner)
         if owner is not None:
             os.chown(path, owner, owner)
+
+
+def rebase_tree(top: str, old_base: int, new_base: int) -> None:
+    """Every entry under ``top`` (``top`` too; symlinks never followed) owned by an id of ``old_base``'s range
+    gets the same offset in ``new_base``'s; modes, setuid bits included, are kept.
+
+    A layer made from another sandbox's checkpoint holds the files that sandbox's processes wrote, owned by
+    its own host id range, in which this sandbox's root is nobody: they become this sandbox's root's.
+    """
+
+    def move(path: str) -> None:
+        st = os.lstat(path)
+        uid, gid = _moved(st.st_uid, old_base, new_base), _moved(st.st_gid, old_base, new_base)
+        if (uid, gid) == (st.st_uid, st.st_gid):
+            return
+        os.lchown(path, uid, gid)
+        if not stat.S_ISLNK(st.st_mode):
+            os.chmod(path, st.st_mode & 0o7777)  # a chown clears setuid and setgid: put them back
+
+    move(top)
+    for parent, dirs, files in os.walk(top, followlinks=False):
+        for name in (*dirs, *files):
+            move(os.path.join(parent, name))
+
+
+def _moved(value: int, old_base: int, new_base: int) -> int:
+    return new_base + (value - old_base) if old_base <= value < old_base + RANGE else value

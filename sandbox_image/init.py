@@ -146,7 +146,7 @@ def _setup(config: dict[str, Any], userns_fd: int | None) -> None:
     linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
     if config.get("disk"):  # the writable layer on the sandbox's own size-limited filesystem
         disk.prepare_layer(config["disk"], config["disk_mount"], config["upper"], config["work"],
-                           owner=config.get("uid_base"))
+                           owner=config.get("uid_base"), rebase_from=config.get("rebase_from"))
     # Paths relative to the sandbox's directory: overlayfs shows its options as given in every
     # mountinfo, and absolute ones would tell the sandbox where the router's state dir is.
     here = os.path.dirname(root)

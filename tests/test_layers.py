@@ -118,6 +118,7 @@ ROUTER_LAYERS: list[set[str]] = [
     {"ui"},                                   # the viewer (uses the API's helpers)
     {"api"},                                  # handlers, route table, middleware, replies
     {"lifecycle"},                            # the service, starts, claims, scaling, reaper, keep-warm
+    {"checkpoints"},                          # checkpoints, restores and forks, their index
     {"housekeeping"},                         # what projects store: report, collection past retention, bytes
     {"pools"},                                # warm pools and their filler
     {"trajectory"},                           # recorder, journals, full outputs, pushes, the archive

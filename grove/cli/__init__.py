@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from grove.cli import (
     artifacts,
+    checkpoints,
     images,
     pools,
     processes,
@@ -28,7 +29,8 @@ from grove.cli import (
 from grove.cli.common import DEFAULT_STATE, explain, state_dir
 from grove.core.errors import GroveError
 
-COMMANDS = (server, projects, sandboxes, processes, images, pools, trajectories, artifacts, rollouts, storage)
+COMMANDS = (server, projects, sandboxes, processes, images, pools, trajectories, artifacts, rollouts, storage,
+            checkpoints)
 
 
 def _common_options(default: object) -> argparse.ArgumentParser:

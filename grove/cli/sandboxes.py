@@ -40,6 +40,8 @@ def create_options(args: argparse.Namespace) -> dict[str, Any]:
         options["env"] = key_values(args.env, "--env")
     if args.pool:
         options["pool"] = args.pool
+    if args.checkpoint:
+        options["checkpoint"] = args.checkpoint
     meta: dict[str, Any] = {k: v for k, v in (("task_id", args.task), ("model", args.model),
                                               ("harness", args.harness)) if v}
     if args.label:
@@ -116,6 +118,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     create = sub.add_parser("create", parents=[common], help="create a sandbox, print its id")
     create.add_argument("--image", default="default")
     create.add_argument("--pool", help="claim a ready sandbox from this warm pool (`grove pool ls`)")
+    create.add_argument("--checkpoint", help="start with this checkpoint's files, image and disk size "
+                                             "(`grove checkpoint ls SANDBOX`)")
     create.add_argument("--cpu", type=float, help="CPU limit in cores (default 1)")
     create.add_argument("--memory-mb", type=int, help="memory limit in MiB (default 1024)")
     create.add_argument("--pids-max", type=int, help="most processes and threads (default 512)")

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import aiohttp
 import msgpack
@@ -506,6 +507,25 @@ class AsyncSandbox:
     async def artifacts(self, *, page_size: int | None = None) -> list[Artifact]:
         """The sandbox's stored artifacts (pushed files and truncated commands' full outputs)."""
         return await sandbox_artifacts(self.client, self.id, page_size)
+
+    async def checkpoint(self) -> dict[str, Any]:
+        """Checkpoint the sandbox's files now (its processes frozen only for that instant): ``id``, ``step``,
+        ``bytes``, ``frozen_ms``... Create from it with ``create(checkpoint=ID)``."""
+        return dict(await self.client.request("POST", self._path("/checkpoints"), json_body={}))
+
+    async def checkpoints(self) -> builtins.list[dict[str, Any]]:
+        """The sandbox's checkpoints, oldest first."""
+        return list((await self.client.request("GET", self._path("/checkpoints")))["checkpoints"])
+
+    async def delete_checkpoint(self, checkpoint_id: str) -> dict[str, Any]:
+        """Delete one of its checkpoints (sandboxes made from it keep their files)."""
+        return dict(await self.client.request("DELETE", self._path(f"/checkpoints/{quote(checkpoint_id)}")))
+
+    async def fork(self, count: int = 1, *, metadata: dict[str, Any] | None = None) -> builtins.list[AsyncSandbox]:
+        """``count`` new sandboxes with this one's files as they are now (files only; this one keeps running)."""
+        body: dict[str, Any] = {"count": count, **({"metadata": metadata} if metadata is not None else {})}
+        reply = await self.client.request("POST", self._path("/fork"), json_body=body)
+        return [AsyncSandbox(self.client, info) for info in reply["sandboxes"]]
 
     async def close(self) -> None:
         """Delete the sandbox (idempotent)."""

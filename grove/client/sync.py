@@ -213,6 +213,22 @@ class Sandbox:
         """The sandbox's stored artifacts."""
         return self._loop.run(self.inner.artifacts(page_size=page_size))
 
+    def checkpoint(self) -> dict[str, Any]:
+        """Checkpoint the sandbox's files now (see :meth:`AsyncSandbox.checkpoint`)."""
+        return self._loop.run(self.inner.checkpoint())
+
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """The sandbox's checkpoints, oldest first."""
+        return self._loop.run(self.inner.checkpoints())
+
+    def delete_checkpoint(self, checkpoint_id: str) -> dict[str, Any]:
+        """Delete one of its checkpoints."""
+        return self._loop.run(self.inner.delete_checkpoint(checkpoint_id))
+
+    def fork(self, count: int = 1, *, metadata: dict[str, Any] | None = None) -> list[Sandbox]:
+        """``count`` new sandboxes with this one's files as they are now (see :meth:`AsyncSandbox.fork`)."""
+        return [Sandbox(self._loop, child) for child in self._loop.run(self.inner.fork(count, metadata=metadata))]
+
     def close(self) -> None:
         """Delete the sandbox."""
         self._loop.run(self.inner.close())

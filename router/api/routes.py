@@ -12,6 +12,13 @@ from grove.core.api import ExecBody
 from grove.core.errors import GroveError
 from router.api.artifacts import get_artifact, list_artifacts, list_sandbox_artifacts
 from router.api.batch import create_sandboxes
+from router.api.checkpoints import (
+    create_checkpoint,
+    delete_checkpoint,
+    fork_sandbox,
+    get_checkpoint,
+    list_checkpoints,
+)
 from router.api.compat.e2b import control as e2b
 from router.api.compat.e2b import envd
 from router.api.compat.e2b.wire import e2b_error_body
@@ -43,6 +50,7 @@ from router.api.trajectories import (
     post_artifacts,
     post_events,
 )
+from router.checkpoints.models import ForkRequest
 from router.models import (
     ArtifactQuery,
     BatchCreateRequest,
@@ -135,6 +143,13 @@ ROUTES: list[Route] = [
     Route("GET", "/v1/pools/{name}", get_pool, "A warm pool: size, ready, starting, claims, misses"),
     Route("PATCH", "/v1/pools/{name}", resize_pool, "Resize a warm pool", body=PoolResize),
     Route("DELETE", "/v1/pools/{name}", delete_pool, "Delete a warm pool and its unclaimed sandboxes"),
+    Route("POST", "/v1/sandboxes/{id}/checkpoints", create_checkpoint,
+          "Checkpoint a sandbox: its files consistent at one instant (processes frozen only for it)", body=Empty),
+    Route("GET", "/v1/sandboxes/{id}/checkpoints", list_checkpoints, "A sandbox's checkpoints, oldest first"),
+    Route("GET", "/v1/sandboxes/{id}/checkpoints/{checkpoint}", get_checkpoint, "One checkpoint"),
+    Route("DELETE", "/v1/sandboxes/{id}/checkpoints/{checkpoint}", delete_checkpoint, "Delete a checkpoint"),
+    Route("POST", "/v1/sandboxes/{id}/fork", fork_sandbox,
+          "N new sandboxes with this one's files as they are now (files only); it keeps running", body=ForkRequest),
     Route("POST", "/v1/sandboxes/{id}/heartbeat", heartbeat, "Keep a sandbox alive", body=Empty),
     Route("POST", "/v1/sandboxes/{id}/exec", exec_handler, "Run a command (?stream=1 streams)", body=ExecBody),
     Route("POST", "/v1/sandboxes/{id}/computer", computer_handler,

@@ -8,7 +8,30 @@ from typing import Any, Protocol
 from router.models import CreateRequest, DesktopModel
 from router.models import NetworkModel as Network
 
-__all__ = ["Backend", "Endpoint", "Network", "RunUsage", "SandboxSpec", "Started"]
+__all__ = ["Backend", "CheckpointSource", "CheckpointTaken", "Endpoint", "Network", "RunUsage", "SandboxSpec",
+           "Started"]
+
+
+@dataclass(frozen=True)
+class CheckpointSource:
+    """A checkpoint a new sandbox starts from."""
+
+    sandbox_id: str
+    """The sandbox it was taken of."""
+    checkpoint_id: str
+    """Its id."""
+
+
+@dataclass(frozen=True)
+class CheckpointTaken:
+    """What a backend reports of a checkpoint it took."""
+
+    bytes: int
+    """Bytes the checkpoint holds (blocks it shares with the sandbox or other checkpoints counted in full)."""
+    frozen_s: float
+    """How long the sandbox's processes were frozen for it (0 for a sandbox scaled to zero)."""
+    reflinked: bool
+    """Whether it is a copy-on-write clone (else a full copy)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +67,8 @@ class SandboxSpec:
     """Disk quota in MiB: the most its writable layer (what it changed of the image) may hold."""
     desktop: DesktopModel | None = None
     """Its screen's settings (the executor's ``DesktopSettings``); None: the defaults, started on demand."""
+    checkpoint: CheckpointSource | None = None
+    """The checkpoint whose files it starts with (None: its image's files)."""
 
 
 @dataclass(frozen=True)
@@ -167,6 +192,17 @@ class Backend(Protocol):
     async def claim(self, spec: SandboxSpec, handle: dict[str, Any]) -> dict[str, str]:
         """Make a running pool member the sandbox ``spec`` describes, as far as the backend keeps it (labels,
         the token and env a restart starts it with); returns the environment its executor must get."""
+
+    checkpoint_snapshots: bool
+    """Whether a checkpoint of a running sandbox is its executor's snapshot of its workspace (``POST /v1/snapshot``,
+    asked by the router first), which the backend then keeps (Knative); else the backend takes it alone."""
+
+    async def checkpoint(self, sandbox_id: str, handle: dict[str, Any], checkpoint_id: str) -> CheckpointTaken:
+        """Keep the sandbox's files as they are now as ``checkpoint_id``; a later create with
+        ``SandboxSpec.checkpoint`` starts from them."""
+
+    async def delete_checkpoint(self, sandbox_id: str, checkpoint_id: str) -> None:
+        """Remove a checkpoint's files (already gone: not an error)."""
 
     async def collect_orphans(self, known_ids: set[str]) -> list[str]:
         """Delete whatever this backend finds that belongs to no known sandbox; return what was removed."""

@@ -96,7 +96,8 @@ class Admission:
 
     def __init__(self, registry: Registry, projects: ProjectFiles, state_dir: Path, *, host: bool,
                  memory_reserve_mb: float | None = None, disk_reserve_mb: float | None = None,
-                 stored_bytes: Callable[[str], int | None] | None = None) -> None:
+                 stored_bytes: Callable[[str], int | None] | None = None,
+                 checkpoint_mb: Callable[[str], float] | None = None) -> None:
         self._registry = registry
         self.projects = projects
         self._state_dir = state_dir
@@ -104,6 +105,8 @@ class Admission:
         self._reserve_args = (memory_reserve_mb, disk_reserve_mb)
         self._reserves: Reserves | None = None
         self._stored_bytes = stored_bytes
+        self._checkpoint_mb = checkpoint_mb
+        """What a project's checkpoints hold (MiB): counted in its ``disk_mb`` quota beside its sandboxes'."""
         self._reading: tuple[float, HostReading] | None = None
         self.starting: dict[str, int] = {}
         """Per project, its creates admitted and not yet started (records being written, starts waiting or
@@ -140,12 +143,13 @@ class Admission:
         usage.cpu += writing.cpu
         usage.memory_mb += writing.memory_mb
         usage.disk_mb += writing.disk_mb
+        disk_mb = usage.disk_mb + (self._checkpoint_mb(project) if self._checkpoint_mb is not None else 0.0)
         starting = self.starting.get(project, 0)
         for name, have, want, limit, unit in (
             ("sandboxes", usage.sandboxes, 1, quotas.sandboxes, ""),
             ("cpu", usage.cpu, req.cpu, quotas.cpu, " cores"),
             ("memory_mb", usage.memory_mb, req.memory_mb, quotas.memory_mb, " MiB"),
-            ("disk_mb", usage.disk_mb, req.disk_mb, quotas.disk_mb, " MiB"),
+            ("disk_mb", disk_mb, req.disk_mb, quotas.disk_mb, " MiB"),
         ):
             if limit is not None and have + want > limit:
                 raise QuotaExceeded(

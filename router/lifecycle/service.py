@@ -18,6 +18,8 @@ from typing import Any
 
 from grove.core.errors import Conflict, Invalid, Unavailable
 from router.backends.base import Backend, Endpoint, Started
+from router.checkpoints.index import CheckpointIndex
+from router.checkpoints.service import Checkpoints
 from router.housekeeping.keeper import Housekeeping
 from router.lifecycle.admission import Admission
 from router.lifecycle.claims import Claims, GroupClaim
@@ -97,10 +99,13 @@ class SandboxService:
         """Project definitions: quotas and retention (``<state>/projects``, re-read as the CLI changes them)."""
         self.housekeeping = Housekeeping(settings, storage, registry, self.journal, self.projects, backend)
         """What each project stores, and collecting it past retention now and then (router/housekeeping)."""
+        self.checkpoints = Checkpoints(self, CheckpointIndex(settings.state_dir))
+        """Checkpoints, and sandboxes made from them (router/checkpoints)."""
         self.admission = Admission(registry, self.projects, settings.state_dir, host=backend.host_admission,
                                    memory_reserve_mb=settings.memory_reserve_mb,
                                    disk_reserve_mb=settings.disk_reserve_mb,
-                                   stored_bytes=self.housekeeping.usage.bytes)
+                                   stored_bytes=self.housekeeping.usage.bytes,
+                                   checkpoint_mb=self.checkpoints.index.held_mb)
         """Whether a create may start now: its project's quotas, the host's room (router/lifecycle/admission.py)."""
         self.start_gate = FairStarts(backend.start_slots)
         """The backend's starts, shared fairly between projects (router/lifecycle/fairness.py)."""
@@ -168,10 +173,10 @@ class SandboxService:
     # -- lifecycle calls -----------------------------------------------------------------------------
 
     async def create(self, req: CreateRequest, given: frozenset[str] = frozenset(),
-                     project: str = DEFAULT) -> SandboxRecord:
+                     project: str = DEFAULT, kind: str = "restore") -> SandboxRecord:
         """Create a sandbox of ``project`` (idempotent by ``request_id`` within the project); wait for it unless
         ``wait`` is false. A create naming one of the project's pools (``given``: the fields its body set) or
-        matching one's spec claims a ready member."""
+        matching one's spec claims a ready member. ``kind``: the lineage of a create from a checkpoint."""
         key = request_key(project, req.request_id) if req.request_id else None
         # A create with this request_id still writing its record: this one is its retry, or a duplicate.
         while key and (first := self._requests.get(key)) is not None:
@@ -187,7 +192,7 @@ class SandboxService:
             if key:
                 self._requests[key] = written
             try:
-                record = await self._create_new(req, given, project)
+                record = await self._create_new(req, given, project, kind)
             finally:
                 if key:
                     del self._requests[key]
@@ -201,8 +206,11 @@ class SandboxService:
             raise Unavailable(f"sandbox {record.id} failed to start: {record.error}", retry_after=1)
         return record
 
-    async def _create_new(self, req: CreateRequest, given: frozenset[str], project: str) -> SandboxRecord:
-        """A claimed pool member, or a new sandbox starting."""
+    async def _create_new(self, req: CreateRequest, given: frozenset[str], project: str,
+                          kind: str = "restore") -> SandboxRecord:
+        """A claimed pool member, or a new sandbox starting (always, from a checkpoint)."""
+        if req.checkpoint is not None:
+            return await self.starts.create(req, project, kind)
         if (pool := self.pools.pool_for(req, given, project)) is not None:
             if (claimed := await self.claims.claim(pool, self.pools.as_create(pool, req))) is not None:
                 return claimed
@@ -281,6 +289,7 @@ class SandboxService:
             await self.upstreams.drop(record.endpoint_url)
             await run_ended(self.backend, record)  # read while its counters and its layer are still there
             await self.backend.delete(sandbox_id, record.handle)
+            self.checkpoints.forget_sandbox(sandbox_id)  # their files went with the sandbox's
             record.status, record.ended_at, record.endpoint_url = "deleted", time.time(), None
             if record.pool is None:  # an unclaimed member has no trajectory
                 self.recorder.ended(sandbox_id, record.ended_at, reason, cost=record.cost())

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from grove.core.errors import GroveError, Invalid, Unavailable, error_from_body
 from router.backends.base import Backend, Started
+from router.checkpoints.service import Checkpoints
 from router.lifecycle.admission import Admission
 from router.lifecycle.fairness import FairStarts
 from router.lifecycle.metering import run_ended
@@ -43,6 +44,7 @@ class StartHost(Protocol):
     upstreams: Upstreams
     recorder: Recorder
     pools: Pools
+    checkpoints: Checkpoints
 
     async def delete(self, sandbox_id: str, *, reason: str = ...) -> SandboxRecord:
         """Delete a sandbox."""
@@ -78,17 +80,20 @@ class Starts(InFlight):
         self._admitted: dict[str, tuple[str, CreateRequest]] = {}
         """Creates admitted (:class:`Admission`) whose start is not over: by sandbox id, their project and request."""
 
-    async def create(self, req: CreateRequest, project: str = DEFAULT) -> SandboxRecord:
+    async def create(self, req: CreateRequest, project: str = DEFAULT, kind: str = "restore") -> SandboxRecord:
         """A new sandbox of ``project``: its record written (the only step the create waits for), its start
-        begun."""
+        begun. ``kind``: its lineage's, if made from a checkpoint (``restore`` or ``fork``)."""
         service = self._service
+        lineage = None
+        if req.checkpoint is not None:
+            req, lineage = service.checkpoints.restoring(req, project, kind)
         # Creates still writing their records count too: the limit holds however many arrive at once.
         if service.registry.count() + self._writing >= service.settings.max_sandboxes:
             raise Unavailable(f"this router already runs {service.settings.max_sandboxes} sandboxes", retry_after=5)
         if not req.workdir.startswith("/"):
             raise Invalid("'workdir' must be an absolute path")
         record = SandboxRecord(id=new_id(), request=req, token=secrets.token_urlsafe(32), created_at=time.time(),
-                               project=project)
+                               project=project, lineage=lineage)
         service.backend.check(record.spec())
         # The project's quotas and the host's room, checked and counted with no await in between: a burst's
         # creates all see each other.

@@ -17,7 +17,7 @@ from typing import Any
 
 from grove.core.errors import Conflict, GroveError, NotFound
 from grove.statedir import StateDir
-from router.backends.base import Endpoint, SandboxSpec
+from router.backends.base import CheckpointSource, Endpoint, SandboxSpec
 from router.models import CreateRequest, Metadata, NetworkModel
 from router.projects.model import DEFAULT, Usage, request_key
 from router.records import log as recordlog
@@ -63,6 +63,9 @@ class SandboxRecord:
     inflight: int = 0
     start_error: GroveError | None = None
     """Why its start failed, as raised (an ``Invalid`` is the create's own fault: a 422, not a 503)."""
+    lineage: dict[str, Any] | None = None
+    """Where its files came from, if from a checkpoint: ``{"parent", "step", "checkpoint", "kind"}`` (``kind``:
+    ``fork`` or ``restore``); shown by the API and recorded in its trajectory."""
     own_fault: str | None = None
     """Why the executor was just lost through the sandbox's own doing (set by ``SandboxService.lost``, taken by
     the call that lost it), so the fault is recorded as the sandbox's, not as an infra error."""
@@ -85,6 +88,7 @@ class SandboxRecord:
             ttl_s=req.ttl_s,
             disk_mb=req.disk_mb,
             desktop=req.desktop,
+            checkpoint=CheckpointSource(self.lineage["parent"], self.lineage["checkpoint"]) if self.lineage else None,
         )
 
     def endpoint(self) -> Endpoint | None:
@@ -105,6 +109,7 @@ class SandboxRecord:
             "end_reason": self.end_reason,
             "error": self.error,
             **(summary if summary is not None else self.request.summary()),
+            **({"lineage": self.lineage} if self.lineage else {}),
             "last_activity": self.last_activity,
             # Known once it ended: a live sandbox's current run is read only when it stops.
             **({"cost": self.cost()} if self.status == "deleted" else {}),

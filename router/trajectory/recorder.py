@@ -72,6 +72,7 @@ class Recorder:
             "backend": self._backend_name,
             "env_keys": sorted(req.env),
             "created_at": record.created_at,
+            **({"lineage": record.lineage} if record.lineage else {}),
         }
 
     def ended(self, sandbox_id: str, ended_at: float | None, reason: str, *,

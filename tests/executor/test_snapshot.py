@@ -12,6 +12,7 @@ import re
 import signal
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -122,3 +123,20 @@ def test_a_restore_that_fails_serves_only_its_reason(object_store: ObjectStore, 
             assert "could not be restored" in message and "not a valid tar + zstd archive" in message
         client.close()
     assert object_store.get_bytes(KEY) == b"not a tar.zst"  # the exit took no snapshot over it
+
+
+def test_a_snapshot_on_request_uploads_now_and_is_refused_without_snapshots(
+    object_store: ObjectStore, broker: BrokerServer, client: Any
+) -> None:
+    """``POST /v1/snapshot`` (a checkpoint on Knative) uploads the workspace at once; an executor without
+    snapshots (the local backend's) answers 409 saying why."""
+    with start_executor(env=snapshot_env(object_store, broker)) as ex:
+        api = ex.client()
+        assert api.run(command="echo now > taken.txt", cwd="/work/space")["exit_code"] == 0
+        reply = api.request("POST", "/v1/snapshot", b"{}", {"Content-Type": "application/json"})
+        assert reply.status == 200, reply.body
+        assert reply.json()["reason"] == "checkpoint" and reply.json()["size"] > 0
+        assert object_store.exists(KEY)
+        api.close()
+    reply = client.request("POST", "/v1/snapshot", b"{}", {"Content-Type": "application/json"})
+    assert reply.status == 409 and "keeps no snapshots" in reply.json()["error"]["message"]

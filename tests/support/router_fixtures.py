@@ -98,9 +98,23 @@ def loops_with(needle: str) -> dict[str, str]:
             backing = (entry / "loop" / "backing_file").read_text().strip()
         except OSError:  # not attached
             continue
+        backing = _on_host(backing)
         if needle in backing:
             found[entry.name] = backing
     return found
+
+
+def _on_host(backing: str) -> str:
+    """A loop device's backing path as the host names it: a file on a checkpoint volume (mounted on a state dir's
+    ``sandboxes/``) is named from the volume's root once its sandbox's copy of the mount is detached."""
+    with open("/proc/self/mounts", encoding="utf-8", errors="replace") as fh:
+        volumes = [f[1] for f in (line.split() for line in fh) if len(f) > 2 and f[2] == "xfs"
+                   and f[1].endswith("/sandboxes")]
+    head = backing.removesuffix(" (deleted)").rsplit("/", 1)[0]
+    for volume in volumes:
+        if head.count("/") == 1 and Path(volume + head).is_dir():
+            return volume + backing
+    return backing
 
 
 def layer_file(state_dir: Path, sandbox_id: str, rel: str) -> bytes | None:
@@ -261,6 +275,9 @@ def force_cleanup(state_dir: Path) -> None:
         subprocess.run(argv, capture_output=True, check=False)
     for name in loops_with(str(state_dir) + "/"):  # detached now, or once its last user lets go
         subprocess.run(["losetup", "-d", f"/dev/{name}"], capture_output=True, check=False)
+    volume = str(StateDir(state_dir).sandboxes)  # the checkpoint volume (router/backends/local/cow.py)
+    if any(line.split()[1] == volume for line in mounts_with(volume) if len(line.split()) > 1):
+        subprocess.run(["umount", "-l", volume], capture_output=True, check=False)
     unmount_state_disk(state_dir)
     shutil.rmtree(state_dir, ignore_errors=True)
 

@@ -22,15 +22,15 @@ from typing import Any
 import urllib3
 from kubernetes import client
 
-from grove.core.errors import GroveError, Invalid, NotFound, Unavailable, UpstreamTimeout
-from router.backends.base import Endpoint, SandboxSpec, SnapshotUploads, Started
+from grove.core.errors import Conflict, GroveError, Invalid, NotFound, Unavailable, UpstreamTimeout
+from router.backends.base import CheckpointTaken, Endpoint, SandboxSpec, SnapshotUploads, Started
 from router.backends.knative import egress as knative_egress
 from router.backends.knative import labels as L
 from router.backends.knative import manifest, requirements, runtimeclass, status
 from router.backends.knative.informer import Informer, Obj
 from router.backends.knative.kube import Kube, api_error, client_configuration
 from router.backends.knative.options import KnativeOptions
-from router.backends.knative.snapshots import Presigner, Snapshots
+from router.backends.knative.snapshots import Presigner, Snapshots, checkpoint_key
 
 log = logging.getLogger("grove.knative")
 _GROUP, _VERSION = "serving.knative.dev", "v1"
@@ -47,6 +47,7 @@ class KnativeBackend:
     start_slots = 64  # Services created at once: each is a few API calls, the cluster starts the pods
     host_admission = False
     warm_by_traffic = True  # the autoscaler counts requests: a heartbeat must be one
+    checkpoint_snapshots = True  # a checkpoint is the executor's workspace snapshot, kept under its own key
     # Baked into the revision template (working dir and snapshot dir, the autoscaling window, the presigned
     # snapshot URLs' lifetime): changing them would make a new revision, the wait a pool is there to avoid.
     claim_fixed: tuple[str, ...] = ("workdir", "idle_timeout_s", "ttl_s")
@@ -138,7 +139,12 @@ class KnativeBackend:
         return self._digests.get(image, "")
 
     async def create(self, spec: SandboxSpec) -> Started:
-        """Create the Secret, the Service and the policy; wait for Ready by watch; clean up on failure."""
+        """Create the Secret, the Service and the policy; wait for Ready by watch; clean up on failure. From a
+        checkpoint: the checkpoint is first copied to the new sandbox's snapshot, which its executor restores."""
+        if spec.checkpoint is not None:
+            storage = self._snapshots_for("checkpoints").storage
+            source = checkpoint_key(spec.checkpoint.sandbox_id, spec.checkpoint.checkpoint_id)
+            await asyncio.to_thread(storage.copy, source, manifest.snapshot_key(spec.id))
         return await self._create_all(spec, keep_snapshot=False)
 
     async def _create_all(self, spec: SandboxSpec, *, keep_snapshot: bool) -> Started:
@@ -228,6 +234,27 @@ class KnativeBackend:
         gives a rate now, not what a run used), so a Knative sandbox's cost has its running time, its reserved
         memory and its S3 bytes, and no CPU time, memory peak or disk figure."""
         return None
+
+    async def checkpoint(self, sandbox_id: str, handle: dict[str, Any], checkpoint_id: str) -> CheckpointTaken:
+        """Keep the sandbox's snapshot as it is now (the router had a running executor store a fresh one; an idle
+        sandbox's last one is its files) under the checkpoint's own key: a server-side S3 copy."""
+        snapshots = self._snapshots_for("checkpoints")
+        source, target = manifest.snapshot_key(sandbox_id), checkpoint_key(sandbox_id, checkpoint_id)
+        if not await asyncio.to_thread(snapshots.storage.exists, source):
+            raise Conflict(f"sandbox {sandbox_id} has no snapshot yet to keep as a checkpoint; try again once it ran")
+        await asyncio.to_thread(snapshots.storage.copy, source, target)
+        size = (await asyncio.to_thread(snapshots.storage.stat, target)).size
+        return CheckpointTaken(bytes=size, frozen_s=0.0, reflinked=False)
+
+    async def delete_checkpoint(self, sandbox_id: str, checkpoint_id: str) -> None:
+        """Remove the checkpoint's object."""
+        await asyncio.to_thread(self._snapshots_for("checkpoints").storage.delete,
+                                checkpoint_key(sandbox_id, checkpoint_id))
+
+    def _snapshots_for(self, what: str) -> Snapshots:
+        if self.snapshots is None:
+            raise Invalid(f"{what} need object storage on the knative backend (grove up --s3 ...)")
+        return self.snapshots
 
     async def collect_orphans(self, known_ids: set[str]) -> list[str]:
         """Delete this instance's Services, Secrets and policies that belong to no known sandbox."""
@@ -363,6 +390,8 @@ class KnativeBackend:
             resource, name, call = calls[kind]
             with contextlib.suppress(NotFound):
                 await kube.call("delete", resource, name, call, limit=limit)
+        if "Service" in cleanup and self.snapshots is not None:  # a deleted sandbox's checkpoints go with it
+            await self.snapshots.remove_checkpoints(sandbox_id)
         if not keep_snapshot and self.snapshots is not None and "Service" in cleanup:
             gone = functools.partial(services.wait_for, sandbox_id, lambda obj: True if obj is None else None,
                                      self.options.request_timeout_s + 120.0)

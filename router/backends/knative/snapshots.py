@@ -21,6 +21,12 @@ from router.backends.knative.uploads import DEFAULT_PART, MultipartStorage, Snap
 log = logging.getLogger("grove.knative")
 MAX_PRESIGN_S = 7 * 86400.0  # S3's limit for a presigned URL; a sandbox's ttl is capped the same
 PREFIX = "snapshots/"
+CHECKPOINTS = "checkpoints/"
+
+
+def checkpoint_key(sandbox_id: str, checkpoint_id: str) -> str:
+    """Where a checkpoint of a Knative sandbox is kept: a copy of its snapshot (a tar of its workspace)."""
+    return f"{CHECKPOINTS}{sandbox_id}/{checkpoint_id}"
 
 
 class Presigner(MultipartStorage, Protocol):
@@ -30,6 +36,15 @@ class Presigner(MultipartStorage, Protocol):
 
     def delete(self, key: str) -> None:
         """Remove ``key`` (no error if it is gone)."""
+
+    def copy(self, source: str, target: str) -> None:
+        """Copy ``source`` to ``target`` (server-side)."""
+
+    def exists(self, key: str) -> bool:
+        """Whether ``key`` exists."""
+
+    def stat(self, key: str) -> Any:
+        """Size (``.size``), etag and time of ``key``."""
 
     def list(self, prefix: str = "", *, recursive: bool = True) -> list[Any]:
         """Objects (with a ``key``) under ``prefix``."""
@@ -76,14 +91,22 @@ class Snapshots:
         except GroveError as exc:
             log.warning("removing the snapshot of %s failed: %s", sandbox_id, exc.message)
 
+    async def remove_checkpoints(self, sandbox_id: str) -> None:
+        """Remove every checkpoint of a sandbox (it was deleted: its checkpoints go with it)."""
+        for item in await asyncio.to_thread(self.storage.list, checkpoint_key(sandbox_id, "")):
+            await asyncio.to_thread(self.storage.delete, str(item.key))
+
     async def sweep(self, keep: set[str]) -> list[str]:
-        """Remove snapshots of sandboxes not in ``keep``; return their ids."""
+        """Remove snapshots and checkpoints of sandboxes not in ``keep``; return their ids."""
         found = [str(item.key) for item in await asyncio.to_thread(self.storage.list, PREFIX)]
         found += [key for key, _ in await asyncio.to_thread(self.storage.incomplete_uploads, PREFIX)]
         ids = {key[len(PREFIX):].split("/", 1)[0] for key in found}
-        stale = sorted(ids - keep)
+        kept = {str(item.key)[len(CHECKPOINTS):].split("/", 1)[0]
+                for item in await asyncio.to_thread(self.storage.list, CHECKPOINTS)}
+        stale = sorted((ids | kept) - keep)
         for sandbox_id in stale:
             await self.remove(sandbox_id)
+            await self.remove_checkpoints(sandbox_id)
         return stale
 
     async def close(self) -> None:

@@ -22,9 +22,10 @@ from typing import Any
 
 from grove.core.errors import BadGateway, Invalid, NotFound, Unavailable
 from grove.statedir import StateDir
-from router.backends.base import Endpoint, RunUsage, SandboxSpec, SnapshotUploads, Started
-from router.backends.local import disk, procs, references
+from router.backends.base import CheckpointTaken, Endpoint, RunUsage, SandboxSpec, SnapshotUploads, Started
+from router.backends.local import disk, procs, references, snapshotting
 from router.backends.local.cgroups import CgroupSet, Limits, instance_ids, remove_instance
+from router.backends.local.cow import CowVolume
 from router.backends.local.egress_rules import parse_allow
 from router.backends.local.exits import Exits
 from router.backends.local.hogs import HogWatch
@@ -51,6 +52,9 @@ _STARTS_PER_CPU = 2
 # Files in a sandbox's directory: the image digest its layer was made on (for its life) and the stamp of
 # the runtime bundle its running tree has mounted (while it runs).
 IMAGE_FILE = "image"
+# The host id base of the sandbox whose checkpoint a new sandbox's layer came from, until its first start
+# re-owned the layer's files to its own range.
+_REBASE_FILE = "rebase-from"
 _BUNDLE_FILE = "bundle"
 
 
@@ -64,6 +68,7 @@ class LocalBackend:
     executor_reaches_storage = False
     host_admission = True
     warm_by_traffic = False  # the router's own reaper scales to zero, from the record a heartbeat touches
+    checkpoint_snapshots = False  # its checkpoints are clones of the sandbox's disk (snapshotting.py)
     claim_fixed: tuple[str, ...] = ()
 
     def __init__(
@@ -75,6 +80,8 @@ class LocalBackend:
         self._sandboxes = layout.sandboxes
         self.images = ImageStore(layout.images, image_limits)
         self._disks = disk.DiskTemplates(layout.disk_templates)
+        self._cow = CowVolume(state_dir, self._sandboxes)
+        """The reflink-capable file system under ``sandboxes/`` that makes checkpoints copy-on-write."""
         self._runtime = layout.runtime
         # Derived from the state dir, so a restarted router finds its own cgroups and no one else's.
         self.instance = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]
@@ -105,6 +112,7 @@ class LocalBackend:
         StateDir(self._state).check_socket_room()
         self._sandboxes.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(disk.check_host)
+        await asyncio.to_thread(self._cow.open)  # before anything is written under sandboxes/
         await asyncio.to_thread(raise_file_max)
         self._uids = await asyncio.to_thread(UidRanges, self._sandboxes)
         self._bundle = await asyncio.to_thread(build_bundle, self._runtime)
@@ -130,6 +138,7 @@ class LocalBackend:
             await self._zygote_proc.close()
         self._exits.close()
         remove_instance(self.instance)
+        await asyncio.to_thread(self._cow.close)  # only once no sandbox is left on it
 
     def _dir(self, sandbox_id: str) -> Path:
         return self._sandboxes / sandbox_id
@@ -159,15 +168,23 @@ class LocalBackend:
 
     async def create(self, spec: SandboxSpec) -> Started:
         """Make the directories and cgroups, then start the tree."""
-        image = await self._image(spec.image)
+        source = spec.checkpoint
         base = self._dir(spec.id)
         try:
+            if source is None:
+                image = await self._image(spec.image)
+            else:  # the layer was made on that version of the image: the child keeps it
+                digest = (self._dir(source.sandbox_id) / IMAGE_FILE).read_text(encoding="ascii").strip()
+                image = _usable(self.images.version(spec.image, digest))
             for sub in ("merged", "lower"):
                 (base / sub).mkdir(parents=True, exist_ok=True)
             # The layer belongs to this version of the image: resume uses it even if the name moves on. Written
             # before anything slow, so that collecting unused image versions (router/housekeeping) sees it in use.
             (base / IMAGE_FILE).write_text(image.digest + "\n", encoding="ascii")
-            await asyncio.to_thread(self._disks.make_image, spec.disk_mb, base / disk.IMAGE_NAME)
+            if source is None:
+                await asyncio.to_thread(self._disks.make_image, spec.disk_mb, base / disk.IMAGE_NAME)
+            else:
+                await asyncio.to_thread(self._restore, source.sandbox_id, source.checkpoint_id, spec.id)
             return await self._start(spec, image, fresh=True)
         except BaseException:
             await self.delete(spec.id, {})
@@ -221,6 +238,8 @@ class LocalBackend:
             "desktop": dict(vars(spec.desktop)) if spec.desktop is not None else None,
         }
         config.update(await self._layer(base, fresh))
+        with contextlib.suppress(FileNotFoundError):
+            config["rebase_from"] = int((base / _REBASE_FILE).read_text(encoding="ascii"))
         report = await self._zygote().spawn(config)
         if report.get("bad_image"):
             raise Invalid(f"image {spec.image!r} cannot be a sandbox's root: {report['error']}; the image store "
@@ -235,6 +254,7 @@ class LocalBackend:
         if spec.network.egress == "allow":  # before ready: a sandbox never answers without its network
             await self._attach_network(spec, base, handle)
         await self._wait_ready(socket_path, spec.id, base)
+        (base / _REBASE_FILE).unlink(missing_ok=True)  # re-owned: later starts need not walk the layer
         return Started(Endpoint(f"unix:{socket_path}", spec.token), image.digest, handle)
 
     async def _layer(self, base: Path, fresh: bool) -> dict[str, str]:
@@ -252,6 +272,26 @@ class LocalBackend:
         mount.mkdir(exist_ok=True)
         return {"disk": str(image), "disk_mount": str(mount), "upper": str(mount / "upper"),
                 "work": str(mount / "work")}
+
+    def _restore(self, parent_id: str, checkpoint_id: str, sandbox_id: str) -> None:
+        """Give a new sandbox a checkpoint's disk, its files owned by the new sandbox's host id range."""
+        assert self._uids is not None, "open() first"
+        base = self._dir(sandbox_id)
+        snapshotting.restore(self._dir(parent_id), checkpoint_id, base / disk.IMAGE_NAME)
+        # PID 1 re-owns the files when it mounts the image (sandbox_image/disk.py), at its first start only.
+        (base / _REBASE_FILE).write_text(f"{self._uids.base(parent_id)}\n", encoding="ascii")
+
+    async def checkpoint(self, sandbox_id: str, handle: dict[str, Any], checkpoint_id: str) -> CheckpointTaken:
+        """Freeze, sync, clone the disk image, thaw (:mod:`router.backends.local.snapshotting`): consistent at one
+        instant, the processes frozen only for it."""
+        pid, started = handle.get("pid"), handle.get("start_time")
+        return await asyncio.to_thread(
+            snapshotting.take, self._dir(sandbox_id), CgroupSet(self.instance, sandbox_id),
+            pid if isinstance(pid, int) else None, started if isinstance(started, int) else None, checkpoint_id)
+
+    async def delete_checkpoint(self, sandbox_id: str, checkpoint_id: str) -> None:
+        """Remove the checkpoint's image (the sandbox's deletion removes all of them with its directory)."""
+        await asyncio.to_thread(snapshotting.remove, self._dir(sandbox_id), checkpoint_id)
 
     def _own_layer(self, base: Path, sandbox_id: str) -> int:
         """The sandbox's host id range, with its layer owned by the range's root (a layer made before

@@ -124,7 +124,7 @@ def check_host() -> None:
     """Fail early and clearly when the host cannot give sandboxes disks: no loop devices, no mkfs.ext4."""
     if not LOOP_CONTROL.exists():
         # The loop driver may be a module nobody has loaded yet (a fresh VM): load it.
-        modprobe = shutil.which("modprobe", path=_sbin_path())
+        modprobe = shutil.which("modprobe", path=sbin_path())
         if modprobe is not None:
             subprocess.run([modprobe, "loop"], capture_output=True, timeout=30, check=False)
     if not LOOP_CONTROL.exists():
@@ -133,13 +133,14 @@ def check_host() -> None:
     _mkfs()
 
 
-def _sbin_path() -> str:
+def sbin_path() -> str:
+    """PATH with the sbin directories, where mkfs and mount helpers live."""
     # Not every caller's PATH has the sbin directories (a non-login shell, a systemd unit's default).
     return os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 
 
 def _mkfs() -> str:
-    found = shutil.which("mkfs.ext4", path=_sbin_path())
+    found = shutil.which("mkfs.ext4", path=sbin_path())
     if found is None:
         raise Unavailable("mkfs.ext4 is not installed (Debian package e2fsprogs); sandbox disks need it")
     return found
@@ -167,7 +168,14 @@ def copy_ranges(fin: int, fout: int, ranges: list[tuple[int, int]], size: int) -
     for start, end in ranges:
         pos = start
         while pos < end:
-            copied = os.copy_file_range(fin, fout, min(end - pos, _CHUNK), pos, pos)
+            try:
+                copied = os.copy_file_range(fin, fout, min(end - pos, _CHUNK), pos, pos)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                # Across file systems of different kinds (the state dir's ext4 to the sandboxes' XFS volume)
+                # the kernel copies no range: through user space then, a megabyte at a time.
+                copied = os.pwrite(fout, os.pread(fin, min(end - pos, 1 << 20), pos), pos)
             if copied == 0:
                 raise OSError(errno.EIO, "the template shrank while being copied")
             pos += copied
@@ -196,7 +204,12 @@ def attached_loops(image: Path, among: list[str] | None = None) -> list[str]:
             continue
         finally:
             os.close(fd)
-        if backing == wanted or backing == f"{wanted} (deleted)":
+        if backing.endswith(" (deleted)"):
+            backing = backing[:-len(" (deleted)")]
+        # On the checkpoint volume (router/backends/local/cow.py) the kernel names the file from that volume's
+        # root: the sandbox's copy of the mount was detached with its old root at pivot_root, so
+        # ``<state>/sandboxes/<id>/disk.img`` reads ``/<id>/disk.img``.
+        if backing == wanted or (backing.startswith("/") and wanted.endswith(backing) and backing.count("/") >= 2):
             found.append(name)
     return found
 
