@@ -125,6 +125,7 @@ def summary(record: dict[str, Any]) -> dict[str, Any]:
         "infra_errors": len(outcome.get("infra_errors") or []),
         "steps": len(steps),
         "cost": cost if isinstance(cost := record.get("cost"), dict) else None,
+        "lineage": lineage if isinstance(lineage := sandbox.get("lineage"), dict) else None,
     }
 
 

@@ -1,0 +1,175 @@
+"""Replay: a stored trajectory's commands and file operations re-run, in order, in a fresh sandbox of the same image
+digest, each compared with what was recorded (the rules: :mod:`artifacts.replay`).
+
+The fresh sandbox is an ordinary one of the caller's project, its trajectory recorded like any other (the steps
+the replay ran), with ``lineage: {"parent", "step", "checkpoint": null, "kind": "replay"}``; it is kept (the state
+after step ``until``, for a continuation to start from) unless the request says ``"keep": false``.
+
+Rebuilding the state at a step is replay here; where a checkpoint of the parent at or before that step exists, a
+create from it would skip the steps it holds — :meth:`Replayer.checkpoint_before` is the one place that decides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from typing import Any
+
+import aiohttp
+
+from artifacts.replay import PlannedStep, compare_exec, content_matches, plan, volatile_patterns
+from grove.core import wire
+from grove.core.errors import Conflict, GroveError, Invalid, NotFound
+from grove.core.schema import parse, spec
+from router.backends.base import Endpoint
+from router.lifecycle.service import SandboxService
+from router.models import CreateRequest
+from router.records.registry import SandboxRecord
+from router.trajectory.recorder import Digest, exec_step
+from router.upstream.proxy import Upstreams
+
+_FILE_TIMEOUT_S = 120.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayRequest:
+    """Re-run a stored trajectory in a fresh sandbox."""
+
+    until: int | None = spec("replay up to this step index (inclusive; the record's step numbering); none: every "
+                             "step before grading", default=None, minimum=0, maximum=1 << 31)
+    env: dict[str, str] = spec("values of the environment the trajectory ran with (the record keeps only the keys): "
+                               "the sandbox's env, and each replayed command's keys' values", factory=dict,
+                               max_items=1024, max_len=128 * 1024 - 2)
+    volatile: tuple[str, ...] = spec("regular expressions of commands whose output may differ: run, but reported "
+                                     "apart (added to the task's own, from the trajectory's setup event)",
+                                     factory=tuple, max_items=256, max_len=1024)
+    keep: bool = spec("keep the replayed sandbox (the rebuilt state); false: delete it after", default=True)
+
+
+class Replayer:
+    """Runs replays through the service (sandboxes) and the recorder (the replay's own trajectory)."""
+
+    def __init__(self, service: SandboxService) -> None:
+        self.service = service
+
+    async def replay(self, record: dict[str, Any], req: ReplayRequest, project: str) -> dict[str, Any]:
+        """Replay ``record`` as ``req`` asks; the report."""
+        steps = record.get("steps") or []
+        planned = list(plan(steps, req.until, volatile_patterns(steps, req.volatile)))
+        if not planned:
+            raise Invalid("the trajectory has no step to replay up to that index (commands and file writes before "
+                          "grading)")
+        sandbox = record.get("sandbox") or {}
+        await self._same_image(sandbox)
+        last = planned[-1].index if req.until is None else req.until
+        created = await self.service.create(self._create_request(sandbox, req, last), project=project)
+        try:
+            reports = [await self._run(created, step, req.env) for step in planned]
+        except BaseException:
+            with contextlib.suppress(GroveError):
+                await self.service.delete(created.id, reason="replay failed")
+            raise
+        if not req.keep:
+            await self.service.delete(created.id, reason="replay finished")
+        counted = [r for r, p in zip(reports, planned, strict=True) if not p.volatile]
+        return {"sandbox_id": created.id, "parent": sandbox.get("id"), "until": last, "total": len(counted),
+                "matched": sum(r["match"] for r in counted), "steps": counted,
+                "volatile": [r for r, p in zip(reports, planned, strict=True) if p.volatile],
+                "first_mismatch": next((r["index"] for r in counted if not r["match"]), None),
+                "kept": req.keep}
+
+    def checkpoint_before(self, parent: str, step: int) -> tuple[str, int] | None:
+        """A checkpoint of ``parent`` taken at or before ``step`` (its id and step), to create from instead of
+        replaying the steps it holds. None here: this router keeps no checkpoints, so state is rebuilt by replay."""
+        return None
+
+    async def _same_image(self, sandbox: dict[str, Any]) -> None:
+        """409 unless the image the trajectory ran on is still here with the same digest."""
+        image, digest = sandbox.get("image"), sandbox.get("image_digest")
+        if not isinstance(image, str) or not image:
+            raise Conflict("the trajectory does not name its image: it cannot be replayed")
+        try:
+            current = await self.service.backend.image_digest(image)
+        except NotFound as exc:
+            raise Conflict(f"the trajectory's image {image!r} ({digest}) is gone: it cannot be replayed "
+                           "(import or build that image again)") from exc
+        if digest and current and current != digest:
+            raise Conflict(f"the trajectory ran on image {image!r} with digest {digest}; that name now has digest "
+                           f"{current}: replay needs the image it ran on")
+
+    @staticmethod
+    def _create_request(sandbox: dict[str, Any], req: ReplayRequest, last: int) -> CreateRequest:
+        """The fresh sandbox: the recorded image, resources, workdir and network; the caller's env values."""
+        resources = sandbox.get("resources") or {}
+        parent = str(sandbox.get("id"))
+        labels = {"replay_of": parent}
+        body = {"image": sandbox["image"], **{k: v for k, v in resources.items() if k in _RESOURCES},
+                "workdir": sandbox.get("workdir") or "/workspace", "env": dict(req.env),
+                "network": sandbox.get("network") or {"egress": "deny"},
+                "metadata": {**{k: sandbox.get(k) for k in ("task_id", "model", "harness", "harness_version")},
+                             "labels": labels},
+                "lineage": {"parent": parent, "step": last, "checkpoint": None, "kind": "replay"}}
+        return parse(CreateRequest, body)
+
+    async def _run(self, record: SandboxRecord, planned: PlannedStep, env: dict[str, str]) -> dict[str, Any]:
+        step = planned.step
+        report: dict[str, Any] = {"index": planned.index, "type": step["type"]}
+        report["command" if step["type"] == "exec" else "path"] = step.get("command", step.get("path"))
+        if planned.reason is not None:
+            return {**report, "match": False, "reason": planned.reason}
+        service = self.service
+        with service.calling(record), service.recorder.faults(record, f"replaying step {planned.index}"):
+            endpoint = await service.endpoint(record)
+            if step["type"] == "exec":
+                return {**report, **await self._exec(record, endpoint, step, env)}
+            return {**report, **await self._file(record, endpoint, step)}
+
+    async def _exec(self, record: SandboxRecord, endpoint: Endpoint, step: dict[str, Any],
+                    env: dict[str, str]) -> dict[str, Any]:
+        sent: dict[str, Any] = {"command": step.get("command"), "cwd": step.get("cwd"),
+                                "env": {k: env[k] for k in step.get("env_keys") or [] if k in env},
+                                "timeout_s": step.get("timeout_s")}
+        if step.get("user") is not None:
+            sent["user"] = step["user"]
+        body = wire.encode({k: v for k, v in sent.items() if v is not None}, True)
+        started = time.time()
+        session, base = self.service.upstreams.session(endpoint)
+        headers = Upstreams.headers(endpoint, {"Accept": wire.MSGPACK, "Content-Type": wire.MSGPACK})
+        async with session.post(base + "/v1/exec", data=body, headers=headers) as resp:
+            answer, status = await resp.read(), resp.status
+        ran = exec_step(body, wire.MSGPACK, answer, wire.MSGPACK, False, status, started)
+        if ran is None or "error" in ran:
+            raise Conflict(f"the executor refused the recorded command {step.get('command')!r}: "
+                           f"{answer[:300].decode('utf-8', 'replace')}")
+        self.service.recorder.exec(record, ran)
+        return compare_exec(step, ran)
+
+    async def _file(self, record: SandboxRecord, endpoint: Endpoint, step: dict[str, Any]) -> dict[str, Any]:
+        kind, path = step["type"], str(step.get("path"))
+        op = kind.removeprefix("file_")
+        method = {"write": "PUT", "read": "GET", "delete": "DELETE"}[op]
+        data = str(step.get("content") or "").encode() if op == "write" else None
+        digest = Digest()
+        started = time.time()
+        session, base = self.service.upstreams.session(endpoint)
+        async with session.request(method, base + "/v1/files", params={"path": path}, data=data,
+                                   headers=Upstreams.headers(endpoint),
+                                   timeout=aiohttp.ClientTimeout(total=_FILE_TIMEOUT_S)) as resp:
+            status = resp.status
+            body = await resp.read()
+        digest(data if data is not None else body if op == "read" and status < 300 else b"")
+        moved = digest if op in ("write", "read") else None
+        self.service.recorder.transfer(record, "file", op, path=path, status=status, started=started, moved=moved)
+        report: dict[str, Any] = {"status": status, "recorded_status": step.get("status")}
+        ok = (status < 300) == (int(step.get("status") or 200) < 300)
+        if op in ("write", "read"):
+            report["sha256"], report["recorded_sha256"] = digest.hash.hexdigest(), step.get("sha256")
+            ok = ok and report["sha256"] == report["recorded_sha256"]
+        if op == "write" and not content_matches(step):
+            report["reason"] = "the recorded content does not hash to the recorded sha256 (the record was edited)"
+        report["match"] = ok
+        return report
+
+
+_RESOURCES = ("cpu", "memory_mb", "pids_max", "disk_mb")
