@@ -43,7 +43,10 @@ async def setup(sandbox: AsyncSandbox, task: Task, *, prompt: bool, site: bool =
     if site:
         await open_site(sandbox, task)
     # One call: the end of setup, then (for the agent) the task as its first message.
-    events = [{"kind": "setup", "data": {"status": "finished"}}]
+    finished: dict[str, object] = {"status": "finished"}
+    if task.volatile:  # for a replay: these commands' outputs may differ (artifacts.replay)
+        finished["volatile"] = list(task.volatile)
+    events = [{"kind": "setup", "data": finished}]
     if prompt:
         events.append({"kind": "message", "data": {"role": "user", "content": task.prompt}})
     await sandbox.client.request("POST", f"/v1/sandboxes/{sandbox.id}/events", json_body={"events": events})

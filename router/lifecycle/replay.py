@@ -45,6 +45,8 @@ class ReplayRequest:
                                      "apart (added to the task's own, from the trajectory's setup event)",
                                      factory=tuple, max_items=256, max_len=1024)
     keep: bool = spec("keep the replayed sandbox (the rebuilt state); false: delete it after", default=True)
+    labels: dict[str, str] = spec("labels of the replayed sandbox (beside `replay_of`: the trajectory's id)",
+                                  factory=dict, max_items=64, max_len=1024)
 
 
 class Replayer:
@@ -103,7 +105,7 @@ class Replayer:
         """The fresh sandbox: the recorded image, resources, workdir and network; the caller's env values."""
         resources = sandbox.get("resources") or {}
         parent = str(sandbox.get("id"))
-        labels = {"replay_of": parent}
+        labels = {**req.labels, "replay_of": parent}
         body = {"image": sandbox["image"], **{k: v for k, v in resources.items() if k in _RESOURCES},
                 "workdir": sandbox.get("workdir") or "/workspace", "env": dict(req.env),
                 "network": sandbox.get("network") or {"egress": "deny"},
