@@ -14,8 +14,9 @@ import pytest
 from artifacts.archive import TrajectoryArchive
 from artifacts.replay import normalize
 from artifacts.store import ObjectStore
+from grove.client import Sandbox
 from grove.demo.tasks import task_lines
-from grove.rollouts import Policy
+from grove.rollouts import Policy, TaskFileError, load_tasks
 from tests.rollouts.runs import results, run
 from tests.support.executor_fixtures import Reply
 from tests.support.imagetools import make_busybox_rootfs
@@ -143,3 +144,56 @@ def store(router: RouterProcess, record: dict[str, Any]) -> None:
     """A record into the router's bucket, stored by grove's own archive."""
     with ObjectStore(s3_config(router)) as objects:
         assert not TrajectoryArchive(objects, router.state_dir / "test-spool").store(record).spooled
+
+
+def test_the_cli_replays_and_says_which_steps_matched(
+        router: RouterProcess, demo_run: tuple[Path, list[dict[str, Any]]]) -> None:
+    _, lines = demo_run
+    done = router.cli("trajectories", "replay", lines[0]["trajectory_id"], "--env", "PYTHONDONTWRITEBYTECODE=1")
+    assert done.returncode == 0, done.stderr.decode()
+    text = done.stdout.decode()
+    assert "8/8 steps matched (0 volatile)" in text and "ok   #" in text and "DIFF" not in text
+    assert router.live_ids() == set()  # not kept unless --keep
+    bad = router.cli("trajectories", "replay", lines[0]["trajectory_id"], "--env", "NOEQUALS")
+    assert bad.returncode != 0 and "KEY=VALUE" in bad.stderr.decode()
+
+
+def noisy(task: dict[str, Any], sandbox: Sandbox) -> None:
+    """A harness whose second command prints something new every run."""
+    sandbox.exec("cat /workspace/a.txt")
+    sandbox.exec("head -c 16 /dev/urandom | od -An -tx1")
+    sandbox.exec("echo done")
+
+
+def test_steps_a_task_marks_volatile_are_run_but_reported_apart(router: RouterProcess, tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "noisy", "prompt": "p", "workdir": "/workspace", "files": {"a.txt": "x\n"},
+                                 "check": {"test": "true"}, "volatile": ["/dev/urandom"],
+                                 "resources": {"cpu": 0.5, "memory_mb": 128}}) + "\n")
+    run(router, tasks, tmp_path / "run", Policy(attempts=1), variants=[("tests.replay.test_replay:noisy", None)])
+    trajectory = results(tmp_path / "run")[0]["trajectory_id"]
+    report = replay(router, trajectory, keep=False).json()
+    assert report["matched"] == report["total"] == 3  # the task's file, `cat`, `echo`
+    assert [s["command"] for s in report["volatile"]] == ["head -c 16 /dev/urandom | od -An -tx1"]
+    assert report["volatile"][0]["match"] is False  # ran, and differed, as expected
+    without = dict(json.loads(tasks.read_text()))
+    without.pop("volatile")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({**without, "volatile": ["("]}) + "\n")
+    with pytest.raises(TaskFileError, match="volatile"):
+        load_tasks(bad)
+    assert replay(router, trajectory, volatile=["("]).status == 422
+
+
+def test_lineage_on_create_survives_a_router_restart(fresh_router: RouterProcess) -> None:
+    lineage = {"parent": "sb-00000000000000aa", "step": 3, "checkpoint": None, "kind": "replay"}
+    reply = fresh_router.http("POST", "/v1/sandboxes", json_body={"lineage": lineage})
+    assert reply.status == 201, reply.body
+    sandbox = reply.json()["id"]
+    bad = fresh_router.http("POST", "/v1/sandboxes", json_body={"lineage": {**lineage, "kind": "teleport"}})
+    assert bad.status in (400, 422) and "kind" in bad.json()["error"]["message"]
+    fresh_router.stop()
+    fresh_router.start()
+    with fresh_router.client() as grove:
+        record = grove.request("GET", f"/v1/sandboxes/{sandbox}/trajectory")
+    assert record["sandbox"]["lineage"] == lineage
