@@ -131,3 +131,33 @@ def test_a_harness_that_cannot_resume_is_refused_for_progress(router: RouterProc
     assert "cannot resume from a step" in done.stderr.decode() and "resume=" in done.stderr.decode()
     assert not (out / "progress.jsonl").exists()
     assert router.live_ids() == set()
+
+
+def test_mini_swe_agent_replays_and_resumes_from_a_step(router: RouterProcess, tmp_path: Path) -> None:
+    """mini-swe-agent's real loop (its deterministic model): its trajectories replay step for step, and resumed at a
+    step it goes on from the recorded conversation: the rise is at its patch (turn 4: three looks, then the patch)."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(line) + "\n" for line in task_lines(2, ("medium", "hard"))))
+    out = tmp_path / "run"
+    run(router, tasks, out, Policy(attempts=2), concurrency=4, variants=[("mini-swe-agent", None)])
+    rows = results(out)
+    assert {r["outcome"] for r in rows} <= {"pass", "fail"} and len(rows) == 4
+    for row in rows:
+        reply = router.http("POST", f"/v1/trajectories/{row['trajectory_id']}/replay",
+                            json_body={"env": {"PYTHONDONTWRITEBYTECODE": "1"}, "keep": False})
+        report = reply.json()
+        assert report["total"] == report["matched"] and report["total"] >= 8, report["steps"]
+    done = router.cli("rollouts", "progress", str(out), "--continuations", str(N), "--steps", "3,4",
+                      "--include-resolved", timeout=900)
+    assert done.returncode == 0, done.stderr.decode()
+    lines = [json.loads(x) for x in (out / "progress.jsonl").read_text().splitlines()]
+    expected = set()
+    for row in rows:
+        mine = {line["turn"]: line for line in lines if line["trajectory_id"] == row["trajectory_id"]}
+        draws = [draws_right(row["task"], CONTINUATION_ATTEMPTS + i, p_solve(row["task"])) for i in range(N)]
+        assert mine[3]["successes"] == sum(draws), mine[3]
+        assert mine[4]["successes"] == (N if row["outcome"] == "pass" else 0), mine[4]
+        if row["outcome"] == "pass" and sum(draws) < N:
+            expected.add(row["trajectory_id"])
+    assert {line["trajectory_id"] for line in lines if line["rising"]} == expected and expected
+    assert router.live_ids() == set()
