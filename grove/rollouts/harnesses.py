@@ -36,6 +36,7 @@ from typing import Any
 
 from grove.client import Sandbox
 from grove.core.errors import GroveError, Invalid
+from grove.rollouts.hooks import resolve_function
 from grove.rollouts.resume import Prefix
 
 HarnessFn = Callable[..., None]
@@ -92,15 +93,8 @@ def resolve(spec: str, model: str | None) -> Harness:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise Invalid(f"--harness {spec!r}: use scripted, mini-swe-agent, or module:function")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.append(os.getcwd())  # like `python -m`: a module beside the task files imports from the CLI too
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise Invalid(f"--harness {spec!r}: cannot import {module_name!r}: {exc}") from exc
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise Invalid(f"--harness {spec!r}: {module_name} has no callable {attr!r}")
+    fn = resolve_function(spec, "--harness")
+    module = sys.modules[module_name]
     version = str(getattr(module, "__version__", None) or _package_version(module_name))
     return Harness(spec, version, model, fn)
 

@@ -18,7 +18,7 @@ def resolve_function(spec: str, what: str) -> Callable[..., Any]:
     if not sep or not module_name or not attr:
         raise Invalid(f"{what} {spec!r}: use module:function")
     if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.append(os.getcwd())
+        sys.path.append(os.getcwd())  # like `python -m`: a module beside the task files imports from the CLI too
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
