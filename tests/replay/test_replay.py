@@ -15,8 +15,10 @@ from artifacts.archive import TrajectoryArchive
 from artifacts.replay import normalize
 from artifacts.store import ObjectStore
 from grove.client import Sandbox
-from grove.demo.tasks import task_lines
+from grove.demo.mini import run_one
+from grove.demo.tasks import make_tasks, task_lines
 from grove.rollouts import Policy, TaskFileError, load_tasks
+from grove.statedir import StateDir
 from tests.rollouts.runs import results, run
 from tests.support.executor_fixtures import Reply
 from tests.support.imagetools import make_busybox_rootfs
@@ -197,3 +199,35 @@ def test_lineage_on_create_survives_a_router_restart(fresh_router: RouterProcess
     with fresh_router.client() as grove:
         record = grove.request("GET", f"/v1/sandboxes/{sandbox}/trajectory")
     assert record["sandbox"]["lineage"] == lineage
+
+
+def test_an_image_file_altered_behind_groves_back_is_reported_at_the_step_that_reads_it(
+        router: RouterProcess, tmp_path: Path) -> None:
+    rootfs = make_busybox_rootfs(tmp_path / "rootfs")
+    (rootfs / "etc" / "greeting").write_text("hello\n")
+    assert router.cli("image", "import", "altered-bb", str(rootfs)).returncode == 0
+    with router.client() as grove:
+        sb = grove.create(image="altered-bb")
+        sb.exec("echo first")
+        sb.exec("cat /etc/greeting")
+        sb.exec("echo last")
+        sb.close()
+    stored = list(StateDir(router.state_dir).images.rglob("etc/greeting"))
+    assert stored, "the imported image's file is not in the state dir"
+    for path in stored:  # the same digest on record, other bytes on disk
+        path.unlink()
+        path.write_text("tampered\n")
+    report = replay(router, sb.id, keep=False).json()
+    assert report["first_mismatch"] == 1 and report["matched"] == 2, report["steps"]
+    assert report["steps"][1]["differs"] == ["stdout"]
+    assert router.cli("image", "rm", "altered-bb").returncode == 0
+
+
+def test_the_mini_swe_agent_demos_trajectories_replay(router: RouterProcess) -> None:
+    """``python -m grove.demo --harness mini-swe-agent`` drives each task with :func:`grove.demo.mini.run_one`."""
+    for task, right in zip(make_tasks(2), (True, False), strict=True):
+        outcome = run_one(router.url, router.key, task, right=right)
+        assert outcome.error is None and outcome.solved == right, outcome
+        report = replay(router, str(outcome.sandbox_id), env={"PYTHONDONTWRITEBYTECODE": "1"}, keep=False).json()
+        assert report["matched"] == report["total"] >= 7, report["steps"]
+    assert router.live_ids() == set()
