@@ -231,3 +231,28 @@ def test_the_mini_swe_agent_demos_trajectories_replay(router: RouterProcess) -> 
         report = replay(router, str(outcome.sandbox_id), env={"PYTHONDONTWRITEBYTECODE": "1"}, keep=False).json()
         assert report["matched"] == report["total"] >= 7, report["steps"]
     assert router.live_ids() == set()
+
+
+def test_a_continuation_whose_replay_does_not_reproduce_the_state_is_retried_then_lost(
+        router: RouterProcess, demo_run: tuple[Path, list[dict[str, Any]]], tmp_path: Path) -> None:
+    """Progress runs are infrastructure-fault-safe: a rebuilt state that differs (here: a stored output edited) is
+    a fault of the try, retried in a fresh sandbox, then lost and left out of the estimate; nothing is left behind."""
+    tasks, lines = demo_run
+    row = lines[0]
+    with router.client() as grove:
+        record = grove.request("GET", f"/v1/trajectories/{row['trajectory_id']}")
+    cat = next(i for i, s in enumerate(record["steps"]) if s["type"] == "exec" and str(s["command"]).startswith("cat "))
+    record["steps"][cat]["stdout"] = b"not what the file says\n"
+    record["sandbox"] = dict(record["sandbox"], id=f"sb-{secrets.token_hex(8)}")
+    store(router, record)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_bytes((tasks.parent / "run" / "run.json").read_bytes())
+    (run_dir / "results.jsonl").write_text(json.dumps({**row, "outcome": "fail",
+                                                      "trajectory_id": record["sandbox"]["id"]}) + "\n")
+    done = router.cli("rollouts", "progress", str(run_dir), "--continuations", "2", "--steps", "4",
+                      "--max-infra-retries", "1", timeout=600)
+    assert done.returncode == 0, done.stderr.decode()
+    (line,) = [json.loads(x) for x in (run_dir / "progress.jsonl").read_text().splitlines()]
+    assert line["lost"] == 2 and line["successes"] == 0 and line["estimate"] is None and not line["rising"]
+    assert router.live_ids() == set()
