@@ -88,6 +88,30 @@ def test_progress_finds_the_right_edit_and_the_export_holds_exactly_those_spans(
         assert roles[0] == "user" and roles.count("tool") == READ  # earlier turns answered, all masked
     dataset = load_dataset("json", data_files=str(export), split="train")
     assert dataset.num_rows == len(examples) and {"prompt", "completion", "loss_mask"} <= set(dataset.column_names)
+    assert dataset.select_columns(["prompt", "completion", "tools"])[0]["completion"][0]["role"] == "assistant"
+
+    plain = tmp_path / "plain.jsonl"
+    done = router.cli("rollouts", "export", str(out), "--sft", "plain", "-o", str(plain))
+    assert done.returncode == 0, done.stderr.decode()
+    chats = [json.loads(x) for x in plain.read_text().splitlines()]
+    assert sorted(c["metadata"]["sandbox_id"] for c in chats) == sorted(r["trajectory_id"] for r in rows)
+
+
+def test_the_cli_takes_checkpoint_every_and_records_the_kept_states(router: RouterProcess, tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(task_lines(1, ("easy",))[0]) + "\n")
+    out = tmp_path / "run"
+    done = router.cli("rollouts", "run", str(tasks), "--harness", "scripted", "--attempts", "1", "--out", str(out),
+                      "--checkpoint-every", "3", "--quiet", "--no-upload", timeout=300)
+    assert done.returncode == 0, done.stderr.decode()
+    (row,) = results(out)
+    assert [c["turn"] for c in row["checkpoints"]] == [3, 6]
+    assert all(c["checkpoint"] is None for c in row["checkpoints"])
+    bad = router.cli("rollouts", "run", str(tasks), "--harness", "scripted", "--attempts", "1", "--out",
+                     str(tmp_path / "other"), "--checkpoint-every", "-1")
+    assert bad.returncode != 0 and "--checkpoint-every" in bad.stderr.decode()
+    done = router.cli("rollouts", "export", str(out), "--sft", "credit")
+    assert done.returncode != 0 and "rollouts progress" in done.stderr.decode()
 
 
 def teacher(trajectory: dict[str, Any], outcome: dict[str, Any] | None) -> list[float]:
