@@ -5,8 +5,10 @@ The fresh sandbox is an ordinary one of the caller's project, its trajectory rec
 the replay ran), with ``lineage: {"parent", "step", "checkpoint": null, "kind": "replay"}``; it is kept (the state
 after step ``until``, for a continuation to start from) unless the request says ``"keep": false``.
 
-Rebuilding the state at a step is replay here; where a checkpoint of the parent at or before that step exists, a
-create from it would skip the steps it holds — :meth:`Replayer.checkpoint_before` is the one place that decides.
+Rebuilding the state at a step is replay here: this router keeps no checkpoints. Once it does, the fresh sandbox is
+made from the parent's latest checkpoint at or before ``until`` (:meth:`Replayer._create_request` names it, with
+``lineage.checkpoint``) and only the steps after that checkpoint are re-run (``plan`` from there): that is the one
+place that changes.
 """
 
 from __future__ import annotations
@@ -80,11 +82,6 @@ class Replayer:
                 "volatile": [r for r, p in zip(reports, planned, strict=True) if p.volatile],
                 "first_mismatch": next((r["index"] for r in counted if not r["match"]), None),
                 "kept": req.keep}
-
-    def checkpoint_before(self, parent: str, step: int) -> tuple[str, int] | None:
-        """A checkpoint of ``parent`` taken at or before ``step`` (its id and step), to create from instead of
-        replaying the steps it holds. None here: this router keeps no checkpoints, so state is rebuilt by replay."""
-        return None
 
     async def _same_image(self, sandbox: dict[str, Any]) -> None:
         """409 unless the image the trajectory ran on is still here with the same digest."""
