@@ -16,13 +16,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 
 from artifacts.replay import PlannedStep, compare_exec, content_matches, plan, volatile_patterns
 from grove.core import wire
-from grove.core.errors import Conflict, GroveError, Invalid, NotFound
+from grove.core.errors import BadGateway, Conflict, GroveError, Invalid, NotFound
 from grove.core.schema import parse, spec
 from router.backends.base import Endpoint
 from router.lifecycle.service import SandboxService
@@ -32,6 +33,8 @@ from router.trajectory.recorder import Digest, exec_step
 from router.upstream.proxy import Upstreams
 
 _FILE_TIMEOUT_S = 120.0
+_EXEC_TIMEOUT_S = 3600.0
+"""A recorded command without its own timeout: the longest the replay waits for it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,15 +136,21 @@ class Replayer:
             sent["user"] = step["user"]
         body = wire.encode({k: v for k, v in sent.items() if v is not None}, True)
         started = time.time()
-        session, base = self.service.upstreams.session(endpoint)
-        headers = Upstreams.headers(endpoint, {"Accept": wire.MSGPACK, "Content-Type": wire.MSGPACK})
-        async with session.post(base + "/v1/exec", data=body, headers=headers) as resp:
+        limit = float(step.get("timeout_s") or _EXEC_TIMEOUT_S) + 60  # the executor ends the command before
+        async with self._call(endpoint, "POST", "/v1/exec", limit, data=body,
+                              headers={"Accept": wire.MSGPACK, "Content-Type": wire.MSGPACK}) as resp:
             answer, status = await resp.read(), resp.status
+        if status >= 500:
+            raise BadGateway(f"the executor failed replaying {step.get('command')!r}: "
+                             f"{answer[:300].decode('utf-8', 'replace')}")
         ran = exec_step(body, wire.MSGPACK, answer, wire.MSGPACK, False, status, started)
-        if ran is None or "error" in ran:
-            raise Conflict(f"the executor refused the recorded command {step.get('command')!r}: "
-                           f"{answer[:300].decode('utf-8', 'replace')}")
+        if ran is None:
+            return {"match": False, "exit_code": None, "recorded_exit_code": step.get("exit_code"),
+                    "reason": f"the executor refused the command ({status})"}
         self.service.recorder.exec(record, ran)
+        if "error" in ran:  # it ran once; now the executor refuses it (a cwd or user that is not there)
+            return {"match": False, "exit_code": None, "recorded_exit_code": step.get("exit_code"),
+                    "reason": f"the executor refused it now: {ran['error']['body'][:300]}"}
         return compare_exec(step, ran)
 
     async def _file(self, record: SandboxRecord, endpoint: Endpoint, step: dict[str, Any]) -> dict[str, Any]:
@@ -151,13 +160,16 @@ class Replayer:
         data = str(step.get("content") or "").encode() if op == "write" else None
         digest = Digest()
         started = time.time()
-        session, base = self.service.upstreams.session(endpoint)
-        async with session.request(method, base + "/v1/files", params={"path": path}, data=data,
-                                   headers=Upstreams.headers(endpoint),
-                                   timeout=aiohttp.ClientTimeout(total=_FILE_TIMEOUT_S)) as resp:
+        async with self._call(endpoint, method, "/v1/files", _FILE_TIMEOUT_S, params={"path": path},
+                              data=data) as resp:
             status = resp.status
-            body = await resp.read()
-        digest(data if data is not None else body if op == "read" and status < 300 else b"")
+            if op == "read" and status < 300:
+                async for chunk in resp.content.iter_chunked(1 << 16):  # hashed as it comes: any size
+                    digest(chunk)
+        if status >= 500:
+            raise BadGateway(f"the executor failed replaying {kind} of {path!r} ({status})")
+        if data is not None:
+            digest(data)
         moved = digest if op in ("write", "read") else None
         self.service.recorder.transfer(record, "file", op, path=path, status=status, started=started, moved=moved)
         report: dict[str, Any] = {"status": status, "recorded_status": step.get("status")}
@@ -169,6 +181,19 @@ class Replayer:
             report["reason"] = "the recorded content does not hash to the recorded sha256 (the record was edited)"
         report["match"] = ok
         return report
+
+    @contextlib.asynccontextmanager
+    async def _call(self, endpoint: Endpoint, method: str, path: str, timeout_s: float, *,
+                    headers: dict[str, str] | None = None, **kwargs: Any) -> AsyncIterator[aiohttp.ClientResponse]:
+        """One call to the replayed sandbox's executor; one it does not answer is a ``BadGateway`` (an
+        environment fault, noted in the replay's own trajectory by the caller's ``faults``)."""
+        session, base = self.service.upstreams.session(endpoint)
+        try:
+            async with session.request(method, base + path, headers=Upstreams.headers(endpoint, headers),
+                                       timeout=aiohttp.ClientTimeout(total=timeout_s), **kwargs) as resp:
+                yield resp
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise BadGateway(f"the sandbox's executor did not answer {method} {path} during the replay: {exc}") from exc
 
 
 _RESOURCES = ("cpu", "memory_mb", "pids_max", "disk_mb")

@@ -85,6 +85,16 @@ def test_a_record_edited_behind_groves_back_is_reported_at_the_step_that_differs
     assert report["first_mismatch"] == write, report["steps"]
     assert "edited" in next(s for s in report["steps"] if s["index"] == write)["reason"]
 
+    # A command's cwd edited to one that is not there: the executor refuses it now; the replay says so and goes on.
+    moved = dict(record, steps=[dict(s) for s in steps])
+    moved["steps"][cat]["cwd"] = "/no/such/dir"
+    moved["sandbox"] = dict(record["sandbox"], id=f"sb-{secrets.token_hex(8)}")
+    store(router, moved)
+    report = replay(router, moved["sandbox"]["id"], env={"PYTHONDONTWRITEBYTECODE": "1"}, keep=False).json()
+    refused = next(s for s in report["steps"] if s["index"] == cat)
+    assert report["first_mismatch"] == cat and "refused" in refused["reason"] and refused["exit_code"] is None
+    assert report["matched"] == report["total"] - 1
+
 
 def test_until_keeps_the_state_after_that_step_with_replay_lineage(
         router: RouterProcess, demo_run: tuple[Path, list[dict[str, Any]]]) -> None:
