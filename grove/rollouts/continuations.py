@@ -21,8 +21,11 @@ turn 0..T) gives the estimates instead; no continuation runs, and the lines say 
 ``progress.jsonl`` in the run directory, one line per (attempt, turn)::
 
     {"run_id", "task", "attempt", "variant", "trajectory_id", "outcome", "turn", "step", "source": "monte_carlo",
-     "continuations", "successes", "lost", "estimate", "ci_low", "ci_high", "interval": "wilson-95",
-     "rise", "rising"}
+     "continuations", "successes", "lost", "infra_faults", "estimate", "ci_low", "ci_high",
+     "interval": "wilson-95", "rise", "rising", "span"}
+
+``infra_faults`` lists the reasons of the faults the turn's continuations met (each retried); an attempt whose
+setup does not replay gets lines with ``estimate: null`` and the ``error``.
 
 ``step`` is the index in the trajectory's steps after which the state was taken. ``rise`` is the estimate minus the
 previous chosen turn's, and ``rising`` says it went up by more than ``min_rise``: the turns since the previous chosen
@@ -108,8 +111,6 @@ class ProgressRun:
         wanted = ("fail", "pass") if config.include_resolved else ("fail",)
         self.attempts = [r for r in results if r.get("outcome") in wanted and r.get("trajectory_id")]
         self._slots = asyncio.Semaphore(config.concurrency)
-        self.faults: list[str] = []
-        """The reasons of the infrastructure faults continuations met (each retried in a fresh sandbox)."""
 
     async def execute(self) -> list[dict[str, Any]]:
         """Estimate every chosen attempt; the lines written to ``progress.jsonl``."""
@@ -142,13 +143,18 @@ class ProgressRun:
             base = await self._base(row, task, setup_end(steps))
             for turn in chosen:
                 prefix = prefix_of(record, turn)
+                if isinstance(base, str):  # the setup itself did not replay: no state to continue from
+                    lines.append({**head, "turn": turn, "step": prefix.step, "source": "monte_carlo",
+                                  "continuations": 0, "successes": 0, "lost": 0, "estimate": None, "error": base})
+                    continue
                 outcomes = await asyncio.gather(*(self._continue(row, task, prefix, base, i, pool)
                                                   for i in range(self.config.continuations)))
-                scored = [o for o in outcomes if o is not None]
+                scored = [o for o, _ in outcomes if o is not None]
                 low, high = wilson(sum(scored), len(scored))
                 lines.append({**head, "turn": turn, "step": prefix.step, "source": "monte_carlo",
                               "continuations": len(outcomes), "successes": sum(scored),
                               "lost": len(outcomes) - len(scored),
+                              "infra_faults": [r for _, met in outcomes for r in met],
                               "estimate": round(sum(scored) / len(scored), 4) if scored else None,
                               "ci_low": round(low, 4), "ci_high": round(high, 4), "interval": "wilson-95"})
         _mark_rises(lines, self.config.min_rise)
@@ -161,8 +167,9 @@ class ProgressRun:
         kept = [c["turn"] for c in row.get("checkpoints") or [] if isinstance(c, dict)]
         return sorted({0, *kept}) if kept else list(range(count + 1))
 
-    async def _base(self, row: dict[str, Any], task: Task, until: int) -> Manifest:
-        """The attempt's workdir right after setup (step ``until``): its changes' base, from a replay to there."""
+    async def _base(self, row: dict[str, Any], task: Task, until: int) -> Manifest | str:
+        """The attempt's workdir right after setup (step ``until``): its changes' base, from a replay to there; or
+        why the setup did not replay."""
         async with self._slots:
             report = await self.client.request("POST", f"/v1/trajectories/{row['trajectory_id']}/replay",
                                                json_body={"until": until, "env": task.env, "keep": True,
@@ -170,14 +177,18 @@ class ProgressRun:
             sandbox = AsyncSandbox(self.client, await self.client.request(
                 "GET", f"/v1/sandboxes/{report['sandbox_id']}"))
             try:
+                if report["matched"] != report["total"]:
+                    return f"the attempt's setup did not replay: step {report['first_mismatch']} differs"
                 return await manifest(sandbox, task.workdir)
             finally:
                 with contextlib.suppress(GroveError):
                     await sandbox.close()
 
     async def _continue(self, row: dict[str, Any], task: Task, prefix: Prefix, base: Manifest, index: int,
-                        pool: ThreadPoolExecutor) -> int | None:
-        """One continuation, retried on infrastructure faults; 1 if it passed, 0 if not, None if lost."""
+                        pool: ThreadPoolExecutor) -> tuple[int | None, list[str]]:
+        """One continuation, retried on infrastructure faults; 1 if it passed, 0 if not, None if lost; and the
+        reasons of the faults its tries met."""
+        faults: list[str] = []
         harness = self.harnesses[row["variant"]]
         resume = Continuation(parent=row["trajectory_id"], prefix=prefix, base=base, env=task.env)
         run_id = f"{self.run_id}.progress"
@@ -195,12 +206,12 @@ class ProgressRun:
                         raise
                     await self._discard({"run_id": run_id, "group_id": group, "attempt": str(attempt),
                                          "try": str(try_no)})
-                    self.faults.append(reason_of(exc))
+                    faults.append(reason_of(exc))
                     continue
             if out["outcome"] == "harness_error":
-                return None
-            return 1 if out["outcome"] == "pass" else 0
-        return None
+                return None, faults
+            return (1 if out["outcome"] == "pass" else 0), faults
+        return None, faults
 
     async def _create(self, body: dict[str, Any]) -> Any:
         return await self.client.request("POST", "/v1/sandboxes", json_body=body)

@@ -55,7 +55,7 @@ def test_progress_finds_the_right_edit_and_the_export_holds_exactly_those_spans(
         # Before the edit, continuation i draws as attempt CONTINUATION_ATTEMPTS + i does; after it, the edit is made.
         draws = [draws_right(row["task"], CONTINUATION_ATTEMPTS + i, p_solve(row["task"])) for i in range(N)]
         before, after = mine[READ], mine[WRITE]
-        assert before["successes"] == sum(draws) and before["lost"] == 0, before
+        assert before["successes"] == sum(draws) and before["lost"] == 0 and before["infra_faults"] == [], before
         assert after["successes"] == (N if row["outcome"] == "pass" else 0), after
         for line in (before, after):
             assert line["interval"] == "wilson-95" and line["source"] == "monte_carlo"

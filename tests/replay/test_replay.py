@@ -265,4 +265,5 @@ def test_a_continuation_whose_replay_does_not_reproduce_the_state_is_retried_the
     assert done.returncode == 0, done.stderr.decode()
     (line,) = [json.loads(x) for x in (run_dir / "progress.jsonl").read_text().splitlines()]
     assert line["lost"] == 2 and line["successes"] == 0 and line["estimate"] is None and not line["rising"]
+    assert line["infra_faults"] == ["replay_mismatch"] * 4  # two tries of each of the two continuations
     assert router.live_ids() == set()
