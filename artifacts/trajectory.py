@@ -14,6 +14,9 @@ A record is one dict per sandbox::
 ``cost`` is what the sandbox cost over its life (``grove.core.cost.Cost``), written when it ended; None in a
 record of a sandbox still running or stored before costs were recorded.
 
+``sandbox.lineage`` (when the sandbox's state came from another's trajectory): ``{"parent": <sandbox id>, "step":
+<int>, "checkpoint": <id or null>, "kind": "fork"|"restore"|"replay"}``.
+
 ``sandbox`` is the router's public view of the sandbox; task_id, model, harness and harness_version
 are read from ``sandbox.metadata`` (or, failing that, from ``sandbox`` itself).
 
@@ -24,6 +27,7 @@ Key layout (every name segment URL-quoted, see :func:`segment`)::
     index/by-task/<task_id>/<sandbox_id>      the same JSON (only when the field is set)
     index/by-model/<model>/<sandbox_id>
     index/by-harness/<harness>/<sandbox_id>
+    index/by-parent/<parent sandbox_id>/<sandbox_id>   (a record with ``sandbox.lineage``)
 
 so a pipeline lists one prefix and reads small JSON bodies instead of every trajectory. A sandbox
 with no created_at files under ``_undated`` rather than today, so re-uploading it (after a spool)
@@ -47,8 +51,9 @@ TRAJECTORY_PREFIX = "trajectories/"
 INDEX_PREFIX = "index/"
 RUNS_PREFIX = "runs/"
 """Rollout runs' files (results, summaries, reports, plots): ``runs/<run_id>/<name>``, beside the trajectories."""
-# Index name → the summary field it lists by.
-INDEXES = {"by-task": "task_id", "by-model": "model", "by-harness": "harness"}
+# Index name → the summary field it lists by (``by-parent``: the sandbox a forked, restored or replayed one's
+# ``lineage`` names, so a trajectory's children are one listing away).
+INDEXES = {"by-task": "task_id", "by-model": "model", "by-harness": "harness", "by-parent": "parent"}
 NONE_SEGMENT = "_none"
 _MAX_SEGMENT = 180  # S3 keys are at most 1024 bytes; a few long names must still fit
 
@@ -125,6 +130,8 @@ def summary(record: dict[str, Any]) -> dict[str, Any]:
         "infra_errors": len(outcome.get("infra_errors") or []),
         "steps": len(steps),
         "cost": cost if isinstance(cost := record.get("cost"), dict) else None,
+        "lineage": lineage if isinstance(lineage := sandbox.get("lineage"), dict) else None,
+        "parent": lineage.get("parent") if isinstance(lineage, dict) else None,
     }
 
 

@@ -43,6 +43,19 @@ class DesktopModel:
 
 
 @dataclass(frozen=True)
+class LineageModel:
+    """Where a sandbox's state came from: another sandbox's trajectory at a step (recorded in its own trajectory,
+    shown as a tree by the viewer)."""
+
+    parent: str = spec("the sandbox whose trajectory this one branches from", max_len=64)
+    step: int = spec("the index of the parent's step after which the state was taken", minimum=0,
+                     maximum=1 << 31)
+    checkpoint: str | None = spec("the checkpoint the state came from (none: rebuilt by replay)", default=None,
+                                  max_len=64)
+    kind: str = spec("how the state was made", default="replay", enum=("fork", "restore", "replay"))
+
+
+@dataclass(frozen=True)
 class Metadata:
     """What the sandbox is for; recorded in its trajectory and usable as list filters."""
 
@@ -85,6 +98,7 @@ class CreateRequest:
     desktop: DesktopModel | None = spec("a screen for GUI agents (see DesktopModel)", default=None)
     checkpoint: str | None = spec("start with the files of this checkpoint (`POST /v1/sandboxes/{id}/checkpoints`); "
                                   "its image and disk_mb are the checkpoint's", default=None, max_len=64)
+    lineage: LineageModel | None = spec("the trajectory this sandbox branches from (see LineageModel)", default=None)
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, nested models as dicts: ``dataclasses.asdict`` (a deep copy by reflection, 13 % of
@@ -94,6 +108,7 @@ class CreateRequest:
         data["network"] = {"egress": self.network.egress, "allow": list(self.network.allow)}
         data["metadata"] = {**vars(self.metadata), "labels": dict(self.metadata.labels)}
         data["desktop"] = dict(vars(self.desktop)) if self.desktop is not None else None
+        data["lineage"] = dict(vars(self.lineage)) if self.lineage is not None else None
         return data
 
     def with_request_id(self, request_id: str | None) -> CreateRequest:
@@ -117,6 +132,7 @@ class CreateRequest:
             # Not dataclasses.asdict (a deep copy by reflection): this runs for every answer and claim.
             "metadata": {**vars(self.metadata), "labels": dict(self.metadata.labels)},
             **({"desktop": dict(vars(self.desktop))} if self.desktop is not None else {}),
+            **({"lineage": dict(vars(self.lineage))} if self.lineage is not None else {}),
         }
 
 

@@ -1,4 +1,5 @@
-"""``grove rollouts run|status|report``: a task set through harnesses and models, in groups, with reports."""
+"""``grove rollouts run|status|report``: a task set through harnesses and models, in groups, with reports
+(``progress|export``: :mod:`grove.cli.credit`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from grove.cli.common import router_and_key
+from grove.cli.credit import register as register_credit
 
 INTERRUPTED = 130
 """The exit code of a run stopped with Ctrl-C (128 + SIGINT, as a shell reports it)."""
@@ -28,6 +30,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.bar == (args.attempts is not None):
         raise SystemExit("grove rollouts run: give either --attempts N or --bar --max-attempts M")
+    if args.checkpoint_every < 0:
+        raise SystemExit("grove rollouts run: --checkpoint-every K needs K >= 1 (0: keep none)")
     if args.bar and not args.max_attempts:
         raise SystemExit("grove rollouts run: --bar needs --max-attempts M (the per-task budget)")
     try:
@@ -41,7 +45,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = RunConfig(tasks=Path(args.tasks), out=Path(args.out), variants=variants, policy=policy,
                        concurrency=args.concurrency, max_infra_retries=args.max_infra_retries,
                        url=url, api_key=key, upload=not args.no_upload, quiet=args.quiet,
-                       tasks_root=Path(args.tasks_root) if args.tasks_root else None)
+                       tasks_root=Path(args.tasks_root) if args.tasks_root else None,
+                       checkpoint_every=args.checkpoint_every)
     summary = _run_stoppably(config)
     if summary is None:
         print(f"\ngrove rollouts: interrupted; rerun the same command to resume ({args.out} keeps what is done)",
@@ -193,6 +198,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     run.add_argument("--out", required=True, help="the run directory (rerun with the same one to resume)")
     run.add_argument("--no-upload", action="store_true", help="keep the results files local (no S3 copy)")
     run.add_argument("--quiet", action="store_true", help="no progress line")
+    run.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
+                     help="keep the state every K agent turns for `rollouts progress` (recorded in results.jsonl "
+                          "as `checkpoints`; rebuilt by replay)")
     run.set_defaults(func=cmd_run)
     status = rsub.add_parser("status", parents=[common], help="where a run directory stands")
     status.add_argument("dir")
@@ -200,3 +208,4 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     report = rsub.add_parser("report", parents=[common], help="rebuild and print a run's report")
     report.add_argument("dir")
     report.set_defaults(func=cmd_report)
+    register_credit(rsub, common)

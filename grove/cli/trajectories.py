@@ -1,4 +1,4 @@
-"""``grove trajectories ls|get|export``: stored trajectories, alive or not."""
+"""``grove trajectories ls|get|export`` (and ``replay``, :mod:`grove.cli.replay`): stored trajectories, alive or not."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from grove.cli.common import client, texty, utc
+from grove.cli.replay import register as register_replay
 
 OUTCOMES = ("pass", "fail", "infra_error")
 IMAGE_FORMATS = ("openai", "trl")
@@ -100,3 +101,4 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     tget = tsub.add_parser("get", parents=[common], help="one trajectory as JSON")
     tget.add_argument("id")
     traj.set_defaults(func=cmd_trajectories)
+    register_replay(tsub, common)

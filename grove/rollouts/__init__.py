@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from grove.rollouts.api import arun_rollouts, run_rollouts, upload_run
 from grove.rollouts.harnesses import Harness, InfraFault, PolicyError
+from grove.rollouts.resume import Prefix
 from grove.rollouts.runner import RunConfig
 from grove.rollouts.sampling import Policy
 from grove.rollouts.tasks import Task, TaskFileError, load_tasks
 
-__all__ = ["Harness", "InfraFault", "Policy", "PolicyError", "RunConfig", "Task", "TaskFileError", "arun_rollouts",
-           "load_tasks", "run_rollouts", "upload_run"]
+__all__ = ["Harness", "InfraFault", "Policy", "PolicyError", "Prefix", "RunConfig", "Task", "TaskFileError",
+           "arun_rollouts", "load_tasks", "run_rollouts", "upload_run"]

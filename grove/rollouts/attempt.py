@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import traceback
 from collections.abc import Callable, Coroutine
@@ -27,6 +28,8 @@ from grove.rollouts.costs import Bill
 from grove.rollouts.grading import BrokenCheck, Grade, cpu_seconds, run_check, stop_processes
 from grove.rollouts.harnesses import Harness, InfraFault, PolicyError
 from grove.rollouts.isolated import mark_dropped
+from grove.rollouts.rebuild import Continuation, rebuild
+from grove.rollouts.resume import Prefix, kept_states
 from grove.rollouts.services import Running
 from grove.rollouts.setup import setup
 from grove.rollouts.tasks import Task
@@ -107,9 +110,10 @@ class HarnessFailure(Exception):
 
 async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds, *, pool: Executor,
                   on_sandbox: Callable[[str], None], create: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]],
-                  ) -> dict[str, Any]:
+                  resume: Continuation | None = None, checkpoint_every: int = 0) -> dict[str, Any]:
     """Run one try; the result fields of ``results.jsonl`` (outcome ``pass``/``fail``/``harness_error``), or raise
-    InfraFault."""
+    InfraFault. With ``resume``: a continuation — the sandbox holds a recorded attempt's state after a step
+    (:func:`grove.rollouts.rebuild.rebuild`, instead of create and setup) and the harness resumes from its prefix."""
     t0 = time.monotonic()
     labels = {"run_id": ids.run_id, "group_id": ids.group_id, "attempt": str(ids.attempt), "try": str(ids.try_no)}
     body = {"image": task.image, "request_id": ids.request_id, "workdir": task.workdir, "env": task.env,
@@ -120,7 +124,7 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
         body["network"] = task.network
     if task.desktop is not None:
         body["desktop"] = task.desktop
-    info = await create(body)
+    info = await (create(body) if resume is None else rebuild(client, resume, body))
     on_sandbox(info["id"])
     sandbox = AsyncSandbox(client, info)
     sandbox.start_heartbeat()
@@ -129,11 +133,14 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
     try:
         t_setup = time.monotonic()
         services: list[Running] = []
-        base = await setup(sandbox, task, prompt=True, site=True, services=services)  # the base of its changes
+        # The base of the agent's changes: the state after setup (a continuation's was taken from its parent's).
+        base = (await setup(sandbox, task, prompt=True, site=True, services=services) if resume is None
+                else resume.base)
         out["setup_s"] = round(time.monotonic() - t_setup, 3)
         t_agent = time.monotonic()
         try:
-            out["agent_error"] = await _agent(sandbox, task, harness, ids, pool)
+            out["agent_error"] = await _agent(sandbox, task, harness, ids, pool,
+                                              resume.prefix if resume is not None else None)
         except HarnessFailure as failure:
             await sandbox.post_event("harness_error", failure.record())
             out.update(outcome="harness_error", reward=None, harness_error=failure.record())
@@ -146,6 +153,8 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
             kind = "executor_lost" if "executor" in text else "s3" if "artifact" in text else "router_noted"
             raise InfraFault(f"the router noted: {text}", reason=kind)
         out["commands"] = _agent_steps(record.get("steps") or [], "exec")
+        if checkpoint_every and resume is None:
+            out["checkpoints"] = kept_states(record.get("steps") or [], checkpoint_every)
         if task.desktop is not None:
             out["actions"] = _agent_steps(record.get("steps") or [], "computer")
         t_grade = time.monotonic()
@@ -204,12 +213,15 @@ async def _grade(client: AsyncGrove, create: Callable[[dict[str, Any]], Coroutin
     return verdict
 
 
-async def _agent(sandbox: AsyncSandbox, task: Task, harness: Harness, ids: TryIds, pool: Executor) -> str | None:
-    """Run the harness in a worker thread; None, or why the agent's turn ended early (the policy's doing)."""
+async def _agent(sandbox: AsyncSandbox, task: Task, harness: Harness, ids: TryIds, pool: Executor,
+                 prefix: Prefix | None = None) -> str | None:
+    """Run the harness in a worker thread (resumed from ``prefix`` if given); None, or why the agent's turn ended
+    early (the policy's doing)."""
     bridge = _Bridge(asyncio.get_running_loop())
     view = {**task.raw, "id": task.id, "prompt": task.prompt, "workdir": task.workdir, "scripted": task.scripted,
             "attempt": ids.attempt, "group_id": ids.group_id, "run_id": ids.run_id, "model": harness.model}
-    work = asyncio.get_running_loop().run_in_executor(pool, harness.run, view, Sandbox(bridge, sandbox))
+    run = harness.run if prefix is None else functools.partial(harness.run, resume=prefix)
+    work = asyncio.get_running_loop().run_in_executor(pool, run, view, Sandbox(bridge, sandbox))
     try:
         await asyncio.wait_for(asyncio.shield(work), task.timeout_s)
     except TimeoutError:

@@ -3,7 +3,9 @@
 ``--harness`` takes ``scripted`` (the demo's stochastic agent, :mod:`grove.rollouts.scripted`),
 ``mini-swe-agent`` (its real ``DefaultAgent`` loop, every command run by
 :class:`grove.integrations.minisweagent.GroveEnvironment` in the attempt's sandbox), or
-``module:function`` — any callable ``function(task: dict, sandbox: grove.Sandbox) -> None``.
+``module:function`` — any callable ``function(task: dict, sandbox: grove.Sandbox) -> None``. One that also takes
+``resume=`` (a :class:`grove.rollouts.resume.Prefix`) can continue a recorded attempt from its step k, which
+progress runs need; scripted and mini-swe-agent can.
 
 A harness runs in a worker thread with a synchronous :class:`grove.Sandbox`. The ``task`` dict is the
 task's line plus ``id``, ``prompt``, ``workdir``, ``attempt``, ``group_id``, ``run_id`` and ``model``.
@@ -21,6 +23,7 @@ Three kinds of failure, kept apart:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import os
@@ -33,8 +36,12 @@ from typing import Any
 
 from grove.client import Sandbox
 from grove.core.errors import GroveError, Invalid
+from grove.rollouts.hooks import resolve_function
+from grove.rollouts.resume import Prefix
 
-HarnessFn = Callable[[dict[str, Any], Sandbox], None]
+HarnessFn = Callable[..., None]
+"""``function(task, sandbox)``, or ``function(task, sandbox, resume=None)`` for one that can resume
+(:mod:`grove.rollouts.resume`)."""
 DETERMINISTIC = "deterministic"
 
 
@@ -82,19 +89,12 @@ def resolve(spec: str, model: str | None) -> Harness:
         except Invalid as exc:
             raise Invalid("--harness mini-swe-agent needs the mini-swe-agent package installed") from exc
         chosen = model or DETERMINISTIC
-        return Harness("mini-swe-agent", version, chosen, lambda task, sb: run_mini(task, sb, chosen))
+        return Harness("mini-swe-agent", version, chosen, functools.partial(run_mini, model=chosen))
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise Invalid(f"--harness {spec!r}: use scripted, mini-swe-agent, or module:function")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.append(os.getcwd())  # like `python -m`: a module beside the task files imports from the CLI too
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise Invalid(f"--harness {spec!r}: cannot import {module_name!r}: {exc}") from exc
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise Invalid(f"--harness {spec!r}: {module_name} has no callable {attr!r}")
+    fn = resolve_function(spec, "--harness")
+    module = sys.modules[module_name]
     version = str(getattr(module, "__version__", None) or _package_version(module_name))
     return Harness(spec, version, model, fn)
 
@@ -113,9 +113,10 @@ def _package_version(module_name: str) -> str:
         return "unversioned"
 
 
-def run_mini(task: dict[str, Any], sandbox: Sandbox, model: str) -> None:
+def run_mini(task: dict[str, Any], sandbox: Sandbox, model: str, resume: Prefix | None = None) -> None:
     """mini-swe-agent's ``DefaultAgent`` on the task: its deterministic model (replies scripted from the
-    task's ``scripted`` policy), a model config file (YAML with a ``model`` section), or a model name."""
+    task's ``scripted`` policy), a model config file (YAML with a ``model`` section), or a model name; with
+    ``resume``, continuing the recorded conversation (:class:`grove.integrations.miniresume.ResumedAgent`)."""
     os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
     from minisweagent.agents.default import DefaultAgent
     from minisweagent.config import get_config_from_spec
@@ -124,7 +125,13 @@ def run_mini(task: dict[str, Any], sandbox: Sandbox, model: str) -> None:
 
     config = get_config_from_spec("default.yaml")
     env = GroveEnvironment(sandbox=sandbox, cwd=str(task.get("workdir") or ""), timeout=60)
-    agent = DefaultAgent(_mini_model(task, model), env, **{**config["agent"], "step_limit": 30})
+    options = {**config["agent"], "step_limit": 30}
+    if resume is None:
+        agent = DefaultAgent(_mini_model(task, model), env, **options)
+    else:
+        from grove.integrations.miniresume import ResumedAgent
+
+        agent = ResumedAgent(_mini_model(task, model), env, resume=resume, **options)
     agent.run(str(task["prompt"]))
 
 

@@ -70,6 +70,9 @@ class RunConfig:
     """Where task ``files`` paths may point (default: the task set's own directory)."""
     max_harness_errors: int = 5
     """Stop the run after this many attempts in a row whose harness raised (``harness_error``)."""
+    checkpoint_every: int = 0
+    """Keep the state every this many agent turns (0: none), for progress runs: each attempt's result lists them
+    (``checkpoints``, :func:`grove.rollouts.resume.kept_states`)."""
 
     def spec(self) -> dict[str, Any]:
         """What must match when a run directory is resumed."""
@@ -235,6 +238,7 @@ class Runner:
             try:
                 out = await run_try(self.client, task, harness, ids, pool=pool,
                                     create=lambda body: self._create(body, entry),
+                                    checkpoint_every=self.config.checkpoint_every,
                                     on_sandbox=lambda sid: self._write({**entry, "e": "sandbox", "sandbox_id": sid}))
             except (GroveError, OSError) as exc:
                 if isinstance(exc, GroveError) and exc.status == 401:

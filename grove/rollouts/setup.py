@@ -49,8 +49,12 @@ async def setup(sandbox: AsyncSandbox, task: Task, *, prompt: bool, site: bool =
     if site:
         await open_site(sandbox, task)
     # One call: the end of setup, then (for the agent) the task as its first message.
-    events = [{"kind": "setup", "data": {"status": "finished", **({"services": describe(services)} if services
-                                                                  else {})}}]
+    finished: dict[str, object] = {"status": "finished"}
+    if services:
+        finished["services"] = describe(services)
+    if task.volatile:  # for a replay: these commands' outputs may differ (artifacts.replay)
+        finished["volatile"] = list(task.volatile)
+    events = [{"kind": "setup", "data": finished}]
     if prompt:
         events.append({"kind": "message", "data": {"role": "user", "content": task.prompt}})
     await sandbox.client.request("POST", f"/v1/sandboxes/{sandbox.id}/events", json_body={"events": events})

@@ -44,7 +44,7 @@ __all__ = ["BROWSER_MEMORY_MB", "GRADING_MODES", "Check", "Task", "TaskFileError
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _JUDGE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _KNOWN = {"id", "image", "workdir", "files", "setup", "prompt", "check", "timeout_s", "resources", "network",
-          "env", "labels", "scripted", "data", "serve", "start_url", "desktop", "services"}
+          "env", "labels", "scripted", "data", "serve", "start_url", "desktop", "services", "volatile"}
 GRADING_MODES = ("isolated", "in-place")
 _CHECK_FIELDS = {"test", "reward", "judge", "pass_threshold", "files", "timeout_s", "protected", "tests", "grading"}
 _DESKTOP_FIELDS = ("width", "height", "quiet_ms", "cap_ms")
@@ -113,6 +113,9 @@ class Task:
     """A browser task's screen (``width``, ``height``, ``quiet_ms``, ``cap_ms``; the create's ``desktop``)."""
     services: tuple[Service, ...] = ()
     """Programs the agent's tools talk to, started before it and queried by the check (:mod:`.services`)."""
+    volatile: tuple[str, ...] = ()
+    """Regular expressions of commands whose output may differ from run to run: a replay runs them but reports
+    them apart (:mod:`artifacts.replay`)."""
     data: dict[str, Any] = field(default_factory=dict)
     """Free-form data for the harness (``"data": {...}`` in the task line): never checked by grove."""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -184,7 +187,17 @@ def parse_task(raw: Any, where: str, *, base: Path, files_root: Path | None = No
         resources=_resources(f, browser=browser), network=f.mapping("network") or None, env=f.string_map("env"),
         labels=f.string_map("labels"), scripted=f.mapping("scripted") or None, serve=f.text("serve") or None,
         start_url=start_url or None, desktop=desktop if desktop is not None else {} if browser else None,
-        data=f.mapping("data"), raw=dict(raw))
+        volatile=_volatile(f), data=f.mapping("data"), raw=dict(raw))
+
+
+def _volatile(f: Fields) -> tuple[str, ...]:
+    marks = tuple(f.list_of_text("volatile"))
+    for mark in marks:
+        try:
+            re.compile(mark)
+        except re.error as exc:
+            raise f.fail("volatile", f"{mark!r} is not a regular expression: {exc}") from exc
+    return marks
 
 
 def _start_url(f: Fields) -> str:

@@ -38,6 +38,7 @@ from router.api.processes import (
     wait_process,
 )
 from router.api.projects import get_project, list_projects
+from router.api.replay import replay_trajectory
 from router.api.runs import get_run_file, list_run_files, put_run_file
 from router.api.sandboxes import create_sandbox, delete_sandbox, get_sandbox, healthz, heartbeat, list_sandboxes
 from router.api.snapshots import snapshot_upload
@@ -51,6 +52,7 @@ from router.api.trajectories import (
     post_events,
 )
 from router.checkpoints.models import ForkRequest
+from router.lifecycle.replay import ReplayRequest
 from router.models import (
     ArtifactQuery,
     BatchCreateRequest,
@@ -195,6 +197,9 @@ ROUTES: list[Route] = [
     Route("GET", "/v1/sandboxes/{id}/trajectory", get_live_trajectory, "The trajectory so far"),
     Route("GET", "/v1/trajectories", list_trajectories, "Stored trajectories (?task_id=&model=&harness=)"),
     Route("GET", "/v1/trajectories/{sandbox_id}", get_trajectory, "One trajectory, alive or stored"),
+    Route("POST", "/v1/trajectories/{sandbox_id}/replay", replay_trajectory,
+          "Re-run a trajectory's commands and file writes in a fresh sandbox of the same image digest, each step "
+          "compared (409: the image is gone)", body=ReplayRequest),
     Route("PUT", "/v1/runs/{run_id}/files/{name}", put_run_file,
           "Store a rollout run's file in S3 under runs/<run_id>/<name>", raw_body="application/octet-stream"),
     Route("GET", "/v1/runs/{run_id}/files", list_run_files, "A rollout run's stored files"),

@@ -72,21 +72,24 @@ async def list_trajectories(request: web.Request) -> web.Response:
 
 async def get_trajectory(request: web.Request) -> web.Response:
     """GET /v1/trajectories/{sandbox_id} — one trajectory, alive (from its journal) or stored."""
+    return reply(request, await read_trajectory(request, request.match_info["sandbox_id"]))
+
+
+async def read_trajectory(request: web.Request, sandbox_id: str) -> dict[str, Any]:
+    """A trajectory the caller may see, alive (from its journal) or stored; NotFound as for any unknown id."""
     service = service_of(request)
-    sandbox_id = request.match_info["sandbox_id"]
     if service.journal.exists(sandbox_id):
         record = await asyncio.to_thread(service.journal.record, sandbox_id)
         if caller_of(request).may_see(project_of_record(record)):
-            return reply(request, record)
+            return record
         raise unknown_sandbox(sandbox_id)
     reader: TrajectoryReader = storage_of_sandbox(request, sandbox_id).trajectories
     try:
-        stored = await asyncio.to_thread(reader.get, sandbox_id)
+        return await asyncio.to_thread(reader.get, sandbox_id)
     except NotFound:
         if not knows(request, sandbox_id):  # nothing of it anywhere the caller may look: as any unknown id
             raise unknown_sandbox(sandbox_id) from None
         raise
-    return reply(request, stored)
 
 
 async def post_artifacts(request: web.Request) -> web.Response:

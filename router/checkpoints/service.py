@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from grove.core.errors import Conflict, Invalid, QuotaExceeded
 from router.backends.base import Backend
 from router.checkpoints.index import CheckpointIndex, CheckpointRecord, unknown
-from router.models import CreateRequest, Metadata
+from router.models import CreateRequest, LineageModel, Metadata
 from router.projects.files import ProjectFiles
 from router.records.registry import Registry, SandboxRecord
 from router.trajectory.journal import Journal
@@ -126,8 +126,9 @@ class Checkpoints:
         if req.image not in (CreateRequest.image, found.image):
             raise Invalid(f"'image' {req.image!r} differs from checkpoint {found.id}'s ({found.image!r}): a sandbox "
                           "made from a checkpoint has its image; leave 'image' out")
-        lineage = {"parent": found.sandbox_id, "step": found.step, "checkpoint": found.id, "kind": kind}
-        return dataclasses.replace(req, image=found.image, disk_mb=found.disk_mb), lineage
+        origin = LineageModel(parent=found.sandbox_id, step=found.step, checkpoint=found.id, kind=kind)
+        # On the request too, where a lineage given on create lives (the viewer's tree reads one place).
+        return dataclasses.replace(req, image=found.image, disk_mb=found.disk_mb, lineage=origin), dict(vars(origin))
 
     async def fork(self, record: SandboxRecord, count: int, metadata: Metadata | None) -> list[SandboxRecord]:
         """``count`` new sandboxes, each with the files ``record`` has now (one checkpoint, kept with it)."""

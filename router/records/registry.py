@@ -18,7 +18,7 @@ from typing import Any
 from grove.core.errors import Conflict, GroveError, NotFound
 from grove.statedir import StateDir
 from router.backends.base import CheckpointSource, Endpoint, SandboxSpec
-from router.models import CreateRequest, Metadata, NetworkModel
+from router.models import CreateRequest, LineageModel, Metadata, NetworkModel
 from router.projects.model import DEFAULT, Usage, request_key
 from router.records import log as recordlog
 from router.records.cost import Spent
@@ -140,6 +140,7 @@ class SandboxRecord:
         req = dict(data.pop("request"))
         req["network"] = NetworkModel(req["network"]["egress"], tuple(req["network"]["allow"]))
         req["metadata"] = Metadata(**req["metadata"])
+        req["lineage"] = LineageModel(**lineage) if (lineage := req.get("lineage")) else None
         spent = Spent.from_disk(data.pop("spent", None))
         return cls(request=CreateRequest(**req), spent=spent, **data)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from router.auth import KeyRing
-from router.ui import api, filmstrip, runs, views
+from router.ui import api, filmstrip, lineage, runs, views
 from router.ui.guard import SESSIONS, Handler, add_headers
 from router.ui.guard import api as json_call
 from router.ui.search import Summaries
@@ -41,6 +41,7 @@ UI_ROUTES: list[tuple[str, str, Handler]] = [
     ("GET", "/ui/api/trajectories/{sandbox_id}", json_call(api.trajectory)),
     ("GET", "/ui/api/trajectories/{sandbox_id}/raw", json_call(api.raw)),
     ("GET", "/ui/api/trajectories/{sandbox_id}/filmstrip", json_call(filmstrip.filmstrip)),
+    ("GET", "/ui/api/trajectories/{sandbox_id}/lineage", json_call(lineage.lineage)),
     ("GET", "/ui/api/trajectories/{sandbox_id}/screenshots/{sha}", json_call(filmstrip.screenshot)),
     ("GET", "/ui/api/trajectories/{sandbox_id}/steps/{n}", json_call(api.step)),
     ("GET", "/ui/api/trajectories/{sandbox_id}/steps/{n}/file", json_call(api.file_view)),

@@ -14,17 +14,15 @@ infrastructure fault (:class:`~grove.rollouts.grading.BrokenCheck`), retried and
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import math
-import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from grove.client import AsyncSandbox
-from grove.core.errors import GroveError, Invalid
+from grove.core.errors import GroveError
 from grove.rollouts.grading import BrokenCheck, Grade
+from grove.rollouts.hooks import resolve_function
 from grove.rollouts.tasks import Task
 
 Judge = Callable[[dict[str, Any], bytes | None], Any]
@@ -34,17 +32,7 @@ _ANSWER_CHARS = 4000
 
 def resolve(spec: str) -> Judge:
     """The function ``module:function`` names (a module beside the task files imports, as with ``python -m``)."""
-    module_name, _, attr = spec.partition(":")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.append(os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise Invalid(f"judge {spec!r}: cannot import {module_name!r}: {exc}") from exc
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise Invalid(f"judge {spec!r}: {module_name} has no callable {attr!r}")
-    return fn  # type: ignore[no-any-return]
+    return resolve_function(spec, "judge")
 
 
 async def grade(sandbox: AsyncSandbox, task: Task, record: dict[str, Any]) -> Grade:

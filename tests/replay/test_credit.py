@@ -1,0 +1,187 @@
+"""Progress from step k and the credit-assignment export, on the demo's tasks through a real router: resumed
+continuations find the rising span exactly where the scripted policy made its right edit, and the export holds
+exactly those spans as targets (loaded by ``datasets``, as TRL reads it); a teacher hook gives estimates instead;
+a harness that cannot resume is refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from datasets import load_dataset
+
+from grove.client import Sandbox
+from grove.demo.tasks import task_lines
+from grove.rollouts import Policy
+from grove.rollouts.continuations import CONTINUATION_ATTEMPTS, wilson
+from grove.rollouts.scripted import draws_right
+from tests.rollouts.runs import results, run
+from tests.support.router_fixtures import RouterProcess
+
+N = 4
+READ, WRITE = 4, 5
+"""The demo policy's turns: three inspections, the read (turn 4), the edit (turn 5), the check again (turn 6)."""
+
+
+@pytest.fixture(scope="module")
+def demo_run(router: RouterProcess, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    """The demo's medium and hard tasks, two attempts each, keeping the state every 2 turns."""
+    tasks = tmp_path_factory.mktemp("credit") / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(line) + "\n" for line in task_lines(2, ("medium", "hard"))))
+    out = tasks.parent / "run"
+    run(router, tasks, out, Policy(attempts=2), concurrency=4, checkpoint_every=2)
+    return out, results(out)
+
+
+def p_solve(task: str) -> float:
+    return next(line["scripted"]["p_solve"] for line in task_lines(2, ("medium", "hard")) if line["id"] == task)
+
+
+def test_progress_finds_the_right_edit_and_the_export_holds_exactly_those_spans(
+        router: RouterProcess, demo_run: tuple[Path, list[dict[str, Any]]], tmp_path: Path) -> None:
+    out, rows = demo_run
+    assert all(r["checkpoints"] == [{"turn": t, "step": r["checkpoints"][i]["step"], "checkpoint": None}
+                                    for i, t in enumerate((2, 4, 6))] for r in rows)
+    done = router.cli("rollouts", "progress", str(out), "--continuations", str(N), "--steps", f"{READ},{WRITE}",
+                      "--include-resolved", timeout=900)
+    assert done.returncode == 0, done.stderr.decode()
+    lines = [json.loads(x) for x in (out / "progress.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 * len(rows)
+    expected_rising = set()
+    for row in rows:
+        mine = {line["turn"]: line for line in lines if line["trajectory_id"] == row["trajectory_id"]}
+        # Before the edit, continuation i draws as attempt CONTINUATION_ATTEMPTS + i does; after it, the edit is made.
+        draws = [draws_right(row["task"], CONTINUATION_ATTEMPTS + i, p_solve(row["task"])) for i in range(N)]
+        before, after = mine[READ], mine[WRITE]
+        assert before["successes"] == sum(draws) and before["lost"] == 0 and before["infra_faults"] == [], before
+        assert after["successes"] == (N if row["outcome"] == "pass" else 0), after
+        for line in (before, after):
+            assert line["interval"] == "wilson-95" and line["source"] == "monte_carlo"
+            assert (line["ci_low"], line["ci_high"]) == tuple(round(b, 4) for b in wilson(line["successes"], N))
+            assert line["ci_low"] <= line["estimate"] <= line["ci_high"]
+        if row["outcome"] == "pass" and sum(draws) < N:
+            expected_rising.add(row["trajectory_id"])
+    rising = {line["trajectory_id"] for line in lines if line["rising"]}
+    assert rising == expected_rising and rising, lines
+    assert all(line["span"] == [WRITE, WRITE] for line in lines if line["rising"])
+    assert router.live_ids() == set()
+
+    export = tmp_path / "credit.jsonl"
+    done = router.cli("rollouts", "export", str(out), "--sft", "credit", "-o", str(export))
+    assert done.returncode == 0, done.stderr.decode()
+    examples = [json.loads(x) for x in export.read_text().splitlines()]
+    assert {e["metadata"]["trajectory_id"] for e in examples} == rising and len(examples) == len(rising)
+    for example in examples:
+        target = example["completion"]
+        assert len(target) == 1 and target[0]["role"] == "assistant"
+        call = target[0]["tool_calls"][0]["function"]
+        assert call["name"] == "write_file" and "Replacing" in target[0]["content"]
+        task = example["metadata"]["task"]
+        right = next(line["scripted"]["edit"]["right"] for line in task_lines(2, ("medium", "hard"))
+                     if line["id"] == task)
+        assert right in json.loads(call["arguments"])["content"]
+        assert example["messages"] == example["prompt"] + target
+        assert example["loss_mask"] == [0] * len(example["prompt"]) + [1]
+        roles = [m["role"] for m in example["prompt"]]
+        assert roles[0] == "user" and roles.count("tool") == READ  # earlier turns answered, all masked
+    dataset = load_dataset("json", data_files=str(export), split="train")
+    assert dataset.num_rows == len(examples) and {"prompt", "completion", "loss_mask"} <= set(dataset.column_names)
+    assert dataset.select_columns(["prompt", "completion", "tools"])[0]["completion"][0]["role"] == "assistant"
+
+    plain = tmp_path / "plain.jsonl"
+    done = router.cli("rollouts", "export", str(out), "--sft", "plain", "-o", str(plain))
+    assert done.returncode == 0, done.stderr.decode()
+    chats = [json.loads(x) for x in plain.read_text().splitlines()]
+    assert sorted(c["metadata"]["sandbox_id"] for c in chats) == sorted(r["trajectory_id"] for r in rows)
+
+
+def test_the_cli_takes_checkpoint_every_and_records_the_kept_states(router: RouterProcess, tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(task_lines(1, ("easy",))[0]) + "\n")
+    out = tmp_path / "run"
+    done = router.cli("rollouts", "run", str(tasks), "--harness", "scripted", "--attempts", "1", "--out", str(out),
+                      "--checkpoint-every", "3", "--quiet", "--no-upload", timeout=300)
+    assert done.returncode == 0, done.stderr.decode()
+    (row,) = results(out)
+    assert [c["turn"] for c in row["checkpoints"]] == [3, 6]
+    assert all(c["checkpoint"] is None for c in row["checkpoints"])
+    bad = router.cli("rollouts", "run", str(tasks), "--harness", "scripted", "--attempts", "1", "--out",
+                     str(tmp_path / "other"), "--checkpoint-every", "-1")
+    assert bad.returncode != 0 and "--checkpoint-every" in bad.stderr.decode()
+    done = router.cli("rollouts", "export", str(out), "--sft", "credit")
+    assert done.returncode != 0 and "rollouts progress" in done.stderr.decode()
+
+
+def teacher(trajectory: dict[str, Any], outcome: dict[str, Any] | None) -> list[float]:
+    """A teacher that knows: nothing changes until the edit (turn 5), then the outcome is settled."""
+    solved = 1.0 if (outcome or {}).get("result") == "pass" else 0.0
+    return [0.5] * WRITE + [solved, solved]
+
+
+def test_a_teacher_gives_the_estimates_at_the_kept_states(
+        router: RouterProcess, demo_run: tuple[Path, list[dict[str, Any]]], tmp_path: Path) -> None:
+    out, rows = demo_run
+    copy = tmp_path / "run"
+    copy.mkdir()
+    for name in ("run.json", "results.jsonl"):
+        (copy / name).write_bytes((out / name).read_bytes())
+    done = router.cli("rollouts", "progress", str(copy), "--teacher", "tests.replay.test_credit:teacher",
+                      "--include-resolved")
+    assert done.returncode == 0, done.stderr.decode()
+    lines = [json.loads(x) for x in (copy / "progress.jsonl").read_text().splitlines()]
+    assert sorted({line["turn"] for line in lines}) == [0, 2, 4, 6]  # turn 0 and the kept states
+    for line in lines:
+        assert line["source"] == "teacher" and "ci_low" not in line
+    rising = [line for line in lines if line["rising"]]
+    assert {line["trajectory_id"] for line in rising} == {r["trajectory_id"] for r in rows if r["outcome"] == "pass"}
+    assert all(line["span"] == [5, 6] for line in rising)  # the rise happened in the turns after the last kept one
+
+
+def not_resumable(task: dict[str, Any], sandbox: Sandbox) -> None:
+    """A harness without ``resume``."""
+    sandbox.exec("true")
+
+
+def test_a_harness_that_cannot_resume_is_refused_for_progress(router: RouterProcess, tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "nr", "prompt": "p", "workdir": "/workspace", "files": {"a.txt": "x"},
+                                 "check": {"test": "false"}, "resources": {"cpu": 0.5, "memory_mb": 128}}) + "\n")
+    out = tmp_path / "run"
+    run(router, tasks, out, Policy(attempts=1), variants=[("tests.replay.test_credit:not_resumable", None)])
+    done = router.cli("rollouts", "progress", str(out))
+    assert done.returncode != 0
+    assert "cannot resume from a step" in done.stderr.decode() and "resume=" in done.stderr.decode()
+    assert not (out / "progress.jsonl").exists()
+    assert router.live_ids() == set()
+
+
+def test_mini_swe_agent_replays_and_resumes_from_a_step(router: RouterProcess, tmp_path: Path) -> None:
+    """mini-swe-agent's real loop (its deterministic model): its trajectories replay step for step, and resumed at a
+    step it goes on from the recorded conversation: the rise is at its patch (turn 4: three looks, then the patch)."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(line) + "\n" for line in task_lines(2, ("medium", "hard"))))
+    out = tmp_path / "run"
+    run(router, tasks, out, Policy(attempts=2), concurrency=4, variants=[("mini-swe-agent", None)])
+    rows = results(out)
+    assert {r["outcome"] for r in rows} <= {"pass", "fail"} and len(rows) == 4
+    for row in rows:
+        reply = router.http("POST", f"/v1/trajectories/{row['trajectory_id']}/replay",
+                            json_body={"env": {"PYTHONDONTWRITEBYTECODE": "1"}, "keep": False})
+        report = reply.json()
+        assert report["total"] == report["matched"] and report["total"] >= 8, report["steps"]
+    done = router.cli("rollouts", "progress", str(out), "--continuations", str(N), "--steps", "3,4",
+                      "--include-resolved", timeout=900)
+    assert done.returncode == 0, done.stderr.decode()
+    lines = [json.loads(x) for x in (out / "progress.jsonl").read_text().splitlines()]
+    expected = set()
+    for row in rows:
+        mine = {line["turn"]: line for line in lines if line["trajectory_id"] == row["trajectory_id"]}
+        draws = [draws_right(row["task"], CONTINUATION_ATTEMPTS + i, p_solve(row["task"])) for i in range(N)]
+        assert mine[3]["successes"] == sum(draws), mine[3]
+        assert mine[4]["successes"] == (N if row["outcome"] == "pass" else 0), mine[4]
+        if row["outcome"] == "pass" and sum(draws) < N:
+            expected.add(row["trajectory_id"])
+    assert {line["trajectory_id"] for line in lines if line["rising"]} == expected and expected
+    assert router.live_ids() == set()
