@@ -10,8 +10,10 @@ from aiohttp import web
 from grove.core.api import ExecBody
 from router.api.artifacts import get_artifact, list_artifacts, list_sandbox_artifacts
 from router.api.batch import create_sandboxes
+from router.api.commit import commit_sandbox, derive_image
 from router.api.computer import computer_handler, display_handler, screenshot_handler
 from router.api.datapath import exec_handler, transfer
+from router.api.image_models import CommitRequest, DeriveRequest
 from router.api.images import get_image
 from router.api.openapi import build_spec
 from router.api.pools import create_pool, delete_pool, get_pool, list_pools, resize_pool
@@ -80,6 +82,12 @@ ROUTES: list[Route] = [
     Route("DELETE", "/v1/sandboxes/{id}", delete_sandbox, "Delete a sandbox and everything in it"),
     Route("GET", "/v1/images/{name:.+}", get_image,
           "Whether the backend has an image (or can pull it): its digest, or 404 naming the known ones"),
+    Route("POST", "/v1/images/{name:.+}", derive_image,
+          "A new image of another's layers with its own config and build record (a build's last step)",
+          body=DeriveRequest),
+    Route("POST", "/v1/sandboxes/{id}/commit", commit_sandbox,
+          "The sandbox's writable layer, consistent at one instant, as a named image on its own image",
+          body=CommitRequest),
     Route("GET", "/v1/projects", list_projects,
           "Projects: quotas and retention against what each holds (a key: its own; an admin's X-Grove-Project: *, "
           "all)"),
