@@ -51,8 +51,8 @@ def _answer(image: Any) -> dict[str, Any]:
 async def commit_sandbox(request: web.Request) -> web.Response:
     """The sandbox's writable layer, consistent at one instant (its processes frozen while it is read), as an
     image on top of the one it was made from; 201 with the image's name, digest and layers."""
-    req = parse(CommitRequest, await read_body(request))
     record = sandbox_of(request, request.match_info["id"])
+    req = parse(CommitRequest, await read_body(request))
     service = service_of(request)
     committer = _committer(service.backend)
     with service.calling(record):
