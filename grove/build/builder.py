@@ -17,18 +17,16 @@ what it copies. A rebuild finds every unchanged step and runs none of them.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import posixpath
-import tarfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grove.build.context import BuildContext
-from grove.build.dockerfile import Plan, Step, parse
+from grove.build.context import BuildContext, directories_tar
+from grove.build.dockerfile import LAYER_STEPS, Plan, Step, parse
 from grove.client.aio import AsyncGrove, AsyncSandbox
 from grove.core.errors import GroveError, Invalid, NotFound
 
@@ -99,7 +97,7 @@ async def build(client: AsyncGrove, options: BuildOptions, emit: Callable[[str],
     total = len(plan.steps)
     for number, step in enumerate(plan.steps, 1):
         emit(f"STEP {number}/{total}: {step.instruction} {step.value}")
-        if step.instruction in ("RUN", "COPY", "ADD", "WORKDIR"):
+        if step.instruction in LAYER_STEPS:
             result.steps += 1
             if await _layer_step(client, options, context, plan, step, state, emit):
                 result.cached += 1
@@ -142,6 +140,22 @@ def _config_step(step: Step, state: _State) -> None:
     # ARG: dockerfile-parse has put its value in scope of the steps after it.
 
 
+def _workdir(state: _State, step: Step) -> str:
+    return posixpath.normpath(posixpath.join(state.workdir, " ".join(step.words())))
+
+
+def image_config(plan: Plan) -> dict[str, Any]:
+    """The config (``Env``, ``WorkingDir``, ``User``, ``Cmd``, ...) the image built from ``plan`` records, without
+    building it: what a sandbox of that image should start with."""
+    state = _State(plan.base, "")
+    for step in plan.steps:
+        if step.instruction == "WORKDIR":
+            state.workdir = _workdir(state, step)
+        elif step.instruction not in LAYER_STEPS:
+            _config_step(step, state)
+    return _config(state)
+
+
 def _config(state: _State) -> dict[str, Any]:
     return {**state.config, "Env": [f"{k}={v}" for k, v in state.env.items()], "WorkingDir": state.workdir,
             "User": state.user}
@@ -152,7 +166,7 @@ async def _layer_step(client: AsyncGrove, options: BuildOptions, context: BuildC
     """Run one filesystem step (or find it cached); the state moves to its image. Whether it was cached."""
     packed = None
     if step.instruction == "WORKDIR":
-        state.workdir = posixpath.normpath(posixpath.join(state.workdir, " ".join(step.words())))
+        state.workdir = _workdir(state, step)
         what = f"WORKDIR {state.workdir}"
     elif step.instruction == "RUN":
         what = f"RUN {json.dumps(step.json_form() or step.value)} args={json.dumps(step.args, sort_keys=True)}"
@@ -186,7 +200,7 @@ async def _run_step(client: AsyncGrove, options: BuildOptions, step: Step, state
     sandbox = await client.create(state.image, **create)
     try:
         if step.instruction == "WORKDIR":
-            await _mkdir(sandbox, state.workdir)
+            await sandbox.upload_tar(directories_tar([state.workdir]), "/")
         elif step.instruction == "RUN":
             await _run(sandbox, step, state, emit)
         else:
@@ -199,16 +213,6 @@ async def _run_step(client: AsyncGrove, options: BuildOptions, step: Step, state
         await sandbox.close()
     state.image, state.digest = name, str(made["digest"])
     emit(f"  --> {name}")
-
-
-async def _mkdir(sandbox: AsyncSandbox, path: str) -> None:
-    """Make the directory through the archive API (no ``mkdir`` binary needed in the image)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        info = tarfile.TarInfo(path.strip("/") or ".")
-        info.type, info.mode = tarfile.DIRTYPE, 0o755
-        tf.addfile(info)
-    await sandbox.upload_tar(buf.getvalue(), "/")
 
 
 async def _run(sandbox: AsyncSandbox, step: Step, state: _State, emit: Callable[[str], None]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import io
 import os
 import posixpath
 import stat
@@ -34,6 +35,18 @@ class Packed:
     """``sha256:`` over every entry's destination, type, mode and content (not its times)."""
     members: int
     """How many entries it holds."""
+
+
+def directories_tar(paths: list[str], mode: int = 0o755) -> bytes:
+    """A tar that makes the absolute directories ``paths`` (parents first) when unpacked at ``/``: directories made
+    through the archive API, so the image needs no ``mkdir``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for path in paths:
+            info = tarfile.TarInfo(path.strip("/") or ".")
+            info.type, info.mode = tarfile.DIRTYPE, mode
+            tf.addfile(info)
+    return buf.getvalue()
 
 
 class BuildContext:
