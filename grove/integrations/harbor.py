@@ -9,7 +9,8 @@ Every trial's environment is one grove sandbox (``pip install grove[harbor]``, P
 - Harbor's network policy becomes the sandbox's egress: ``no-network`` → deny, ``public`` → allow, an
   allowlist of IPv4 addresses and CIDRs → allow only those (hostnames are refused before the trial starts);
 - the sandbox's trajectory is labelled with Harbor's job, trial and task (``harbor.job``, ``harbor.trial``,
-  ``harbor.task``), its ``task_id`` is the task's name and its ``harness`` ``harbor``;
+  ``harbor.task``), its ``task_id`` is the task's name, its ``harness`` ``harbor`` and its outcome the verifier's
+  reward;
 - compose tasks (``environment/docker-compose.yaml``) are refused with a clear message.
 
 The SDK heart-beats the sandbox while the trial runs; a trial killed outright stops heart-beating, and the router
@@ -182,15 +183,27 @@ class GroveEnvironment(BaseEnvironment):
         await self._upload_environment_dir_after_start()
 
     async def stop(self, delete: bool) -> None:
-        """Delete the sandbox (its trajectory is stored); without ``delete`` it is left to its heartbeat timeout."""
+        """Record the verifier's reward as the trajectory's outcome and delete the sandbox (its trajectory is
+        stored); without ``delete`` it is left to its heartbeat timeout."""
         try:
             if self._sandbox is not None and delete:
+                await self._record_reward(self._sandbox)
                 await self._sandbox.close()
         finally:
             self._sandbox = None
             if self._client is not None:
                 await self._client.close()
                 self._client = None
+
+    async def _record_reward(self, sandbox: AsyncSandbox) -> None:
+        """The reward Harbor's verifier wrote (``reward.txt``), once it ran: ``pass`` above 0, else ``fail``."""
+        path = str(EnvironmentPaths.for_os(self.os).reward_text_path)
+        try:
+            reward = float((await sandbox.read_file(path)).decode().strip())
+        except (GroveError, ValueError, UnicodeDecodeError):
+            return  # no verifier ran (the trial failed before it), or it wrote no number: no outcome to record
+        await sandbox.post_event("result", {"result": "pass" if reward > 0 else "fail", "reward": reward,
+                                            "reason": "Harbor's verifier"})
 
     def _live(self) -> AsyncSandbox:
         if self._sandbox is None:

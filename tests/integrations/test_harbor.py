@@ -107,15 +107,17 @@ def _reward(result: dict[str, object]) -> float:
     return float(verifier["rewards"]["reward"])
 
 
-def _labelled(router: RouterProcess, task: str, count: int) -> list[tuple[str, str, str]] | None:
-    """(job, task, harness) of each stored trajectory of ``task``, once there are ``count``."""
+def _labelled(router: RouterProcess, task: str, count: int) -> list[tuple[str, str, str, str, float]] | None:
+    """(job, task, harness, outcome, reward) of each stored trajectory of ``task``, once there are ``count``."""
     items = router.http("GET", f"/v1/trajectories?task_id={task}").json()["trajectories"]
     if len(items) != count:
         return None
     found = []
     for item in items:
-        sandbox = router.http("GET", f"/v1/trajectories/{item.get('sandbox_id') or item['id']}").json()["sandbox"]
-        found.append((sandbox["labels"]["harbor.job"], sandbox["labels"]["harbor.task"], sandbox["harness"]))
+        record = router.http("GET", f"/v1/trajectories/{item.get('sandbox_id') or item['id']}").json()
+        sandbox, outcome = record["sandbox"], record["outcome"]
+        found.append((sandbox["labels"]["harbor.job"], sandbox["labels"]["harbor.task"], sandbox["harness"],
+                      outcome["result"], outcome["reward"]))
     return sorted(found)
 
 
@@ -132,7 +134,8 @@ def test_dockerfile_task_oracle_1_nop_0(router: RouterProcess, base: str, tmp_pa
     built = [line for line in router.cli("image", "ls").stdout.decode().splitlines() if line.startswith("harbor-")]
     assert len(built) == 1, built
     labels = wait_for(lambda: _labelled(router, "greet", 2), timeout=60, what="both trials' stored trajectories")
-    assert labels == [("nop-job", "greet", "harbor"), ("oracle-job", "greet", "harbor")], labels
+    assert labels == [("nop-job", "greet", "harbor", "fail", 0.0), ("oracle-job", "greet", "harbor", "pass", 1.0)], \
+        labels
     assert router.live_ids() == set()
 
 
