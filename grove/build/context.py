@@ -95,6 +95,8 @@ class BuildContext:
 
     def _inside(self, rel: str, pattern: str, where: str) -> bool:
         """Whether ``rel`` exists; Invalid if reaching it passes a symlink that leads out of the context."""
+        if rel == ".":
+            return True  # the context itself
         path = self.root / rel
         if not os.path.lexists(path):
             return False

@@ -107,12 +107,14 @@ def test_failing_run_names_its_line(router: RouterProcess, base: str, tmp_path: 
 def test_dockerignore_is_honoured(router: RouterProcess, grove: Grove, base: str, tmp_path: Path) -> None:
     files = {"app/a.txt": "a\n", "app/secret.env": "TOKEN=1\n", "app/logs/x.log": "x\n", "app/logs/keep.log": "k\n",
              ".dockerignore": "**/*.env\napp/logs\n!app/logs/keep.log\n"}
-    ctx = _context(tmp_path / "ign", f"FROM {base}\nCOPY app /dst\n", files)
+    ctx = _context(tmp_path / "ign", f"FROM {base}\nCOPY app /dst\nCOPY . /all/\n", files)
     done = _build(router, ctx, "ign")
     assert done.returncode == 0, done.stderr.decode()
     with grove.create("ign") as sb:
         r = sb.exec("cd /dst && find . -type f | sort")
         assert r.stdout == b"./a.txt\n./logs/keep.log\n", r.stderr
+        r = sb.exec("cd /all && find . -type f | sort")
+        assert r.stdout == b"./.dockerignore\n./Dockerfile\n./app/a.txt\n./app/logs/keep.log\n", r.stderr
 
 
 def test_two_images_on_one_base_store_it_once(router: RouterProcess, base: str, tmp_path: Path) -> None:
