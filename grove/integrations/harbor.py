@@ -38,7 +38,7 @@ from pydantic import Field
 from grove.build.builder import BuildOptions, build, image_config
 from grove.build.context import directories_tar
 from grove.build.dockerfile import parse
-from grove.client.aio import AsyncGrove, AsyncSandbox
+from grove.client.aio import DEFAULT_URL, AsyncGrove, AsyncSandbox
 from grove.core.errors import GroveError, NotFound
 
 _DOCKERFILE = "Dockerfile"
@@ -94,7 +94,7 @@ class GroveEnvironment(BaseEnvironment):
         super().preflight(kwargs)
         options = cls.parse_options(kwargs)
         assert isinstance(options, GroveOptions)
-        url = (options.url or os.environ.get("GROVE_URL") or "http://127.0.0.1:8765").rstrip("/")
+        url = (options.url or os.environ.get("GROVE_URL") or DEFAULT_URL).rstrip("/")
         try:
             urllib.request.urlopen(f"{url}/healthz", timeout=10).close()
         except (urllib.error.URLError, OSError) as exc:

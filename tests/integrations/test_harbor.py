@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_tcp_port
 from tests.support.imagetools import make_busybox_rootfs, tar_directory
 from tests.support.registry import Registry, registry_server, write_oci_layout
 from tests.support.router_fixtures import RouterProcess, router_state, wait_for
@@ -174,4 +175,17 @@ def test_a_killed_trial_leaves_no_sandbox(router: RouterProcess, base: str, tmp_
     deadline = time.monotonic() + 60
     while router.live_ids() and time.monotonic() < deadline:
         time.sleep(0.5)
+    assert router.live_ids() == set()
+
+
+def test_preflight_refuses_bad_options_and_a_silent_router(router: RouterProcess, base: str, tmp_path: Path) -> None:
+    task = _task(tmp_path / "pf", image=base, solve="#!/bin/sh\n", want="x")
+    for extra, message in ((("--ek", "colour=red"), "Unknown option 'colour'"),
+                           (("--ek", f"url=http://127.0.0.1:{free_tcp_port()}"), "does not answer")):
+        argv = [str(HARBOR), "run", "-p", str(task), "--agent", "nop", "--env", PROVIDER, "-o", str(tmp_path / "j"),
+                "--job-name", "pf", *extra]
+        done = subprocess.run(argv, env=_harbor_env(router), capture_output=True, timeout=300, check=False,
+                              stdin=subprocess.DEVNULL)
+        out = done.stdout.decode() + done.stderr.decode()
+        assert done.returncode != 0 and message in out, out[-3000:]
     assert router.live_ids() == set()
