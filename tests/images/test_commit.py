@@ -26,7 +26,7 @@ def test_commit_makes_an_image_of_the_layer(
     base = pulled_base(router, registry, base_layer, tmp_path, "commitbase")
     with grove.create(base) as sb:
         r = sb.exec("mkdir -p /srv/app && echo hello > /srv/app/a && chown 1000:1000 /srv/app/a && "
-                    "rm /bin/ls && ln -s a /srv/app/link")
+                    "rm /bin/ls && ln -s a /srv/app/link && rm -r /etc && mkdir /etc && echo x > /etc/only")
         assert r.exit_code == 0, r.stderr
         reply = router.http("POST", f"/v1/sandboxes/{sb.id}/commit", json_body={"image": "committed"})
         assert reply.status == 201, reply.body
@@ -36,8 +36,9 @@ def test_commit_makes_an_image_of_the_layer(
     assert answer["image"] == "committed" and len(answer["layers"]) == 2
     with grove.create("committed") as again:
         r = again.exec("cat /srv/app/a; readlink /srv/app/link; stat -c '%u:%g' /srv/app/a; "
-                       "test -e /bin/ls || echo ls-gone; test -e /srv/app/b || echo b-later")
-        assert r.stdout == b"hello\na\n1000:1000\nls-gone\nb-later\n", r.stderr
+                       "test -e /bin/ls || echo ls-gone; test -e /srv/app/b || echo b-later; ls /etc")
+        # The deleted file and the replaced directory (opaque in the layer) stay so in the image.
+        assert r.stdout == b"hello\na\n1000:1000\nls-gone\nb-later\nonly\n", r.stderr
         assert again.info["image_digest"] == answer["digest"]
     # The base's layer is the one the pull stored, named by both images.
     base_layer_id = router.http("POST", f"/v1/images/{base}", json_body={"source": base}).json()["layers"][0]
