@@ -56,3 +56,23 @@ def test_commit_refuses_bad_input(router: RouterProcess, grove: Grove) -> None:
         assert sb.exec("echo still").stdout == b"still\n"  # nothing else disturbed
     missing = router.http("POST", "/v1/sandboxes/sb-nope/commit", json_body={"image": "x"})
     assert missing.status == 404
+
+
+def test_commit_is_one_instant_of_a_busy_sandbox(
+    router: RouterProcess, grove: Grove, registry: Registry, base_layer: bytes, tmp_path: Path
+) -> None:
+    base = pulled_base(router, registry, base_layer, tmp_path, "busybase")
+    with grove.create(base) as sb:
+        # A writer that never stops: the counter goes to /data/a, then to /data/b (each whole, by a rename), and the
+        # layer is read in that order: frozen, b is a's value or the one before; read while it runs, b runs ahead.
+        r = sb.exec("mkdir /data && ln -s busybox /bin/setsid && setsid sh -c 'i=0; while true; do i=$((i+1)); "
+                    "echo $i > /data/b.tmp; echo $i > /data/a.tmp; mv /data/a.tmp /data/a; mv /data/b.tmp /data/b; "
+                    "done' "
+                    ">/dev/null 2>&1 </dev/null & sleep 1; cat /data/a")
+        assert r.exit_code == 0 and int(r.stdout) > 0, r.stderr
+        reply = router.http("POST", f"/v1/sandboxes/{sb.id}/commit", json_body={"image": "busy"})
+        assert reply.status == 201, reply.body
+        assert int(sb.exec("cat /data/a").stdout) > 0  # thawed: the writer goes on
+    with grove.create("busy") as snap:
+        a, b = (int(snap.exec(f"cat /data/{n}").stdout) for n in ("a", "b"))
+    assert a - 1 <= b <= a, (a, b)
