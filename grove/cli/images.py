@@ -1,4 +1,4 @@
-"""``grove image import|pull|build-debian|export|ls|rm``: the local backend's images (works on the state dir
+"""``grove image import|pull|build|build-debian|export|ls|rm``: the local backend's images (works on the state dir
 directly)."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from grove.cli.common import state_dir
+from grove.cli.image_build import add_build_parser, cmd_build
 from grove.statedir import StateDir
 
 
@@ -25,6 +26,8 @@ def cmd_image(args: argparse.Namespace) -> int:
     layout = StateDir(state_dir(args))
     layout.make_private()
     store = ImageStore(layout.images, unpack_limits(args))
+    if args.image_cmd == "build":
+        return cmd_build(store, args)
     if args.image_cmd == "import":
         image = store.import_image(args.name, Path(args.source), force=args.force)
         print(f"imported {image.name} {image.digest}")
@@ -208,4 +211,5 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     isub.add_parser("ls", parents=[common], help="list images with digest, size and shared bytes")
     irm = isub.add_parser("rm", parents=[common], help="remove images (sandboxes made from one keep their copy)")
     irm.add_argument("names", nargs="+")
+    add_build_parser(isub, common)
     image.set_defaults(func=cmd_image)

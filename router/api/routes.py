@@ -19,6 +19,7 @@ from router.api.checkpoints import (
     get_checkpoint,
     list_checkpoints,
 )
+from router.api.commit import commit_sandbox, derive_image
 from router.api.compat.e2b import control as e2b
 from router.api.compat.e2b import envd
 from router.api.compat.e2b.wire import e2b_error_body
@@ -26,6 +27,7 @@ from router.api.compat.fusion.models import RunCodeBody
 from router.api.compat.fusion.run import run_code
 from router.api.computer import computer_handler, display_handler, screenshot_handler
 from router.api.datapath import exec_handler, transfer
+from router.api.image_models import CommitRequest, DeriveRequest
 from router.api.images import get_image
 from router.api.openapi import build_spec
 from router.api.pools import create_pool, delete_pool, get_pool, list_pools, resize_pool
@@ -136,6 +138,12 @@ ROUTES: list[Route] = [
     Route("DELETE", "/v1/sandboxes/{id}", delete_sandbox, "Delete a sandbox and everything in it"),
     Route("GET", "/v1/images/{name:.+}", get_image,
           "Whether the backend has an image (or can pull it): its digest, or 404 naming the known ones"),
+    Route("POST", "/v1/images/{name:.+}", derive_image,
+          "A new image of another's layers with its own config and build record (a build's last step)",
+          body=DeriveRequest),
+    Route("POST", "/v1/sandboxes/{id}/commit", commit_sandbox,
+          "The sandbox's writable layer, consistent at one instant, as a named image on its own image",
+          body=CommitRequest),
     Route("GET", "/v1/projects", list_projects,
           "Projects: quotas and retention against what each holds (a key: its own; an admin's X-Grove-Project: *, "
           "all)"),

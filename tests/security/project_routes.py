@@ -69,6 +69,9 @@ CASES: dict[tuple[str, str], Callable[[World, Names], list[Probe]]] = {
     ("PATCH", "/v1/pools/{name}"): lambda w, n: [send("PATCH", f"/v1/pools/{n.pool}", {"size": 1})],
     ("DELETE", "/v1/pools/{name}"): lambda w, n: [send("DELETE", f"/v1/pools/{n.pool}", control=False)],
     ("POST", "/v1/sandboxes/{id}/heartbeat"): lambda w, n: [send("POST", f"/v1/sandboxes/{n.live}/heartbeat")],
+    # alpha's own commit of a sandbox on `default` is refused too (nothing is built on the host's /usr): no control.
+    ("POST", "/v1/sandboxes/{id}/commit"): lambda w, n: [
+        send("POST", f"/v1/sandboxes/{n.live}/commit", {"image": f"beta-{TAG}"}, control=False)],
     ("POST", "/v1/sandboxes/{id}/exec"): lambda w, n: [
         send("POST", f"/v1/sandboxes/{n.live}/exec", {"command": "true"}),
         send("POST", f"/v1/sandboxes/{n.member}/exec", {"command": "true"}, control=False)],
@@ -364,6 +367,14 @@ def _images_are_the_routers(w: World) -> None:
         assert (mine.status, mine.body) == (theirs.status, theirs.body), name
 
 
+def _derived_images_are_the_routers(w: World) -> None:
+    # A new name for an image's layers: images are the router's, so both get the same answer.
+    body = {"source": f"no-such-image-{TAG}"}
+    mine, theirs = (w.router.http("POST", f"/v1/images/derived-{TAG}", json_body=body, key=who.key)
+                    for who in (w.alpha, w.beta))
+    assert mine.status == theirs.status == 404 and mine.body == theirs.body, (mine.body, theirs.body)
+
+
 # Routes that name nothing of alpha's: what beta must (and must not) get from them.
 CHECKS: dict[tuple[str, str], Callable[[World], None]] = {
     ("GET", "/v1/sandboxes"): _sandbox_list,
@@ -373,6 +384,7 @@ CHECKS: dict[tuple[str, str], Callable[[World], None]] = {
     ("GET", "/v1/runs/{run_id}/files"): _run_files_list,
     ("GET", "/v1/projects"): _project_list,
     ("GET", "/v1/images/{name:.+}"): _images_are_the_routers,
+    ("POST", "/v1/images/{name:.+}"): _derived_images_are_the_routers,
     ("GET", "/v1/storage"): _storage_report,
     ("POST", "/v1/storage/gc"): _storage_gc,
     ("GET", "/ui/"): _viewer_pages,

@@ -31,6 +31,7 @@ _ROUTES = [
     ("DELETE", "/v1/sandboxes/{}"),
     ("POST", "/v1/sandboxes/{}/heartbeat"),
     ("POST", "/v1/sandboxes/{}/exec"),
+    ("POST", "/v1/sandboxes/{}/commit"),
     ("GET", "/v1/sandboxes/{}/files?path=/"),
     ("PUT", "/v1/sandboxes/{}/files?path=/tmp/x"),
     ("DELETE", "/v1/sandboxes/{}/files?path=/tmp/x"),

@@ -23,13 +23,14 @@ from typing import Any
 from grove.core.errors import BadGateway, Invalid, NotFound, Unavailable
 from grove.statedir import StateDir
 from router.backends.base import CheckpointTaken, Endpoint, RunUsage, SandboxSpec, SnapshotUploads, Started
-from router.backends.local import disk, procs, references, snapshotting
+from router.backends.local import disk, layer_commit, procs, references, snapshotting
 from router.backends.local.cgroups import CgroupSet, Limits, instance_ids, remove_instance
 from router.backends.local.cow import CowVolume
 from router.backends.local.egress_rules import parse_allow
 from router.backends.local.exits import Exits
 from router.backends.local.hogs import HogWatch
 from router.backends.local.hostlimits import raise_file_max
+from router.backends.local.image_derive import derive
 from router.backends.local.image_pull import pull_image
 from router.backends.local.images import Image, ImageStore
 from router.backends.local.network import EgressNetwork
@@ -447,6 +448,21 @@ class LocalBackend:
         if not procs.alive(pid, started):
             return None  # the pid is another process's now: that root is not the sandbox's
         return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+    async def commit(self, sandbox_id: str, image: str, name: str, meta: dict[str, Any]) -> Image:
+        """Store the running sandbox's writable layer as the image ``name`` over the very version of ``image``
+        it was made from (:mod:`router.backends.local.layer_commit`)."""
+        assert self._uids is not None, "open() first"
+        base = self._dir(sandbox_id)
+        parent = self.images.version(image, (base / IMAGE_FILE).read_text(encoding="ascii").strip())
+        id_base = self._uids.base(sandbox_id)
+        return await asyncio.to_thread(layer_commit.commit, self.images, base, CgroupSet(self.instance, sandbox_id),
+                                       id_base, parent, name, meta)
+
+    async def derive(self, source: str, name: str, meta: dict[str, Any]) -> Image:
+        """Store ``source``'s layers as the image ``name`` with ``meta`` (a build's config and record)."""
+        parent = _usable(await self._image(source))
+        return await asyncio.to_thread(derive, self.images, name, parent, None, **meta)
 
     async def collect_orphans(self, known_ids: set[str]) -> list[str]:
         """Delete cgroups and directories of sandboxes this router has no record of."""

@@ -26,7 +26,9 @@ from typing import IO, Any
 from grove.core.errors import Invalid
 from router.backends.local.images import DEFAULT
 from router.backends.local.overlay_layer import OPAQUE_XATTR
+from sandbox_image.userns import RANGE
 
+NOBODY = 65534
 _ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
 
@@ -76,7 +78,7 @@ def _write(image: Any, out: IO[bytes], scratch: Path) -> None:
             # A member's size comes before its bytes: each layer tar is made beside, then copied in.
             with tempfile.TemporaryFile(dir=scratch) as tmp:
                 with tarfile.open(fileobj=tmp, mode="w", format=tarfile.PAX_FORMAT) as inner:
-                    _add_layer(inner, Path(layer))
+                    add_layer_dir(inner, Path(layer))
                 digest, size = _hash(tmp)
                 diff_ids.append(f"sha256:{digest}")
                 info = tarfile.TarInfo(f"{digest}/layer.tar")
@@ -91,8 +93,10 @@ def _write(image: Any, out: IO[bytes], scratch: Path) -> None:
         _add_bytes(outer, "manifest.json", json.dumps(manifest).encode())
 
 
-def _add_layer(tf: tarfile.TarFile, root: Path) -> None:
-    """Every entry under ``root`` (names relative to it), whiteouts in OCI form."""
+def add_layer_dir(tf: tarfile.TarFile, root: Path, *, id_base: int = 0) -> None:
+    """Every entry under ``root`` (names relative to it), whiteouts in OCI form. ``id_base``: the host id
+    the layer's root was (a sandbox's writable layer is owned by its user namespace's range); owners are
+    written relative to it, and one outside the range as ``nobody``."""
     stack = [""]
     while stack:
         rel = stack.pop()
@@ -109,6 +113,8 @@ def _add_layer(tf: tarfile.TarFile, root: Path) -> None:
             if info is None or not (info.isreg() or info.isdir() or info.issym() or info.islnk()):
                 continue  # a socket, fifo or device: no image needs one, and the importer skips them
             info.uname = info.gname = ""  # numeric owners: names of this host mean nothing in an image
+            if id_base:
+                info.uid, info.gid = (_unshift(i, id_base) for i in (info.uid, info.gid))
             if info.isreg():
                 with open(path, "rb") as fh:
                     tf.addfile(info, fh)
@@ -118,6 +124,10 @@ def _add_layer(tf: tarfile.TarFile, root: Path) -> None:
                 if _opaque(path):
                     _add_bytes(tf, f"{arc}/.wh..wh..opq", b"")
                 stack.append(arc)
+
+
+def _unshift(host_id: int, base: int) -> int:
+    return host_id - base if base <= host_id < base + RANGE else NOBODY
 
 
 def _opaque(path: Path) -> bool:

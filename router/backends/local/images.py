@@ -163,7 +163,7 @@ class ImageStore:
         import leaves nothing behind. ``force`` replaces an existing image of that name. ``extra`` is
         recorded in the image's ``image.json``; ``label`` is its ``source`` (default: the path imported from).
         """
-        _check_name(name)
+        check_name(name)
         if name == DEFAULT:
             raise Invalid("the image name 'default' is reserved for the host image; choose another name")
         if not force and self._dir(name).exists():
@@ -193,7 +193,7 @@ class ImageStore:
     ) -> Image:
         """Add (or replace) ``name`` as the layers ``layers`` (lowest first) of the shared layer store,
         unpacking those not there yet; ``digest`` is the image's (its manifest's) digest."""
-        _check_name(name)
+        check_name(name)
         if name == DEFAULT:
             raise Invalid("the image name 'default' is reserved for the host image; choose another name")
         if not _DIGEST.fullmatch(digest):
@@ -214,21 +214,37 @@ class ImageStore:
                 below = [self.layers.path(c) for c in reversed(chain[: len(keep)])]
                 skipped += self.layers.add_merged(merged, top, below, budget)
                 chain = [*chain[: len(keep)], merged]
-            tmp = self._new_tmp(name)
-            try:
-                image = Image(name, self.layers.path(chain[-1]) if chain else self._dir(name) / "rootfs", digest,
-                              False, time.time(), source, tuple(self.layers.path(c) for c in chain))
-                if not chain:  # an image without layers is an empty root
-                    (tmp / "rootfs").mkdir(mode=0o755)
-                _write_meta(tmp, image, format="layered", layers=chain, skipped_special_files=skipped, **meta)
-                with self._locked():
-                    replaced = self._swap_in(name, tmp, replace=True)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
+            return self.name_layers(name, digest, chain, source, skipped_special_files=skipped, **meta)
+
+    def name_layers(self, name: str, digest: str, chain: builtins.list[str], source: str, **meta: object) -> Image:
+        """Add (or replace) ``name`` as the layers ``chain`` (chain ids, lowest first) already in the layer
+        store; the caller holds :meth:`LayerStore.importing` from the layers' making until this returns."""
+        check_name(name)
+        if name == DEFAULT:
+            raise Invalid("the image name 'default' is reserved for the host image; choose another name")
+        tmp = self._new_tmp(name)
+        try:
+            image = Image(name, self.layers.path(chain[-1]) if chain else self._dir(name) / "rootfs", digest,
+                          False, time.time(), source, tuple(self.layers.path(c) for c in chain))
+            if not chain:  # an image without layers is an empty root
+                (tmp / "rootfs").mkdir(mode=0o755)
+            _write_meta(tmp, image, format="layered", layers=chain, **meta)
+            with self._locked():
+                replaced = self._swap_in(name, tmp, replace=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         if replaced is not None:
             self._retire(replaced / self._dir(name).name)
         return image
+
+    def meta(self, name: str) -> dict[str, Any]:
+        """What the image's ``image.json`` records (its config, its build); NotFound if there is no such image."""
+        self.get(name)
+        try:
+            return self._meta(name)
+        except FileNotFoundError:
+            raise NotFound(f"image {name!r} was removed just now") from None
 
     def usage(self) -> dict[str, Usage]:
         """Each image's bytes on disk and how many of them it shares with other images (``default`` has none)."""
@@ -269,7 +285,7 @@ class ImageStore:
         Built once per version of its ``image.json``: every create and claim looks its image up (a burst's
         thousand claims, the same one), and a stat costs a fraction of the read, the parse and the paths.
         An image is only ever replaced by renaming a whole new directory into place: a new inode."""
-        _check_name(name)
+        check_name(name)
         cached = self._images.get(name)
         path = cached[0] if cached is not None else str(self._dir(name) / META_FILE)
         try:
@@ -311,7 +327,7 @@ class ImageStore:
 
     def remove(self, name: str) -> None:
         """Delete the image ``name``; ``default`` belongs to the host and cannot be removed."""
-        _check_name(name)
+        check_name(name)
         if name == DEFAULT:
             raise Invalid("the 'default' image is built from the host and cannot be removed")
         key = self._dir(name).name
@@ -451,7 +467,8 @@ def _mount_point_problem(lowers: tuple[Path, ...]) -> str | None:
     return None
 
 
-def _check_name(name: str) -> None:
+def check_name(name: str) -> None:
+    """Invalid, saying what a name looks like, unless ``name`` is a valid image name or registry reference."""
     if references.is_reference(name):
         references.parse(name)  # Invalid, saying what a reference looks like
         return

@@ -1,0 +1,1 @@
+"""Dockerfile builds without Docker: each step in a grove sandbox (:mod:`grove.build.builder`)."""

@@ -1,0 +1,250 @@
+"""Harbor's environment provider on grove: ``harbor run --env grove.integrations.harbor:GroveEnvironment``.
+
+Every trial's environment is one grove sandbox (``pip install grove[harbor]``, Python >= 3.12 as Harbor needs):
+
+- a task with ``environment/Dockerfile`` is built with ``grove image build`` (every step in a sandbox) and the
+  image cached under a name made of the environment directory's content hash, so later trials and jobs reuse it
+  (``force_build`` builds again); a task with a prebuilt ``docker_image`` uses that image (``--ek images=...``
+  maps names; a router started with ``--pull-missing`` pulls a registry reference on first use);
+- Harbor's network policy becomes the sandbox's egress: ``no-network`` → deny, ``public`` → allow, an
+  allowlist of IPv4 addresses and CIDRs → allow only those (hostnames are refused before the trial starts);
+- the sandbox's trajectory is labelled with Harbor's job, trial and task (``harbor.job``, ``harbor.trial``,
+  ``harbor.task``), its ``task_id`` is the task's name, its ``harness`` ``harbor`` and its outcome the verifier's
+  reward;
+- compose tasks (``environment/docker-compose.yaml``) are refused with a clear message.
+
+The SDK heart-beats the sandbox while the trial runs; a trial killed outright stops heart-beating, and the router
+deletes its sandbox after ``heartbeat_timeout_s`` (``--ek heartbeat_timeout_s=...``, default 60).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from harbor.environments.base import BaseEnvironment, ExecResult
+from harbor.environments.capabilities import EnvironmentCapabilities
+from harbor.environments.definition import environment_content_hash
+from harbor.environments.options import EnvironmentOptions
+from harbor.models.task.config import NetworkMode
+from harbor.models.trial.paths import EnvironmentPaths
+from pydantic import Field
+
+from grove.build.builder import BuildOptions, build, image_config
+from grove.build.context import directories_tar
+from grove.build.dockerfile import parse
+from grove.client.aio import DEFAULT_URL, AsyncGrove, AsyncSandbox
+from grove.core.errors import GroveError, NotFound
+
+_DOCKERFILE = "Dockerfile"
+_COMPOSE = ("docker-compose.yaml", "docker-compose.yml")
+_TIMEOUT_EXIT = 124  # what `timeout` returns: Harbor's agents read a timed-out command by it
+
+
+class GroveOptions(EnvironmentOptions):
+    """``--ek`` settings of the grove provider."""
+
+    url: str | None = Field(default=None, description="the grove router's URL (default: $GROVE_URL, else the SDK's)")
+    api_key: str | None = Field(default=None, description="its API key (default: $GROVE_API_KEY)")
+    pool: str | None = Field(default=None, description="claim each trial's sandbox from this warm pool")
+    cpu: float | None = Field(default=None, description="CPU limit in cores (default: the task's, else grove's)")
+    memory_mb: int | None = Field(default=None, description="memory limit in MiB (default: the task's, else grove's)")
+    disk_mb: int | None = Field(default=None, description="writable-layer size in MiB (default: the task's storage)")
+    images: dict[str, str] = Field(default_factory=dict,
+                                   description="task image name -> grove image name (JSON object)")
+    build_network: str = Field(default="deny", pattern="^(deny|allow)$",
+                               description="egress of a Dockerfile build's RUN steps: deny (default) or allow")
+    heartbeat_timeout_s: float = Field(default=60.0, ge=5,
+                                       description="a trial killed outright leaves its sandbox this long at most")
+
+
+class GroveEnvironment(BaseEnvironment):
+    """One grove sandbox per trial environment."""
+
+    options_model = GroveOptions
+    options: GroveOptions
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """As every Harbor environment; the network policy is checked here, before any trial starts."""
+        self._client: AsyncGrove | None = None
+        self._sandbox: AsyncSandbox | None = None
+        super().__init__(*args, **kwargs)
+        self._network()  # a policy grove cannot enforce exactly is refused now
+
+    @staticmethod
+    def type() -> str:
+        """Harbor's name for this environment type."""
+        return "grove"
+
+    @property
+    def capabilities(self) -> EnvironmentCapabilities:
+        """What grove enforces: no network, or an allowlist of IPv4 addresses and CIDRs; no GPUs, no compose."""
+        return EnvironmentCapabilities(disable_internet=True, network_allowlist=True,
+                                       network_allowlist_ipv4_addresses=True, network_allowlist_ipv4_cidrs=True)
+
+    @classmethod
+    def preflight(cls, kwargs: dict[str, Any] | None = None) -> None:
+        """Check the options and that the router answers, before Harbor queues any trial (Harbor 0.26 passes the
+        job's ``--ek`` kwargs)."""
+        super().preflight(kwargs)
+        options = cls.parse_options(kwargs)
+        assert isinstance(options, GroveOptions)
+        url = (options.url or os.environ.get("GROVE_URL") or DEFAULT_URL).rstrip("/")
+        try:
+            urllib.request.urlopen(f"{url}/healthz", timeout=10).close()
+        except (urllib.error.URLError, OSError) as exc:
+            raise SystemExit(f"the grove router at {url} does not answer ({exc}); start one with `grove up` "
+                             "or pass --ek url=http://HOST:PORT") from None
+
+    def _validate_definition(self) -> None:
+        """A Dockerfile or a prebuilt image; compose environments are refused, saying so."""
+        for name in _COMPOSE:
+            if (self.environment_dir / name).exists():
+                raise ValueError(f"{self.environment_dir / name}: the grove environment does not run Docker Compose "
+                                 "task environments (several services) yet; run this task with a compose-capable "
+                                 "environment (e.g. --env docker)")
+        if not (self.environment_dir / _DOCKERFILE).exists() and not self.task_env_config.docker_image:
+            raise FileNotFoundError(f"{self.environment_dir / _DOCKERFILE} not found and the task names no "
+                                    "docker_image: grove has nothing to build or run")
+
+    def _network(self) -> dict[str, Any]:
+        policy = self._network_policy
+        if policy.network_mode == NetworkMode.NO_NETWORK:
+            return {"egress": "deny"}
+        if policy.network_mode == NetworkMode.PUBLIC:
+            return {"egress": "allow"}
+        allow = []
+        for host in policy.allowed_hosts:
+            try:
+                net = ipaddress.ip_network(host, strict=False)
+            except ValueError:
+                raise ValueError(f"network allowlist entry {host!r}: grove's egress allow-lists take IPv4 addresses "
+                                 "and CIDRs, not hostnames") from None
+            if net.version != 4:
+                raise ValueError(f"network allowlist entry {host!r}: grove's local egress takes IPv4 only")
+            allow.append(str(net))
+        return {"egress": "allow", "allow": allow}
+
+    def _client_now(self) -> AsyncGrove:
+        if self._client is None:
+            self._client = AsyncGrove(self.options.url, self.options.api_key)
+        return self._client
+
+    async def _image(self, force_build: bool) -> tuple[str, dict[str, Any]]:
+        """The grove image of this task (built or mapped) and the config its sandbox starts with."""
+        client = self._client_now()
+        dockerfile = self.environment_dir / _DOCKERFILE
+        if not dockerfile.exists():
+            name = str(self.task_env_config.docker_image)
+            return self.options.images.get(name, name), {}
+        config = image_config(parse(dockerfile.read_bytes(), {}))
+        tag = image_name_for(self.environment_dir)
+        if not force_build:
+            try:
+                await client.request("GET", f"/v1/images/{tag}")
+                return tag, config
+            except NotFound:
+                pass
+        options = BuildOptions(dockerfile, self.environment_dir, tag, network=self.options.build_network)
+        await build(client, options, lambda line: self.logger.debug("build %s: %s", tag, line))
+        return tag, config
+
+    async def start(self, force_build: bool) -> None:
+        """Build or find the task's image, then create the trial's sandbox."""
+        image, config = await self._image(force_build)
+        env = dict(item.split("=", 1) for item in config.get("Env", []))
+        env.update(self.task_env_config.env or {})
+        env.update(self._persistent_env)
+        job = self.trial_paths.trial_dir.parent.name
+        create: dict[str, Any] = {
+            "env": env, "workdir": self.task_env_config.workdir or config.get("WorkingDir") or "/",
+            "network": self._network(), "heartbeat_timeout_s": self.options.heartbeat_timeout_s,
+            "metadata": {"task_id": self.environment_name, "harness": "harbor",
+                         "labels": {"harbor.job": job, "harbor.trial": self.session_id,
+                                    "harbor.task": self.environment_name,
+                                    **({"harbor.context": str(self.context_id)} if self.context_id else {})}},
+        }
+        cpu = self.options.cpu or self.task_env_config.cpus
+        memory = self.options.memory_mb or self.task_env_config.memory_mb
+        disk = self.options.disk_mb or self.task_env_config.storage_mb
+        create.update({k: v for k, v in (("cpu", cpu), ("memory_mb", memory), ("disk_mb", disk),
+                                         ("pool", self.options.pool)) if v})
+        self.default_user = config.get("User") or None
+        self._sandbox = await self._client_now().create(image, **create)
+        # Harbor's log directories, writable by the task's user (Docker's providers mount them from the host).
+        paths = EnvironmentPaths.for_os(self.os)
+        logs = [str(p) for p in (paths.logs_dir, paths.agent_dir, paths.verifier_dir, paths.artifacts_dir)]
+        await self._sandbox.upload_tar(directories_tar(logs, 0o777), "/")
+        await self._upload_environment_dir_after_start()
+
+    async def stop(self, delete: bool) -> None:
+        """Record the verifier's reward as the trajectory's outcome and delete the sandbox (its trajectory is
+        stored); without ``delete`` it is left to its heartbeat timeout."""
+        try:
+            if self._sandbox is not None and delete:
+                await self._record_reward(self._sandbox)
+                await self._sandbox.close()
+        finally:
+            self._sandbox = None
+            if self._client is not None:
+                await self._client.close()
+                self._client = None
+
+    async def _record_reward(self, sandbox: AsyncSandbox) -> None:
+        """The reward Harbor's verifier wrote (``reward.txt``), once it ran: ``pass`` above 0, else ``fail``."""
+        path = str(EnvironmentPaths.for_os(self.os).reward_text_path)
+        try:
+            reward = float((await sandbox.read_file(path)).decode().strip())
+        except (GroveError, ValueError, UnicodeDecodeError):
+            return  # no verifier ran (the trial failed before it), or it wrote no number: no outcome to record
+        await sandbox.post_event("result", {"result": "pass" if reward > 0 else "fail", "reward": reward,
+                                            "reason": "Harbor's verifier"})
+
+    def _live(self) -> AsyncSandbox:
+        if self._sandbox is None:
+            raise RuntimeError("the grove environment is not started")
+        return self._sandbox
+
+    async def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
+                   timeout_sec: int | None = None, user: str | int | None = None) -> ExecResult:
+        """Run ``command`` under ``/bin/sh -c``; a timeout is exit code 124 with the output so far."""
+        who = user if user is not None else self.default_user
+        try:
+            result = await self._live().exec(command, cwd=cwd, env=env, timeout_s=timeout_sec,
+                                             user=str(who) if who is not None else None)
+        except GroveError as exc:
+            return ExecResult(stdout="", stderr=f"grove: {exc}", return_code=1)
+        code = _TIMEOUT_EXIT if result.timed_out else result.exit_code
+        return ExecResult(stdout=result.stdout.decode(errors="replace"),
+                          stderr=result.stderr.decode(errors="replace"), return_code=code)
+
+    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
+        """Write a local file into the sandbox."""
+        data = await asyncio.to_thread(Path(source_path).read_bytes)
+        await self._live().write_file(target_path, data, mode=Path(source_path).stat().st_mode & 0o777)
+
+    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
+        """Copy a local directory into the sandbox (one tar through the archive API)."""
+        await self._live().upload(source_dir, target_dir)
+
+    async def download_file(self, source_path: str, target_path: Path | str) -> None:
+        """Copy a file of the sandbox to the local machine."""
+        data = await self._live().read_file(source_path)
+        target = Path(target_path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(target.write_bytes, data)
+
+    async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
+        """Copy a directory of the sandbox to the local machine (overwriting what is there)."""
+        await self._live().download(source_dir, target_dir)
+
+
+def image_name_for(environment_dir: Path) -> str:
+    """The grove image a Dockerfile task's environment directory is built as (its content hash)."""
+    return "harbor-" + str(environment_content_hash(environment_dir, truncate=24))
+

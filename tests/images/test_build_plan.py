@@ -1,0 +1,81 @@
+"""What ``grove image build`` makes of a Dockerfile and a context before any sandbox runs: the plan (dockerfile-parse
+underneath), the image config it records, the refusals by line, and which context files a COPY takes."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from grove.build.builder import image_config
+from grove.build.context import BuildContext
+from grove.build.dockerfile import parse
+from grove.core.errors import Invalid
+
+pytestmark = pytest.mark.fast
+
+
+def test_plan_expands_args_and_records_config() -> None:
+    plan = parse(b'ARG BASE=debian:12\nFROM ${BASE}\nARG V=1\nENV A=$V B="two words"\nWORKDIR /src\n'
+                 b'WORKDIR app\nUSER 1000\nCMD ["run", "--fast"]\nENTRYPOINT exec me\nLABEL k=v\nEXPOSE 80 53/udp\n',
+                 {"V": "2"})
+    assert plan.base == "debian:12" and plan.digest.startswith("sha256:")
+    assert [s.line for s in plan.steps][:3] == [3, 4, 5]
+    config = image_config(plan)
+    assert config["Env"] == ["A=2", "B=two words"] and config["WorkingDir"] == "/src/app"
+    assert config["User"] == "1000" and config["Cmd"] == ["run", "--fast"]
+    assert config["Entrypoint"] == ["/bin/sh", "-c", "exec me"] and config["Labels"] == {"k": "v"}
+    assert config["ExposedPorts"] == ["80/tcp", "53/udp"]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (b"FROM a AS one\nFROM b\n", "line 2: a second FROM"),
+    (b"FROM a\nVOLUME /data\n", "line 2: VOLUME is not supported"),
+    (b"FROM a\nFROBNICATE x\n", "line 2: unknown instruction FROBNICATE"),
+    (b"RUN true\nFROM a\n", "line 1: RUN before FROM"),
+    (b"# nothing\n", "no FROM line"),
+    (b"FROM --platform=linux/arm64 a\n", "line 1: FROM --platform=linux/arm64 a"),
+])
+def test_plan_refuses_by_line(text: bytes, message: str) -> None:
+    with pytest.raises(Invalid, match=message):
+        parse(text, {})
+
+
+def _names(ctx: BuildContext, sources: list[str], dest: str) -> list[str]:
+    packed = ctx.pack(ctx.sources(sources, "line 2: COPY"), dest)
+    with packed.tar, tarfile.open(fileobj=packed.tar) as tf:
+        return sorted(tf.getnames())
+
+
+def test_context_selection_globs_ignores_and_escapes(tmp_path: Path) -> None:
+    (tmp_path / "ctx" / "src" / "pkg").mkdir(parents=True)
+    for rel in ("a.py", "b.py", "c.txt", "src/pkg/m.py", "src/pkg/m.pyc"):
+        (tmp_path / "ctx" / rel).write_text(rel)
+    (tmp_path / "ctx" / ".dockerignore").write_text("**/*.pyc\nb.py\n")
+    (tmp_path / "secret").write_text("no")
+    (tmp_path / "outdir").mkdir()
+    os.symlink("../secret", tmp_path / "ctx" / "out")
+    os.symlink("../outdir", tmp_path / "ctx" / "outdir")
+    ctx = BuildContext(tmp_path / "ctx")
+    assert _names(ctx, ["*.py"], "/app/") == ["app/a.py"]
+    assert _names(ctx, ["c.txt"], "/etc/renamed") == ["etc/renamed"]
+    assert _names(ctx, ["src"], "/opt") == ["opt", "opt/pkg", "opt/pkg/m.py"]
+    assert _names(ctx, ["out"], "/x") == ["x"]  # the symlink itself, as a link
+    with pytest.raises(Invalid, match="outside the build context"):
+        ctx.sources(["../secret"], "line 2: COPY")
+    with pytest.raises(Invalid, match=r"symlink to .*outside the build context"):
+        ctx.sources(["outdir"], "line 2: COPY")
+    with pytest.raises(Invalid, match="names no file"):
+        ctx.sources(["b.py"], "line 2: COPY")  # ignored
+
+
+def test_content_digest_follows_content_not_times(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("one")
+    ctx = BuildContext(tmp_path)
+    first = ctx.pack(["f"], "/f").digest
+    os.utime(tmp_path / "f", (1, 1))
+    assert ctx.pack(["f"], "/f").digest == first
+    (tmp_path / "f").write_text("two")
+    assert ctx.pack(["f"], "/f").digest != first
