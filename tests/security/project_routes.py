@@ -72,6 +72,17 @@ CASES: dict[tuple[str, str], Callable[[World, Names], list[Probe]]] = {
     # alpha's own commit of a sandbox on `default` is refused too (nothing is built on the host's /usr): no control.
     ("POST", "/v1/sandboxes/{id}/commit"): lambda w, n: [
         send("POST", f"/v1/sandboxes/{n.live}/commit", {"image": f"beta-{TAG}"}, control=False)],
+    ("POST", "/v1/sandboxes/{id}/checkpoints"): lambda w, n: [send("POST", f"/v1/sandboxes/{n.live}/checkpoints")],
+    ("GET", "/v1/sandboxes/{id}/checkpoints"): lambda w, n: [get(f"/v1/sandboxes/{n.live}/checkpoints")],
+    ("GET", "/v1/sandboxes/{id}/checkpoints/{checkpoint}"): lambda w, n: [
+        get(f"/v1/sandboxes/{n.live}/checkpoints/{w.checkpoint}")],
+    ("DELETE", "/v1/sandboxes/{id}/checkpoints/{checkpoint}"): lambda w, n: [
+        send("DELETE", f"/v1/sandboxes/{n.live}/checkpoints/{w.checkpoint}", control=False)],
+    # alpha's own fork and replay would make sandboxes the other cases do not expect: no control.
+    ("POST", "/v1/sandboxes/{id}/fork"): lambda w, n: [
+        send("POST", f"/v1/sandboxes/{n.live}/fork", {"count": 1}, control=False)],
+    ("POST", "/v1/trajectories/{sandbox_id}/replay"): lambda w, n: [
+        send("POST", f"/v1/trajectories/{sid}/replay", {"keep": False}, control=False) for sid in (n.live, n.ended)],
     ("POST", "/v1/sandboxes/{id}/exec"): lambda w, n: [
         send("POST", f"/v1/sandboxes/{n.live}/exec", {"command": "true"}),
         send("POST", f"/v1/sandboxes/{n.member}/exec", {"command": "true"}, control=False)],
@@ -152,6 +163,7 @@ CASES: dict[tuple[str, str], Callable[[World, Names], list[Probe]]] = {
     ("GET", "/ui/api/runs/{run_id}/plots/{name}"): lambda w, n: [get(f"/ui/api/runs/{n.run}/plots/plot.png")],
     ("GET", "/ui/api/trajectories/{sandbox_id}"): _trajectory_probes(lambda w: ""),
     ("GET", "/ui/api/trajectories/{sandbox_id}/raw"): _trajectory_probes(lambda w: "/raw"),
+    ("GET", "/ui/api/trajectories/{sandbox_id}/lineage"): _trajectory_probes(lambda w: "/lineage"),
     ("GET", "/ui/api/trajectories/{sandbox_id}/steps/{n}"): _trajectory_probes(lambda w: f"/steps/{w.exec_step}"),
     ("GET", "/ui/api/trajectories/{sandbox_id}/steps/{n}/file"): _trajectory_probes(
         lambda w: f"/steps/{w.file_step}/file"),

@@ -84,6 +84,8 @@ class World:
     screenshot: str = ""
     """The sha256 of a screenshot alpha took in each of its sandboxes, a computer step of both its records
     (stored in alpha's part of the bucket); the live sandbox's screen keeps running."""
+    checkpoint: str = ""
+    """A checkpoint alpha took of its live sandbox."""
 
 
 @dataclass(frozen=True)
@@ -292,6 +294,7 @@ def make_world(router: RouterProcess) -> World:
                              key=alpha_key))["screenshot"]["sha256"] for sid in (live, ended)}
     assert len(shots) == 1, shots  # the same blank screen in both: the stored record names it too
     screenshot = shots.pop()
+    checkpoint = _ok(router.http("POST", f"/v1/sandboxes/{live}/checkpoints", json_body={}, key=alpha_key), 201)["id"]
     _delete_and_store(router, alpha_key, ended, f"alpha-task-{TAG}")
     listed = _ok(router.http("GET", f"/v1/sandboxes/{live}/artifacts", key=alpha_key))["artifacts"]
     artifact = next(a["path"] for a in listed if a["path"].endswith("/out.txt")).lstrip("/")
@@ -321,7 +324,7 @@ def make_world(router: RouterProcess) -> World:
 
     markers = (live, ended, *members, pool, run, f"alpha-task-{TAG}", f"alpha-model-{TAG}", f"alpha-harness-{TAG}",
                f"alpha-secret-{TAG}", f"alpha-notes-{TAG}", f"alpha-output-{TAG}", f"alpha-event-{TAG}",
-               f"alpha-summary-{TAG}", f"alpha-plot-{TAG}", f"projects/{ALPHA}/", ALPHA)
+               f"alpha-summary-{TAG}", f"alpha-plot-{TAG}", f"projects/{ALPHA}/", ALPHA, checkpoint)
     names = Names(live, ended, members.pop(), pool, run, ALPHA)
     return World(router, alpha, logged_in(router, beta_key), Who(router.key), names, artifact, steps[0], steps[1],
-                 twin, beta_live, beta_ended, beta_run, markers, screenshot)
+                 twin, beta_live, beta_ended, beta_run, markers, screenshot, checkpoint)
