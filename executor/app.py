@@ -24,6 +24,7 @@ from executor.jsonfit import JSON_FACTOR, escaped_size, fit_for_json
 from executor.manifest import manifest
 from executor.models import ExecRequest
 from executor.outputs import read_kept
+from executor.ports import ports_blueprint
 from executor.push import check_items, put_file, require_files
 from executor.runner import Chunk
 from executor.served import Served, Slot
@@ -238,6 +239,8 @@ def app_shell(root: str) -> Flask:
 
     # The SWE-ReX remote-runtime protocol (SWE-agent's), behind the same bearer token.
     app.register_blueprint(swerex_blueprint(slot.get), url_prefix="/swerex")
+    # Ports and the terminal: connections upgraded, then carried by a relay thread (executor.ports).
+    app.register_blueprint(ports_blueprint(slot.get))
     return app
 
 

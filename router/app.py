@@ -14,6 +14,7 @@ from router.api.routes import ROUTES
 from router.auth import KeyRing
 from router.backends.base import Backend
 from router.lifecycle.service import SandboxService
+from router.ports.hosts import ports_context
 from router.records.registry import Registry
 from router.settings import RouterSettings
 from router.storage import open_storage
@@ -61,4 +62,5 @@ def create_app(settings: RouterSettings, backend: Backend | None = None) -> web.
             await service.close()
 
     app.cleanup_ctx.append(lifetime)
+    app.cleanup_ctx.append(ports_context)  # after the service: its recorder counts the ports' traffic
     return app

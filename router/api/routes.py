@@ -40,8 +40,12 @@ from router.models import (
     PushRequest,
     SandboxArtifactQuery,
 )
+from router.ports.handlers import port_handler, port_url_handler
+from router.ports.models import PortUrlRequest
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PORT_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+"""The methods the port proxy takes (what HTTP servers answer; CONNECT and TRACE stay out)."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,13 @@ ROUTES: list[Route] = [
     Route("POST", "/v1/sandboxes/{id}/snapshot-upload", snapshot_upload,
           "Executors only (Knative): start, extend, complete or abort a workspace snapshot's multipart upload",
           raw_body="application/json", own_auth=True),
+    # Ports: the signed URL's route first (it shadows a server's own POST /url on that port).
+    Route("POST", "/v1/sandboxes/{id}/ports/{port}/url", port_url_handler,
+          "A signed URL of the host-named listener reaching this port, acting as this key until it expires",
+          body=PortUrlRequest),
+    *(Route(method, "/v1/sandboxes/{id}/ports/{port}/{tail:.*}", port_handler,
+            "HTTP or WebSocket to this port on the sandbox's loopback, streamed both ways", raw_body="*/*")
+      for method in PORT_METHODS),
     Route("GET", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler, "SWE-ReX remote runtime: is_alive",
           key_header="X-API-Key"),
     Route("POST", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler,
