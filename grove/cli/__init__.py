@@ -12,11 +12,11 @@ import os
 import sys
 from collections.abc import Sequence
 
-from grove.cli import artifacts, images, pools, projects, rollouts, sandboxes, server, storage, trajectories
+from grove.cli import artifacts, images, pools, projects, rollouts, sandboxes, server, shell, storage, trajectories
 from grove.cli.common import DEFAULT_STATE, explain, state_dir
 from grove.core.errors import GroveError
 
-COMMANDS = (server, projects, sandboxes, images, pools, trajectories, artifacts, rollouts, storage)
+COMMANDS = (server, projects, sandboxes, images, pools, trajectories, artifacts, rollouts, storage, shell)
 
 
 def _common_options(default: object) -> argparse.ArgumentParser:

@@ -42,6 +42,7 @@ from router.models import (
 )
 from router.ports.handlers import port_handler, port_url_handler
 from router.ports.models import PortUrlRequest
+from router.ports.pty import pty_handler
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PORT_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -148,6 +149,8 @@ ROUTES: list[Route] = [
     *(Route(method, "/v1/sandboxes/{id}/ports/{port}/{tail:.*}", port_handler,
             "HTTP or WebSocket to this port on the sandbox's loopback, streamed both ways", raw_body="*/*")
       for method in PORT_METHODS),
+    Route("GET", "/v1/sandboxes/{id}/pty", pty_handler,
+          "A terminal (WebSocket): binary or {type: input} in, output out, {type: resize}; recorded as steps"),
     Route("GET", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler, "SWE-ReX remote runtime: is_alive",
           key_header="X-API-Key"),
     Route("POST", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler,
