@@ -41,7 +41,8 @@ from router.models import (
     SandboxArtifactQuery,
 )
 from router.ports.handlers import port_handler, port_url_handler
-from router.ports.models import PortUrlRequest
+from router.ports.mcp import mcp_handler, publish_mcp
+from router.ports.models import McpServerRequest, PortUrlRequest
 from router.ports.pty import pty_handler
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -151,6 +152,12 @@ ROUTES: list[Route] = [
       for method in PORT_METHODS),
     Route("GET", "/v1/sandboxes/{id}/pty", pty_handler,
           "A terminal (WebSocket): binary or {type: input} in, output out, {type: resize}; recorded as steps"),
+    Route("PUT", "/v1/sandboxes/{id}/mcp/{name:[a-z0-9][a-z0-9_-]{0,62}}", publish_mcp,
+          "Publish an MCP server that serves streamable HTTP on a port in the sandbox, under a name",
+          body=McpServerRequest),
+    *(Route(method, "/v1/sandboxes/{id}/mcp/{name:[a-z0-9][a-z0-9_-]{0,62}}", mcp_handler,
+            "A published MCP server, as streamable HTTP; each tool call recorded as a step", raw_body="*/*")
+      for method in ("GET", "POST", "DELETE")),
     Route("GET", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler, "SWE-ReX remote runtime: is_alive",
           key_header="X-API-Key"),
     Route("POST", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler,

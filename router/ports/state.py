@@ -3,13 +3,21 @@ where the host-named listener is."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from router.ports.signing import Signer
 from router.ports.traffic import Traffic
 from router.ports.tunnels import PortClients
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """Where a published MCP server listens in its sandbox."""
+
+    port: int
+    path: str
 
 
 @dataclass
@@ -23,6 +31,8 @@ class Ports:
     """The domain of the host-named listener's names (``{id}-{port}.<domain>``)."""
     listener: str = ""
     """``host:port`` of the host-named listener, once it listens."""
+    mcp: dict[str, dict[str, McpServer]] = field(default_factory=dict)
+    """The MCP servers published in each sandbox, by name (:mod:`router.ports.mcp`)."""
 
     def host_url(self, sandbox_id: str, port: int) -> str:
         """The base URL of a port on the host-named listener."""
