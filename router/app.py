@@ -10,11 +10,11 @@ from aiohttp import web
 from grove.core.errors import BadRequest
 from router.api.appkeys import SERVICE
 from router.api.middleware import KEYS, MIDDLEWARES, SESSION_ROUTES
+from router.api.port_hosts import ports_context
 from router.api.routes import ROUTES
 from router.auth import KeyRing
 from router.backends.base import Backend
 from router.lifecycle.service import SandboxService
-from router.ports.hosts import ports_context
 from router.records.registry import Registry
 from router.settings import RouterSettings
 from router.storage import open_storage

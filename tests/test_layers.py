@@ -120,6 +120,7 @@ ROUTER_LAYERS: list[set[str]] = [
     {"lifecycle"},                            # the service, starts, claims, scaling, reaper, keep-warm
     {"housekeeping"},                         # what projects store: report, collection past retention, bytes
     {"pools"},                                # warm pools and their filler
+    {"ports"},                                # tunnels to a sandbox's ports, signed port URLs, traffic counts
     {"trajectory"},                           # recorder, journals, full outputs, pushes, the archive
     {"records"},                              # the registry, its files and log, the state disk
     {"upstream"},                             # the executor's client

@@ -13,9 +13,12 @@ from router.api.batch import create_sandboxes
 from router.api.computer import computer_handler, display_handler, screenshot_handler
 from router.api.datapath import exec_handler, transfer
 from router.api.images import get_image
+from router.api.mcp import mcp_handler, publish_mcp
 from router.api.openapi import build_spec
 from router.api.pools import create_pool, delete_pool, get_pool, list_pools, resize_pool
+from router.api.ports import port_handler, port_url_handler
 from router.api.projects import get_project, list_projects
+from router.api.pty import pty_handler
 from router.api.runs import get_run_file, list_run_files, put_run_file
 from router.api.sandboxes import create_sandbox, delete_sandbox, get_sandbox, healthz, heartbeat, list_sandboxes
 from router.api.snapshots import snapshot_upload
@@ -40,10 +43,7 @@ from router.models import (
     PushRequest,
     SandboxArtifactQuery,
 )
-from router.ports.handlers import port_handler, port_url_handler
-from router.ports.mcp import mcp_handler, publish_mcp
 from router.ports.models import McpServerRequest, PortUrlRequest
-from router.ports.pty import pty_handler
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PORT_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -152,10 +152,10 @@ ROUTES: list[Route] = [
       for method in PORT_METHODS),
     Route("GET", "/v1/sandboxes/{id}/pty", pty_handler,
           "A terminal (WebSocket): binary or {type: input} in, output out, {type: resize}; recorded as steps"),
-    Route("PUT", "/v1/sandboxes/{id}/mcp/{name:[a-z0-9][a-z0-9_-]{0,62}}", publish_mcp,
+    Route("PUT", "/v1/sandboxes/{id}/mcp/{name}", publish_mcp,
           "Publish an MCP server that serves streamable HTTP on a port in the sandbox, under a name",
           body=McpServerRequest),
-    *(Route(method, "/v1/sandboxes/{id}/mcp/{name:[a-z0-9][a-z0-9_-]{0,62}}", mcp_handler,
+    *(Route(method, "/v1/sandboxes/{id}/mcp/{name}", mcp_handler,
             "A published MCP server, as streamable HTTP; each tool call recorded as a step", raw_body="*/*")
       for method in ("GET", "POST", "DELETE")),
     Route("GET", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler, "SWE-ReX remote runtime: is_alive",

@@ -32,7 +32,7 @@ class Ports:
     listener: str = ""
     """``host:port`` of the host-named listener, once it listens."""
     mcp: dict[str, dict[str, McpServer]] = field(default_factory=dict)
-    """The MCP servers published in each sandbox, by name (:mod:`router.ports.mcp`)."""
+    """The MCP servers published in each sandbox, by name (:mod:`router.api.mcp`)."""
 
     def host_url(self, sandbox_id: str, port: int) -> str:
         """The base URL of a port on the host-named listener."""

@@ -57,10 +57,9 @@ def run(coro: Any) -> Any:
 
 def test_an_http_server_in_the_sandbox_answers_through_the_proxy(router: RouterProcess, served: Sandbox) -> None:
     async def go() -> tuple[int, dict[str, Any]]:
-        async with aiohttp.ClientSession(headers=auth(router)) as http:
-            async with http.get(f"{base(router, served.id)}/hello/a%20b?x=1&y=2",
-                                headers={"X-Custom": "kept"}) as resp:
-                return resp.status, await resp.json()
+        async with aiohttp.ClientSession(headers=auth(router)) as http, \
+                http.get(f"{base(router, served.id)}/hello/a%20b?x=1&y=2", headers={"X-Custom": "kept"}) as resp:
+            return resp.status, await resp.json()
 
     status, seen = run(go())
     assert status == 200, seen
@@ -99,13 +98,13 @@ def test_100_mb_streamed_both_ways(router: RouterProcess, served: Sandbox) -> No
 
 def test_websocket_echo(router: RouterProcess, served: Sandbox) -> None:
     async def go() -> tuple[str | None, str, bytes]:
-        async with aiohttp.ClientSession(headers=auth(router)) as http:
-            async with http.ws_connect(f"{base(router, served.id)}/ws", protocols=("echo",)) as ws:
-                await ws.send_str("hello sandbox")
-                text = await ws.receive_str(timeout=30)
-                await ws.send_bytes(b"\x00\x01" * 50_000)
-                data = await ws.receive_bytes(timeout=30)
-                return ws.protocol, text, data
+        async with aiohttp.ClientSession(headers=auth(router)) as http, \
+                http.ws_connect(f"{base(router, served.id)}/ws", protocols=("echo",)) as ws:
+            await ws.send_str("hello sandbox")
+            text = await ws.receive_str(timeout=30)
+            await ws.send_bytes(b"\x00\x01" * 50_000)
+            data = await ws.receive_bytes(timeout=30)
+            return ws.protocol, text, data
 
     protocol, text, data = run(go())
     assert (protocol, text, data) == ("echo", "hello sandbox", b"\x00\x01" * 50_000)
@@ -169,10 +168,10 @@ def test_a_signed_url_works_on_its_own_origin_then_expires(router: RouterProcess
 
     async def visit(target: str) -> tuple[int, Any, list[str]]:
         connector = aiohttp.TCPConnector(resolver=LocalhostNames())
-        async with aiohttp.ClientSession(connector=connector) as browser:  # a browser: no key, a cookie jar
-            async with browser.get(target) as resp:
-                body = await resp.json() if resp.content_type == "application/json" else await resp.text()
-                return resp.status, body, [str(r.url) for r in resp.history]
+        # A browser: no key, a cookie jar.
+        async with aiohttp.ClientSession(connector=connector) as browser, browser.get(target) as resp:
+            body = await resp.json() if resp.content_type == "application/json" else await resp.text()
+            return resp.status, body, [str(r.url) for r in resp.history]
 
     status, seen, hops = run(visit(page))
     assert status == 200, seen

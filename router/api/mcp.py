@@ -10,20 +10,22 @@ memory for the sandbox's life (a router restart forgets them: publish again).
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
 from aiohttp import web
 
-from grove.core.errors import NotFound
+from grove.core.errors import Invalid, NotFound
 from router.api.appkeys import sandbox_of, service_of
 from router.api.datapath import read_capped
+from router.api.port_proxy import proxy
 from router.api.replies import reply
 from router.api.sandboxes import read_model
 from router.ports.models import McpServerRequest
-from router.ports.proxy import proxy
 from router.ports.state import McpServer, ports_of
 
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 MAX_MESSAGE = 16 * 1024 * 1024
 """Largest JSON-RPC request body the router reads (it must read one whole to see which tool it calls)."""
 KEPT_ANSWER = 1024 * 1024
@@ -41,6 +43,9 @@ async def publish_mcp(request: web.Request) -> web.Response:
     body = await read_model(request, McpServerRequest)
     record = sandbox_of(request, request.match_info["id"])
     name = request.match_info["name"]
+    if not NAME_RE.fullmatch(name):
+        raise Invalid(f"an MCP server's name is 1-63 lowercase letters, digits, '-' or '_', starting with a letter "
+                      f"or digit; {name[:80]!r} is not")
     path = body.path if body.path.startswith("/") else "/" + body.path
     _servers(request)[name] = McpServer(body.port, path)
     url = f"{request.scheme}://{request.host}/v1/sandboxes/{record.id}/mcp/{name}"

@@ -7,10 +7,10 @@ import time
 from aiohttp import web
 
 from router.api.appkeys import caller_of, sandbox_of
+from router.api.port_proxy import TOKEN_PARAM, parse_port, proxy
 from router.api.replies import reply
 from router.api.sandboxes import read_model
 from router.ports.models import PortUrlRequest
-from router.ports.proxy import TOKEN_PARAM, parse_port, proxy
 from router.ports.state import ports_of
 
 

@@ -21,8 +21,8 @@ from aiohttp import web
 from grove.core.errors import NotFound, Unauthorized
 from router.api.appkeys import CALLER, SERVICE, sandbox_of
 from router.api.middleware import KEYS, errors_middleware
+from router.api.port_proxy import TOKEN_COOKIE, TOKEN_PARAM, parse_port, proxy
 from router.auth import KeyRing
-from router.ports.proxy import TOKEN_COOKIE, TOKEN_PARAM, parse_port, proxy
 from router.ports.signing import Signer
 from router.ports.state import PORTS, Ports
 from router.ports.traffic import Traffic
