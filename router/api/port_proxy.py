@@ -61,7 +61,12 @@ async def proxy(request: web.Request, record: SandboxRecord, port: int, target: 
         headers = _forwarded(request.headers, host)
         if is_websocket(request):
             return await _websocket(request, record, port, session, url, headers)
-        return await _http(request, record, port, session, url, headers, body, tap)
+        response = web.StreamResponse()
+        if host is None:
+            # On the API's origin (which the viewer shares) a page is put in a unique origin of its own: it can
+            # read nothing of the viewer's, cookies included. Browsers should use the host-named listener.
+            response.headers.add("Content-Security-Policy", "sandbox")
+        return await _http(request, record, port, session, url, headers, body, tap, response)
 
 
 def _forwarded(incoming: Mapping[str, str], host: str | None) -> CIMultiDict[str]:
@@ -92,7 +97,8 @@ def _without_token_cookie(header: str) -> str:
 
 
 async def _http(request: web.Request, record: SandboxRecord, port: int, session: aiohttp.ClientSession, url: str,
-                headers: CIMultiDict[str], read: bytes | None, tap: Tap | None) -> web.StreamResponse:
+                headers: CIMultiDict[str], read: bytes | None, tap: Tap | None, response: web.StreamResponse) -> (
+        web.StreamResponse):
     traffic = ports_of(request).traffic
     moved = [len(read or b""), 0]
 
@@ -110,7 +116,7 @@ async def _http(request: web.Request, record: SandboxRecord, port: int, session:
         async with session.request(request.method, url, headers=headers, allow_redirects=False,
                                    data=data) as upstream:
             status = upstream.status
-            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            response.set_status(upstream.status, upstream.reason)
             for name, value in upstream.headers.items():
                 if name.lower() not in HOP_BY_HOP:
                     response.headers.add(name, value)

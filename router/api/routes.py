@@ -46,8 +46,9 @@ from router.models import (
 from router.ports.models import McpServerRequest, PortUrlRequest
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-PORT_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
-"""The methods the port proxy takes (what HTTP servers answer; CONNECT and TRACE stay out)."""
+PORT_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+"""The methods the port proxy takes on the API path (HEAD, CONNECT and TRACE stay out; the host-named listener
+takes any)."""
 
 
 @dataclass(frozen=True)

@@ -56,13 +56,14 @@ def run(coro: Any) -> Any:
 
 
 def test_an_http_server_in_the_sandbox_answers_through_the_proxy(router: RouterProcess, served: Sandbox) -> None:
-    async def go() -> tuple[int, dict[str, Any]]:
+    async def go() -> tuple[int, dict[str, Any], str | None]:
         async with aiohttp.ClientSession(headers=auth(router)) as http, \
                 http.get(f"{base(router, served.id)}/hello/a%20b?x=1&y=2", headers={"X-Custom": "kept"}) as resp:
-            return resp.status, await resp.json()
+            return resp.status, await resp.json(), resp.headers.get("Content-Security-Policy")
 
-    status, seen = run(go())
+    status, seen, policy = run(go())
     assert status == 200, seen
+    assert policy == "sandbox"  # on the API's origin a page gets an opaque origin of its own
     assert seen["path"] == "/hello/a%20b?x=1&y=2"
     assert seen["host"] == f"127.0.0.1:{PORT}"
     assert seen["headers"]["X-Custom"] == "kept"
