@@ -24,6 +24,7 @@ from router.api.replies import reply
 from router.api.sandboxes import read_model
 from router.ports.models import McpServerRequest
 from router.ports.state import McpServer, ports_of
+from router.records.registry import SandboxRecord
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 MAX_MESSAGE = 16 * 1024 * 1024
@@ -73,16 +74,26 @@ async def mcp_handler(request: web.Request) -> web.StreamResponse:
             answer.extend(chunk)
 
     started = time.time()
-    response = await proxy(request, record, server.port, target, None, body=body, tap=keep)
-    results = _results(bytes(answer)) if len(answer) <= KEPT_ANSWER else {}
+    status = 502
+    try:
+        response = await proxy(request, record, server.port, target, None, body=body, tap=keep)
+        status = response.status
+        return response
+    finally:
+        # Recorded also when the client left before the answer's end (an MCP client stops reading its POST's
+        # event stream once it holds the result): the call ran in the sandbox either way.
+        _record_calls(request, record, name, calls, bytes(answer), status, started)
+
+
+def _record_calls(request: web.Request, record: SandboxRecord, name: str, calls: dict[Any, tuple[str, Any]],
+                  answer: bytes, status: int, started: float) -> None:
+    results = _results(answer) if len(answer) <= KEPT_ANSWER else {}
     for call_id, (tool, arguments) in calls.items():
         step: dict[str, Any] = {"type": "mcp_call", "t": started, "server": name, "tool": tool,
-                                "arguments": arguments, "status": response.status,
-                                "duration_s": time.time() - started}
+                                "arguments": arguments, "status": status, "duration_s": time.time() - started}
         if (result := results.get(call_id)) is not None:
             step.update(result)
         service_of(request).recorder.step(record, step)
-    return response
 
 
 def _tool_calls(body: bytes) -> dict[Any, tuple[str, Any]]:

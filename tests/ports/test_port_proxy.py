@@ -184,3 +184,49 @@ def test_a_signed_url_works_on_its_own_origin_then_expires(router: RouterProcess
     time.sleep(max(0.0, minted.json()["expires_at"] - time.time()) + 0.5)
     status, body, _ = run(visit(page))
     assert status == 401 and "expired" in body["error"]["message"]
+
+
+def test_a_signed_url_stops_working_when_its_key_is_revoked(router: RouterProcess, served: Sandbox) -> None:
+    added = router.cli("key", "add", "short-lived")
+    assert added.returncode == 0, added.stderr
+    key = added.stdout.decode().strip()
+    wait_for(lambda: router.http("GET", "/v1/sandboxes", key=key).status == 200, 5, what="the new key")
+    minted = router.http("POST", f"/v1/sandboxes/{served.id}/ports/{PORT}/url", json_body={}, key=key)
+    assert minted.status == 200, minted.body[:300]
+    page = minted.json()["url"].replace("/?", "/hello/revoked?")
+
+    async def visit() -> tuple[int, Any]:
+        connector = aiohttp.TCPConnector(resolver=LocalhostNames())
+        async with aiohttp.ClientSession(connector=connector) as browser, \
+                browser.get(page, allow_redirects=False) as resp:
+            return resp.status, await resp.read()
+
+    assert run(visit())[0] == 303  # accepted: its token moves into a cookie
+    revoked = router.cli("key", "revoke", key)
+    assert revoked.returncode == 0, revoked.stderr
+    _, body = wait_for(lambda: (answer := run(visit()))[0] == 401 and answer, 10, what="the refusal")
+    assert b"revoked" in body
+
+
+def test_an_open_websocket_keeps_the_sandbox_up_and_a_request_wakes_it(router: RouterProcess) -> None:
+    with router.client() as client:
+        sleepy = client.create(heartbeat=False, idle_timeout_s=2)
+        try:
+            start_server(sleepy, AIOHTTP_SERVER, PORT, AIOHTTP)
+
+            async def hold() -> tuple[str, str]:
+                async with aiohttp.ClientSession(headers=auth(router)) as http, \
+                        http.ws_connect(f"{base(router, sleepy.id)}/ws") as ws:
+                    await asyncio.sleep(5)  # past the idle timeout, nothing sent: the open connection is activity
+                    status = await asyncio.to_thread(lambda: sleepy.status()["status"])
+                    await ws.send_str("still here")
+                    return status, await ws.receive_str(timeout=30)
+
+            assert run(hold()) == ("ready", "still here")
+            wait_for(lambda: sleepy.status()["status"] == "idle", 20, what="scale to zero once the socket closed")
+            woken = router.http("GET", f"/v1/sandboxes/{sleepy.id}/ports/{PORT}/hello", timeout=60)
+            # The request woke it; its server's process stopped with the scale to zero, so nothing listens.
+            assert woken.status == 502 and f"port {PORT}" in error_of(woken)["message"]
+            assert sleepy.status()["status"] == "ready"
+        finally:
+            sleepy.close()

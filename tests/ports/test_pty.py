@@ -74,6 +74,16 @@ def test_pty_refuses_a_plain_get_and_a_bad_size(router: RouterProcess, sandbox: 
                                 "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}).status == 400
 
 
+def _read(master: int, timeout: float) -> bytes | None:
+    """What the terminal shows within ``timeout``; None once nothing holds its other side (the CLI exited)."""
+    if not select.select([master], [], [], timeout)[0]:
+        return b""
+    try:
+        return os.read(master, 65536) or None
+    except OSError:  # EIO: every descriptor of the terminal's other side is closed
+        return None
+
+
 def test_grove_shell_on_a_real_terminal(router: RouterProcess, sandbox: Sandbox) -> None:
     master, slave = pty.openpty()
     env = {**os.environ, "GROVE_API_KEY": router.key}
@@ -84,16 +94,13 @@ def test_grove_shell_on_a_real_terminal(router: RouterProcess, sandbox: Sandbox)
     try:
         deadline = time.monotonic() + 60
         while b"# " not in output and b"$ " not in output and time.monotonic() < deadline:  # the shell's prompt
-            if select.select([master], [], [], 0.5)[0]:
-                output += os.read(master, 65536)
+            chunk = _read(master, 0.5)
+            assert chunk is not None, (proc.wait(timeout=10), output)
+            output += chunk
         os.write(master, b"echo shell=$((6*7)); exit 5\n")
-        while proc.poll() is None and time.monotonic() < deadline:
-            if select.select([master], [], [], 0.5)[0]:
-                try:
-                    output += os.read(master, 65536)
-                except OSError:
-                    break
-        assert proc.poll() == 5, (proc.poll(), output)
+        while time.monotonic() < deadline and (chunk := _read(master, 0.5)) is not None:
+            output += chunk
+        assert proc.wait(timeout=30) == 5, output
     finally:
         if proc.poll() is None:
             proc.kill()
