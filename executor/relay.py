@@ -9,6 +9,7 @@ this relay, where an open connection costs a few kilobytes and no thread.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import fcntl
 import json
@@ -35,6 +36,10 @@ class Relay:
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
+        # asyncio holds tasks weakly, and a stream's protocol holds its reader weakly: a relay's task, its
+        # readers and their waiters form a cycle nothing else reaches, which the garbage collector would end
+        # (closing the connection mid-session). Each is held here until it is done.
+        self._running_work: set[concurrent.futures.Future[None]] = set()
 
     def _running(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -46,7 +51,14 @@ class Relay:
 
     def submit(self, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work`` on the relay loop (it owns the sockets it was given from now on)."""
-        asyncio.run_coroutine_threadsafe(work, self._running())
+        future = asyncio.run_coroutine_threadsafe(work, self._running())
+        with self._lock:
+            self._running_work.add(future)
+        future.add_done_callback(self._done)
+
+    def _done(self, future: concurrent.futures.Future[None]) -> None:
+        with self._lock:
+            self._running_work.discard(future)
 
 
 async def splice(client: socket.socket, upstream: socket.socket) -> None:

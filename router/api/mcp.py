@@ -74,15 +74,13 @@ async def mcp_handler(request: web.Request) -> web.StreamResponse:
             answer.extend(chunk)
 
     started = time.time()
-    status = 502
+    status = [502]
     try:
-        response = await proxy(request, record, server.port, target, None, body=body, tap=keep)
-        status = response.status
-        return response
+        return await proxy(request, record, server.port, target, None, body=body, tap=keep, on_status=status.append)
     finally:
         # Recorded also when the client left before the answer's end (an MCP client stops reading its POST's
         # event stream once it holds the result): the call ran in the sandbox either way.
-        _record_calls(request, record, name, calls, bytes(answer), status, started)
+        _record_calls(request, record, name, calls, bytes(answer), status[-1], started)
 
 
 def _record_calls(request: web.Request, record: SandboxRecord, name: str, calls: dict[Any, tuple[str, Any]],

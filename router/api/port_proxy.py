@@ -47,10 +47,12 @@ def is_websocket(request: web.Request) -> bool:
 
 
 async def proxy(request: web.Request, record: SandboxRecord, port: int, target: str, host: str | None, *,
-                body: bytes | None = None, tap: Tap | None = None) -> web.StreamResponse:
+                body: bytes | None = None, tap: Tap | None = None,
+                on_status: Callable[[int], None] | None = None) -> web.StreamResponse:
     """Send ``request`` to ``target`` (path and query) on ``port`` in the sandbox and relay the answer; ``host``
     is the Host header the server sees (None: ``127.0.0.1:PORT``, as a client inside the sandbox would send).
-    ``body`` replaces a request body already read; ``tap`` sees the answer's bytes. The sandbox is woken if it
+    ``body`` replaces a request body already read; ``tap`` sees the answer's bytes, ``on_status`` its status as it
+    arrives (the client may leave before its end). The sandbox is woken if it
     sleeps, and counts as busy while the connection is open."""
     service = service_of(request)
     with service.calling(record):
@@ -66,7 +68,7 @@ async def proxy(request: web.Request, record: SandboxRecord, port: int, target: 
             # On the API's origin (which the viewer shares) a page is put in a unique origin of its own: it can
             # read nothing of the viewer's, cookies included. Browsers should use the host-named listener.
             response.headers.add("Content-Security-Policy", "sandbox")
-        return await _http(request, record, port, session, url, headers, body, tap, response)
+        return await _http(request, record, port, session, url, headers, body, tap, response, on_status)
 
 
 def _forwarded(incoming: Mapping[str, str], host: str | None) -> CIMultiDict[str]:
@@ -97,8 +99,8 @@ def _without_token_cookie(header: str) -> str:
 
 
 async def _http(request: web.Request, record: SandboxRecord, port: int, session: aiohttp.ClientSession, url: str,
-                headers: CIMultiDict[str], read: bytes | None, tap: Tap | None, response: web.StreamResponse) -> (
-        web.StreamResponse):
+                headers: CIMultiDict[str], read: bytes | None, tap: Tap | None, response: web.StreamResponse,
+                on_status: Callable[[int], None] | None) -> web.StreamResponse:
     traffic = ports_of(request).traffic
     moved = [len(read or b""), 0]
 
@@ -116,6 +118,8 @@ async def _http(request: web.Request, record: SandboxRecord, port: int, session:
         async with session.request(request.method, url, headers=headers, allow_redirects=False,
                                    data=data) as upstream:
             status = upstream.status
+            if on_status is not None:
+                on_status(status)
             response.set_status(upstream.status, upstream.reason)
             for name, value in upstream.headers.items():
                 if name.lower() not in HOP_BY_HOP:
@@ -123,13 +127,19 @@ async def _http(request: web.Request, record: SandboxRecord, port: int, session:
             if "Content-Length" not in upstream.headers and request.method != "HEAD" and \
                     upstream.status not in (204, 304):
                 response.enable_chunked_encoding()
-            await response.prepare(request)
-            async for chunk in upstream.content.iter_chunked(_CHUNK):
-                moved[1] += len(chunk)
-                if tap is not None:
-                    tap(chunk)
-                await response.write(chunk)
-            await response.write_eof()
+            try:
+                await response.prepare(request)
+                async for chunk in upstream.content.iter_chunked(_CHUNK):
+                    moved[1] += len(chunk)
+                    if tap is not None:
+                        tap(chunk)
+                    await response.write(chunk)
+                await response.write_eof()
+            except ConnectionResetError:
+                if request.transport is not None and not request.transport.is_closing():
+                    raise
+                # The client left before the answer's end (an MCP client does, once it holds its result):
+                # there is no one to tell anything; the upstream connection is dropped with the block.
             return response
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise BadGateway(f"the server on port {port} in the sandbox broke off the answer: {exc}") from exc

@@ -230,3 +230,22 @@ def test_an_open_websocket_keeps_the_sandbox_up_and_a_request_wakes_it(router: R
             assert sleepy.status()["status"] == "ready"
         finally:
             sleepy.close()
+
+
+def test_more_open_websockets_than_executor_threads_starve_no_exec(router: RouterProcess, served: Sandbox) -> None:
+    # The executor's gthread pool has 32 threads; the relay thread, not the pool, holds upgraded connections.
+    async def go() -> tuple[bytes, list[str]]:
+        async with aiohttp.ClientSession(headers=auth(router)) as http:
+            sockets = [await http.ws_connect(f"{base(router, served.id)}/ws") for _ in range(40)]
+            try:
+                ran = await asyncio.wait_for(asyncio.to_thread(lambda: served.exec("echo ok").stdout), 60)
+                for i, ws in enumerate(sockets):
+                    await ws.send_str(f"n{i}")
+                return ran, [await ws.receive_str(timeout=30) for ws in sockets]
+            finally:
+                for ws in sockets:
+                    await ws.close()
+
+    ran, echoed = run(go())
+    assert ran == b"ok\n"
+    assert echoed == [f"n{i}" for i in range(40)]
