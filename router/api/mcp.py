@@ -48,6 +48,9 @@ async def publish_mcp(request: web.Request) -> web.Response:
         raise Invalid(f"an MCP server's name is 1-63 lowercase letters, digits, '-' or '_', starting with a letter "
                       f"or digit; {name[:80]!r} is not")
     path = body.path if body.path.startswith("/") else "/" + body.path
+    published = ports_of(request).mcp
+    for gone in set(published) - {r.id for r in service_of(request).registry.live()}:
+        del published[gone]  # the names of deleted sandboxes go when the next one is published
     _servers(request)[name] = McpServer(body.port, path)
     url = f"{request.scheme}://{request.host}/v1/sandboxes/{record.id}/mcp/{name}"
     return reply(request, {"name": name, "url": url, "transport": "streamable_http", "port": body.port,
