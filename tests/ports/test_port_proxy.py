@@ -249,3 +249,16 @@ def test_more_open_websockets_than_executor_threads_starve_no_exec(router: Route
     ran, echoed = run(go())
     assert ran == b"ok\n"
     assert echoed == [f"n{i}" for i in range(40)]
+
+
+def test_a_signed_url_opens_a_websocket_on_the_host_named_listener(router: RouterProcess, served: Sandbox) -> None:
+    url = served.port_url(PORT, expires_s=60)
+    socket_url = url.replace("http://", "ws://").replace("/?", "/ws?")
+
+    async def go() -> str:
+        connector = aiohttp.TCPConnector(resolver=LocalhostNames())
+        async with aiohttp.ClientSession(connector=connector) as browser, browser.ws_connect(socket_url) as ws:
+            await ws.send_str("over the host-named listener")
+            return await ws.receive_str(timeout=30)
+
+    assert run(go()) == "over the host-named listener"
