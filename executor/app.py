@@ -25,6 +25,7 @@ from executor.jsonfit import JSON_FACTOR, escaped_size, fit_for_json
 from executor.manifest import manifest
 from executor.models import ExecRequest
 from executor.outputs import read_kept
+from executor.ports import ports_blueprint
 from executor.process_routes import processes_blueprint
 from executor.push import check_items, put_file, require_files
 from executor.runner import Chunk
@@ -252,6 +253,8 @@ def app_shell(root: str) -> Flask:
     app.register_blueprint(processes_blueprint(slot.get), url_prefix="/v1/processes")
     # Long-lived processes for the router's E2B layer (private to it: envd's shapes, not grove's API).
     app.register_blueprint(e2b_blueprint(slot.get), url_prefix="/e2b")
+    # Ports and the terminal: connections upgraded, then carried by a relay thread (executor.ports).
+    app.register_blueprint(ports_blueprint(slot.get))
     return app
 
 

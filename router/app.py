@@ -10,6 +10,7 @@ from aiohttp import web
 from grove.core.errors import BadRequest
 from router.api.appkeys import SERVICE
 from router.api.middleware import KEYS, MIDDLEWARES, SESSION_ROUTES
+from router.api.port_hosts import ports_context
 from router.api.routes import ROUTES
 from router.auth import KeyRing
 from router.backends.base import Backend
@@ -61,4 +62,5 @@ def create_app(settings: RouterSettings, backend: Backend | None = None) -> web.
             await service.close()
 
     app.cleanup_ctx.append(lifetime)
+    app.cleanup_ctx.append(ports_context)  # after the service: its recorder counts the ports' traffic
     return app

@@ -142,6 +142,12 @@ class KeyRing:
                 found = found or caller
         return found
 
+    def caller_by_id(self, key_id: str) -> Caller | None:
+        """Whom the key with this fingerprint stands for now (a signed URL acts as the key that minted it);
+        None if no valid key has it (revoked since)."""
+        self._refresh()
+        return next((caller for _, caller in self._keys if caller.key_id == key_id), None)
+
     def valid(self, key: str) -> bool:
         """Whether ``key`` is accepted now (the viewer asks on every request, so a revoked key's sessions end)."""
         return self.caller(key) is not None

@@ -80,6 +80,11 @@ class RouterSettings:
     """Registries (``host:port``) such pulls may reach over plain HTTP (a registry on loopback)."""
     image_limits: UnpackLimits = dataclasses.field(default_factory=UnpackLimits)
     """Local backend: how large such a pull may unpack (per layer, per image)."""
+    ports_port: int = 0
+    """The listener that serves sandboxes' ports by host name, ``{id}-{port}.<ports_domain>``, on ``host`` (an
+    origin apart from the API and viewer: a sandbox's page never shares theirs); 0: any free port."""
+    ports_domain: str = "localhost"
+    """The domain under which those host names are served (``*.localhost`` reaches loopback in browsers)."""
 
     @property
     def layout(self) -> StateDir:

@@ -121,6 +121,7 @@ ROUTER_LAYERS: list[set[str]] = [
     {"checkpoints"},                          # checkpoints, restores and forks, their index
     {"housekeeping"},                         # what projects store: report, collection past retention, bytes
     {"pools"},                                # warm pools and their filler
+    {"ports"},                                # tunnels to a sandbox's ports, signed port URLs, traffic counts
     {"trajectory"},                           # recorder, journals, full outputs, pushes, the archive
     {"records"},                              # the registry, its files and log, the state disk
     {"upstream"},                             # the executor's client

@@ -23,6 +23,7 @@ from grove.cli import (
     rollouts,
     sandboxes,
     server,
+    shell,
     storage,
     trajectories,
 )
@@ -30,7 +31,7 @@ from grove.cli.common import DEFAULT_STATE, explain, state_dir
 from grove.core.errors import GroveError
 
 COMMANDS = (server, projects, sandboxes, processes, images, pools, trajectories, artifacts, rollouts, storage,
-            checkpoints)
+            checkpoints, shell)
 
 
 def _common_options(default: object) -> argparse.ArgumentParser:

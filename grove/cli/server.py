@@ -57,6 +57,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         max_sandboxes=args.max_sandboxes,
         memory_reserve_mb=args.memory_reserve_mb,
         disk_reserve_mb=args.disk_reserve_mb,
+        ports_port=args.ports_port,
+        ports_domain=args.ports_domain,
     ).with_env(os.environ)
     asyncio.run(serve(settings, new_key=new_key, ready_file=args.ready_file, sock=sock))
     return 0
@@ -285,6 +287,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     up = sub.add_parser("up", parents=[common], help="start the router")
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=8470)
+    up.add_argument("--ports-port", type=int, default=0,
+                    help="the listener serving sandboxes' ports as {id}-{port}.<domain> (default: any free port)")
+    up.add_argument("--ports-domain", default="localhost",
+                    help="the domain of those names (default localhost: *.localhost is loopback in browsers)")
     up.add_argument("--backend", default="local", choices=["local", "knative"])
     up.add_argument("--s3", help="S3 endpoint URL (default: start an embedded S3 server on loopback)")
     up.add_argument("--s3-bucket", default="grove")

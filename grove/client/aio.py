@@ -76,6 +76,11 @@ class AsyncGrove:
         self.artifacts = AsyncArtifacts(self)
         """Stored artifacts of every sandbox: ``list``, ``get``, ``url``, ``pull``."""
 
+    def auth_headers(self) -> dict[str, str]:
+        """The headers that authenticate this client's calls, for a tool that calls the router itself (an MCP
+        client of a published server)."""
+        return {"Authorization": f"Bearer {self._key}", **({"X-Grove-Project": self.project} if self.project else {})}
+
     async def __aenter__(self) -> AsyncGrove:
         return self
 
@@ -393,6 +398,19 @@ class AsyncSandbox:
     async def heartbeat(self) -> None:
         """Keep the sandbox alive."""
         await self.client.request("POST", self._path("/heartbeat"), json_body={})
+
+    async def port_url(self, port: int, *, expires_s: float = 3600.0) -> str:
+        """A signed URL reaching ``port`` in the sandbox on the router's host-named listener (for a browser or
+        a tool that cannot set headers), acting as this client's key until it expires."""
+        answer = await self.client.request("POST", self._path(f"/ports/{port}/url"), json_body={"expires_s": expires_s})
+        return str(answer["url"])
+
+    async def mcp_server(self, name: str, port: int, *, path: str = "/mcp") -> dict[str, Any]:
+        """Publish the MCP server serving streamable HTTP on ``port`` in the sandbox as ``name``; returns the
+        configuration an MCP client outside needs (``url``, ``headers``, ``transport``)."""
+        answer = await self.client.request("PUT", self._path(f"/mcp/{name}"), json_body={"port": port, "path": path})
+        return {"url": f"{self.client.url}{self._path(f'/mcp/{name}')}", "transport": answer["transport"],
+                "headers": self.client.auth_headers()}
 
     async def status(self) -> dict[str, Any]:
         """The sandbox's current record."""

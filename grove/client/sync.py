@@ -196,6 +196,14 @@ class Sandbox:
         """Keep alive."""
         self._loop.run(self.inner.heartbeat())
 
+    def port_url(self, port: int, *, expires_s: float = 3600.0) -> str:
+        """A signed URL reaching ``port`` in the sandbox (see :meth:`AsyncSandbox.port_url`)."""
+        return self._loop.run(self.inner.port_url(port, expires_s=expires_s))
+
+    def mcp_server(self, name: str, port: int, *, path: str = "/mcp") -> dict[str, Any]:
+        """Publish an MCP server of the sandbox; its client configuration (see :meth:`AsyncSandbox.mcp_server`)."""
+        return self._loop.run(self.inner.mcp_server(name, port, path=path))
+
     def status(self) -> dict[str, Any]:
         """The current record."""
         self.info = self._loop.run(self.inner.status())

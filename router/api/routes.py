@@ -29,8 +29,10 @@ from router.api.computer import computer_handler, display_handler, screenshot_ha
 from router.api.datapath import exec_handler, transfer
 from router.api.image_models import CommitRequest, DeriveRequest
 from router.api.images import get_image
+from router.api.mcp import mcp_handler, publish_mcp
 from router.api.openapi import build_spec
 from router.api.pools import create_pool, delete_pool, get_pool, list_pools, resize_pool
+from router.api.ports import port_handler, port_url_handler
 from router.api.processes import (
     get_process,
     list_processes,
@@ -40,6 +42,7 @@ from router.api.processes import (
     wait_process,
 )
 from router.api.projects import get_project, list_projects
+from router.api.pty import pty_handler
 from router.api.replay import replay_trajectory
 from router.api.runs import get_run_file, list_run_files, put_run_file
 from router.api.sandboxes import create_sandbox, delete_sandbox, get_sandbox, healthz, heartbeat, list_sandboxes
@@ -67,8 +70,12 @@ from router.models import (
     PushRequest,
     SandboxArtifactQuery,
 )
+from router.ports.models import McpServerRequest, PortUrlRequest
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PORT_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+"""The methods the port proxy takes on the API path (HEAD, CONNECT and TRACE stay out; the host-named listener
+takes any)."""
 
 
 @dataclass(frozen=True)
@@ -222,6 +229,21 @@ ROUTES: list[Route] = [
     Route("POST", "/v1/sandboxes/{id}/snapshot-upload", snapshot_upload,
           "Executors only (Knative): start, extend, complete or abort a workspace snapshot's multipart upload",
           raw_body="application/json", own_auth=True),
+    # Ports: the signed URL's route first (it shadows a server's own POST /url on that port).
+    Route("POST", "/v1/sandboxes/{id}/ports/{port}/url", port_url_handler,
+          "A signed URL of the host-named listener reaching this port, acting as this key until it expires",
+          body=PortUrlRequest),
+    *(Route(method, "/v1/sandboxes/{id}/ports/{port}/{tail:.*}", port_handler,
+            "HTTP or WebSocket to this port on the sandbox's loopback, streamed both ways", raw_body="*/*")
+      for method in PORT_METHODS),
+    Route("GET", "/v1/sandboxes/{id}/pty", pty_handler,
+          "A terminal (WebSocket): binary or {type: input} in, output out, {type: resize}; recorded as steps"),
+    Route("PUT", "/v1/sandboxes/{id}/mcp/{name}", publish_mcp,
+          "Publish an MCP server that serves streamable HTTP on a port in the sandbox, under a name",
+          body=McpServerRequest),
+    *(Route(method, "/v1/sandboxes/{id}/mcp/{name}", mcp_handler,
+            "A published MCP server, as streamable HTTP; each tool call recorded as a step", raw_body="*/*")
+      for method in ("GET", "POST", "DELETE")),
     Route("GET", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler, "SWE-ReX remote runtime: is_alive",
           key_header="X-API-Key"),
     Route("POST", "/v1/sandboxes/{id}/swerex/{tail:.*}", swerex_handler,

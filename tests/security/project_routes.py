@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from router.api.routes import ROUTES
+from router.api.routes import PORT_METHODS, ROUTES
 from router.ui import UI_ROUTES
 from tests.support.project_world import (
     ALPHA,
@@ -56,6 +56,11 @@ def _screenshot_probes(w: World, n: Names) -> list[Probe]:
     """The screenshot of a computer step in alpha's records, whole and its thumbnail."""
     return [*_trajectory_probes(lambda w: f"/screenshots/{w.screenshot}")(w, n),
             *_trajectory_probes(lambda w: f"/screenshots/{w.screenshot}?thumb=1")(w, n)]
+
+
+def _unchecked(method: str, suffix: str) -> Callable[[World, Names], list[Probe]]:
+    """A call of alpha's live sandbox that alpha's own call does not pass (no server there to answer it)."""
+    return lambda w, n: [replace(send(method, f"/v1/sandboxes/{n.live}{suffix}"), control=False)]
 
 
 # Routes that name one of alpha's things: beta gets what an unknown name gets, a 404.
@@ -126,6 +131,16 @@ CASES: dict[tuple[str, str], Callable[[World, Names], list[Probe]]] = {
     ("GET", "/v1/sandboxes/{id}/trajectory"): lambda w, n: [get(f"/v1/sandboxes/{n.live}/trajectory")],
     ("GET", "/v1/trajectories/{sandbox_id}"): both(lambda s: f"/v1/trajectories/{s}", stored=True),
     ("GET", "/v1/runs/{run_id}/files/{name}"): lambda w, n: [get(f"/v1/runs/{n.run}/files/summary.json")],
+    ("POST", "/v1/sandboxes/{id}/ports/{port}/url"): lambda w, n: [
+        send("POST", f"/v1/sandboxes/{n.live}/ports/8000/url", {"expires_s": 60})],
+    # Nothing listens on alpha's ports (alpha's own call is a 502): beta must get the unknown sandbox's 404.
+    **{(method, "/v1/sandboxes/{id}/ports/{port}/{tail:.*}"): _unchecked(method, "/ports/8000/x")
+       for method in PORT_METHODS},
+    ("GET", "/v1/sandboxes/{id}/pty"): lambda w, n: [replace(get(f"/v1/sandboxes/{n.live}/pty"), control=False)],
+    ("PUT", "/v1/sandboxes/{id}/mcp/{name}"): lambda w, n: [
+        send("PUT", f"/v1/sandboxes/{n.live}/mcp/tools", {"port": 8000})],
+    **{(method, "/v1/sandboxes/{id}/mcp/{name}"): _unchecked(method, "/mcp/tools")
+       for method in ("GET", "POST", "DELETE")},
     ("GET", "/v1/sandboxes/{id}/swerex/{tail:.*}"): lambda w, n: [
         get(f"/v1/sandboxes/{n.live}/swerex/is_alive"),
         Probe("GET", f"/v1/sandboxes/{n.live}/swerex/is_alive", headers=(("X-API-Key", ""),))],

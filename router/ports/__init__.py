@@ -1,0 +1,1 @@
+"""Ports, signed port URLs, the terminal and MCP: servers in a sandbox reached through its executor."""

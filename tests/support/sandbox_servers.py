@@ -1,0 +1,142 @@
+"""Real servers inside a sandbox, for the port proxy's tests: aiohttp (HTTP and WebSocket) and the ``mcp``
+package's own server, run by the sandbox's Python with their libraries copied in from this venv.
+
+The default image binds the host's ``/usr``, so ``python3`` runs inside; the libraries are the exact files of
+this venv's distributions (and their dependency closure), uploaded through grove's own file API.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import shutil
+import tempfile
+import textwrap
+import time
+from pathlib import Path, PurePosixPath
+
+from packaging.requirements import Requirement
+
+from grove.client import Sandbox
+
+LIBS = "/opt/pylib"
+
+
+def closure(names: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
+    """The distributions ``names`` need to import, found in this venv (extras left out)."""
+    seen: dict[str, importlib.metadata.Distribution] = {}
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        key = name.lower().replace("_", "-")
+        if key in seen:
+            continue
+        dist = importlib.metadata.distribution(name)
+        seen[key] = dist
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return list(seen.values())
+
+
+@functools.cache
+def libs_dir(names: tuple[str, ...]) -> Path:
+    """A directory holding the files of ``names`` and everything they need (made once per session)."""
+    out = Path(tempfile.mkdtemp(prefix="grove-pylib-"))
+    for dist in closure(names):
+        for entry in dist.files or []:
+            rel = PurePosixPath(str(entry))
+            if ".." in rel.parts or rel.is_absolute() or "__pycache__" in rel.parts:
+                continue
+            src = Path(str(dist.locate_file(entry)))
+            if src.is_file():
+                dst = out / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+    return out
+
+
+def drop_libs_dirs() -> None:
+    """Remove the directories :func:`libs_dir` made."""
+    for path in Path(tempfile.gettempdir()).glob("grove-pylib-*"):
+        shutil.rmtree(path, ignore_errors=True)
+    libs_dir.cache_clear()
+
+
+AIOHTTP_SERVER = textwrap.dedent('''
+    import hashlib, json, sys
+    from aiohttp import web
+
+    async def hello(request):
+        return web.json_response({"path": request.path_qs, "host": request.host, "method": request.method,
+                                  "headers": dict(request.headers)})
+
+    async def sha(request):
+        digest, size = hashlib.sha256(), 0
+        async for chunk in request.content.iter_chunked(1 << 16):
+            digest.update(chunk)
+            size += len(chunk)
+        return web.json_response({"sha256": digest.hexdigest(), "size": size})
+
+    async def stream(request):
+        total = int(request.query["bytes"])
+        response = web.StreamResponse()
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        block = bytes(range(256)) * 256
+        sent = 0
+        while sent < total:
+            part = block[: min(len(block), total - sent)]
+            await response.write(part)
+            sent += len(part)
+        await response.write_eof()
+        return response
+
+    async def echo(request):
+        ws = web.WebSocketResponse(protocols=("echo",))
+        await ws.prepare(request)
+        async for msg in ws:
+            if msg.type == web.WSMsgType.TEXT:
+                await ws.send_str(msg.data)
+            elif msg.type == web.WSMsgType.BINARY:
+                await ws.send_bytes(msg.data)
+        return ws
+
+    app = web.Application(client_max_size=0)
+    app.add_routes([web.route("*", "/hello{tail:.*}", hello), web.post("/sha", sha), web.get("/stream", stream),
+                    web.get("/ws", echo)])
+    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+''')
+
+MCP_SERVER = textwrap.dedent('''
+    import sys
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("notes")
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+''')
+
+
+def start_server(sandbox: Sandbox, script: str, port: int, libs: tuple[str, ...], timeout: float = 60.0) -> None:
+    """Upload ``libs`` and ``script``, start it in the background on ``port``, and wait until it listens."""
+    sandbox.upload(libs_dir(libs), LIBS)
+    sandbox.write_file(f"/opt/server-{port}.py", script)
+    started = sandbox.exec(f"cd /opt && PYTHONPATH={LIBS} setsid python3 server-{port}.py {port} "
+                           f"> /opt/server-{port}.log 2>&1 < /dev/null &")
+    assert started.exit_code == 0, started
+    probe = ("import socket,sys; s=socket.socket(); s.settimeout(1); "
+             f"sys.exit(s.connect_ex(('127.0.0.1', {port})))")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sandbox.exec(["python3", "-c", probe]).exit_code == 0:
+            return
+        time.sleep(0.2)
+    log = sandbox.read_file(f"/opt/server-{port}.log").decode(errors="replace")
+    raise AssertionError(f"the server on port {port} did not listen within {timeout}s:\n{log}")
