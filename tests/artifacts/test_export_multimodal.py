@@ -12,7 +12,6 @@ import base64
 import hashlib
 import io
 import json
-import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -26,13 +25,13 @@ from artifacts.export_screens import IMAGE_FORMATS, ScreenOptions
 from executor.computer.png import encode
 from grove.cli import trajectories
 from grove.core.errors import GroveError, NotFound
+from tests.support.readme import readme_block
 from tests.support.router_fixtures import RouterProcess
 from tests.support.trajectory_samples import make_record
 
 PAGE = ("<title>gui</title><button style='font-size:40px' onclick=\"this.textContent='pressed'\">Press me"
         "</button><br><input style='font-size:40px' autofocus>")
 KEEP = 2
-README = Path(__file__).resolve().parent.parent.parent / "README.md"
 
 
 @pytest.fixture(scope="module")
@@ -97,14 +96,6 @@ def check_turns(messages: list[dict[str, Any]]) -> None:
 def parts(message: dict[str, Any]) -> list[dict[str, Any]]:
     content = message["content"]
     return content if isinstance(content, list) else []
-
-
-def readme_block(marker: str) -> str:
-    """The one ```python block of README.md that contains ``marker`` (as tests/integrations/test_readme.py finds it)."""
-    blocks = re.findall(r"^```python\n(.*?)^```", README.read_text(), flags=re.M | re.S)
-    found: list[str] = [code for code in blocks if marker in code]
-    assert len(found) == 1, f"{len(found)} README blocks contain {marker!r}"
-    return found[0]
 
 
 def decode(url: str) -> bytes:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import re
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from minisweagent.agents.default import DefaultAgent
 from minisweagent.config import get_config_from_spec
 from minisweagent.models.test_models import DeterministicModel, make_output
@@ -28,14 +28,8 @@ from grove.client import AsyncGrove
 from grove.client.aio import AsyncSandbox
 from grove.core.errors import GroveError
 from grove.integrations.minisweagent import GroveEnvironment
-from tests.support.router_fixtures import RouterProcess
-
-README = Path(__file__).resolve().parent.parent.parent / "README.md"
-
-
-def python_blocks() -> list[str]:
-    """The README's ```python blocks, in order."""
-    return re.findall(r"^```python\n(.*?)^```", README.read_text(), flags=re.M | re.S)
+from tests.support.readme import python_blocks, readme_block
+from tests.support.router_fixtures import RouterProcess, wait_for
 
 
 def run_block(code: str, namespace: dict[str, Any]) -> dict[str, Any]:
@@ -66,9 +60,7 @@ def user(router: RouterProcess, monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
 
 def block(marker: str) -> str:
     """The one README block that contains ``marker``."""
-    found = [code for code in python_blocks() if marker in code]
-    assert len(found) == 1, f"{len(found)} README blocks contain {marker!r}"
-    return found[0]
+    return readme_block(marker)
 
 
 MARKERS = {
@@ -85,6 +77,11 @@ MARKERS = {
     "computer": 'sb.computer.start(browser="http://127.0.0.1:8000/")',
     # Run on a real GUI trajectory's export by tests/artifacts/test_export_multimodal.py.
     "gui_sft": 'ds = ds.cast_column("images", List(Image()))',
+    # Run on a real progress run's credit export by tests/replay/test_credit.py.
+    "credit_sft": 'ds = load_dataset("json", data_files="credit.jsonl"',
+    "processes": 'job = sb.processes.start("for i in 1 2 3',
+    "ports": 'sb.exec("setsid python3 -m http.server 8000 --bind 127.0.0.1',
+    "checkpoints": "cp = sandbox.checkpoint()",
 }
 
 
@@ -283,3 +280,43 @@ def test_many_as_ready(user: RouterProcess) -> None:
     assert namespace["parts_outputs"] == [b"d\n", b"e\n", b"f\n"]
     assert namespace["claims"] == 4
     assert user.live_ids() == before
+
+
+def test_background_processes(user: RouterProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    with Grove() as grove, grove.create(heartbeat=False) as sb:
+        namespace = run_block(block(MARKERS["processes"]), {"sb": sb})
+        assert capsys.readouterr().out == "step 1\nstep 2\nstep 3\n"  # followed to its end
+        job, server = sb.processes.get(namespace["job"].pid), sb.processes.get(namespace["server"].pid)
+        assert (job.status, job.exit_code) == ("exited", 0)
+        assert (server.status, server.exit_code, server.signalled) == ("exited", 143, "SIGTERM")
+
+
+def test_ports(user: RouterProcess) -> None:
+    with Grove() as grove, grove.create(heartbeat=False) as sb:
+        sb.write_file("/workspace/index.html", "served from the sandbox\n")
+        run_block(block(MARKERS["ports"]), {"sb": sb, "requests": requests, "url": user.url, "key": user.key})
+        proxied = f"{user.url}/v1/sandboxes/{sb.id}/ports/8000/index.html"
+        wait_for(lambda: requests.get(proxied, headers={"Authorization": f"Bearer {user.key}"}, timeout=10)
+                 .status_code == 200, 30, what="the block's server, through the proxy")
+        answer = requests.get(proxied, headers={"Authorization": f"Bearer {user.key}"}, timeout=10)
+        assert answer.text == "served from the sandbox\n"
+        assert requests.get(proxied, timeout=10).status_code == 401  # no key, no way in
+        signed = sb.port_url(8000, expires_s=600)
+        assert signed.startswith("http://") and f"{sb.id}-8000." in signed and "grove_token=" in signed
+
+
+def test_checkpoints_and_forks(user: RouterProcess) -> None:
+    with Grove() as grove, grove.create(heartbeat=False) as sandbox:
+        sandbox.write_file("/workspace/notes.txt", "before the checkpoint\n")
+        namespace = run_block(block(MARKERS["checkpoints"]), {"sandbox": sandbox, "grove": grove})
+        made = [namespace["again"], *namespace["children"]]
+        try:
+            assert len(namespace["children"]) == 8 and namespace["cp"]["id"] in [
+                c["id"] for c in sandbox.checkpoints()]
+            for child in made:
+                assert child.read_file("/workspace/notes.txt") == b"before the checkpoint\n"
+            assert namespace["again"].status()["lineage"]["kind"] == "restore"
+            assert {c.status()["lineage"]["parent"] for c in namespace["children"]} == {sandbox.id}
+        finally:
+            for child in made:
+                child.close()

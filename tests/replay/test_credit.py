@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import datasets
 import pytest
 from datasets import load_dataset
 
@@ -18,6 +19,7 @@ from grove.rollouts import Policy
 from grove.rollouts.continuations import CONTINUATION_ATTEMPTS, wilson
 from grove.rollouts.scripted import draws_right
 from tests.rollouts.runs import results, run
+from tests.support.readme import readme_block
 from tests.support.router_fixtures import RouterProcess
 
 N = 4
@@ -40,7 +42,8 @@ def p_solve(task: str) -> float:
 
 
 def test_progress_finds_the_right_edit_and_the_export_holds_exactly_those_spans(
-        router: RouterProcess, demo_run: tuple[Path, list[dict[str, Any]]], tmp_path: Path) -> None:
+        router: RouterProcess, demo_run: tuple[Path, list[dict[str, Any]]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     out, rows = demo_run
     assert all(r["checkpoints"] == [{"turn": t, "step": r["checkpoints"][i]["step"], "checkpoint": None}
                                     for i, t in enumerate((2, 4, 6))] for r in rows)
@@ -86,9 +89,16 @@ def test_progress_finds_the_right_edit_and_the_export_holds_exactly_those_spans(
         assert example["loss_mask"] == [0] * len(example["prompt"]) + [1]
         roles = [m["role"] for m in example["prompt"]]
         assert roles[0] == "user" and roles.count("tool") == READ  # earlier turns answered, all masked
-    dataset = load_dataset("json", data_files=str(export), split="train")
+    dataset = load_dataset("json", data_files=str(export), split="train", cache_dir=str(tmp_path / "cache"))
     assert dataset.num_rows == len(examples) and {"prompt", "completion", "loss_mask"} <= set(dataset.column_names)
-    assert dataset.select_columns(["prompt", "completion", "tools"])[0]["completion"][0]["role"] == "assistant"
+    # The README's loading for TRL, as written, on this export (its cache off the user's ~/.cache).
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    namespace: dict[str, Any] = {}
+    exec(compile(readme_block('ds = load_dataset("json", data_files="credit.jsonl"'), "README.md", "exec"), namespace)
+    ready = namespace["ds"]
+    assert ready.column_names == ["prompt", "completion", "tools"] and ready.num_rows == len(examples)
+    assert ready[0]["completion"][0]["role"] == "assistant"
 
     plain = tmp_path / "plain.jsonl"
     done = router.cli("rollouts", "export", str(out), "--sft", "plain", "-o", str(plain))
