@@ -44,6 +44,8 @@ class SandboxSpec:
     """Disk quota in MiB: the most its writable layer (what it changed of the image) may hold."""
     desktop: DesktopModel | None = None
     """Its screen's settings (the executor's ``DesktopSettings``); None: the defaults, started on demand."""
+    group: str | None = None
+    """Its private network (``network.group``) qualified by its project (``project/group``), or None."""
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,7 @@ class SandboxRecord:
             ttl_s=req.ttl_s,
             disk_mb=req.disk_mb,
             desktop=req.desktop,
+            group=f"{self.project}/{req.network.group}" if req.network.group else None,
         )
 
     def endpoint(self) -> Endpoint | None:
@@ -105,10 +106,19 @@ class SandboxRecord:
             "end_reason": self.end_reason,
             "error": self.error,
             **(summary if summary is not None else self.request.summary()),
+            **self._private_address(summary),
             "last_activity": self.last_activity,
             # Known once it ended: a live sandbox's current run is read only when it stops.
             **({"cost": self.cost()} if self.status == "deleted" else {}),
         }
+
+    def _private_address(self, summary: dict[str, Any] | None) -> dict[str, Any]:
+        """``network`` with the sandbox's address in its private group, once it has one (else nothing)."""
+        address = self.handle.get("private_address")
+        if not isinstance(address, str):
+            return {}
+        network = (summary if summary is not None else self.request.summary())["network"]
+        return {"network": {**network, "address": address}}
 
     def cost(self) -> dict[str, Any]:
         """What it cost over the runs that ended (every run, once it is deleted): the trajectory's ``cost``."""
@@ -133,7 +143,8 @@ class SandboxRecord:
     def from_disk(cls, data: dict[str, Any]) -> SandboxRecord:
         """Rebuild a record written by :meth:`to_disk`."""
         req = dict(data.pop("request"))
-        req["network"] = NetworkModel(req["network"]["egress"], tuple(req["network"]["allow"]))
+        net = req["network"]
+        req["network"] = NetworkModel(net["egress"], tuple(net["allow"]), net.get("group"))
         req["metadata"] = Metadata(**req["metadata"])
         spent = Spent.from_disk(data.pop("spent", None))
         return cls(request=CreateRequest(**req), spent=spent, **data)
