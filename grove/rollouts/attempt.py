@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import time
 import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -29,6 +29,7 @@ from grove.rollouts.harnesses import Harness, InfraFault, PolicyError
 from grove.rollouts.isolated import mark_dropped
 from grove.rollouts.services import Running
 from grove.rollouts.setup import setup
+from grove.rollouts.siblings import Create, Siblings, start_siblings
 from grove.rollouts.tasks import Task
 
 T = TypeVar("T")
@@ -106,7 +107,7 @@ class HarnessFailure(Exception):
 
 
 async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds, *, pool: Executor,
-                  on_sandbox: Callable[[str], None], create: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]],
+                  on_sandbox: Callable[[str], None], create: Create,
                   ) -> dict[str, Any]:
     """Run one try; the result fields of ``results.jsonl`` (outcome ``pass``/``fail``/``harness_error``), or raise
     InfraFault."""
@@ -120,6 +121,18 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
         body["network"] = task.network
     if task.desktop is not None:
         body["desktop"] = task.desktop
+    siblings = await start_siblings(client, create, task, body)  # before the agent's sandbox, which joins them
+    try:
+        siblings.join(body)
+        return await _run_in(client, task, harness, ids, pool, on_sandbox, create, body, siblings, t0)
+    finally:
+        await siblings.close()
+
+
+async def _run_in(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds, pool: Executor,
+                  on_sandbox: Callable[[str], None], create: Create, body: dict[str, Any], siblings: Siblings,
+                  t0: float) -> dict[str, Any]:
+    """The try in the agent's sandbox made from ``body`` (its services' ``siblings`` running already)."""
     info = await create(body)
     on_sandbox(info["id"])
     sandbox = AsyncSandbox(client, info)
@@ -129,7 +142,8 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
     try:
         t_setup = time.monotonic()
         services: list[Running] = []
-        base = await setup(sandbox, task, prompt=True, site=True, services=services)  # the base of its changes
+        base = await setup(sandbox, task, prompt=True, site=True, services=services,  # the base of its changes
+                           siblings=tuple(siblings.running))
         out["setup_s"] = round(time.monotonic() - t_setup, 3)
         t_agent = time.monotonic()
         try:
@@ -154,7 +168,7 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
                                                        "graded_sandbox": sandbox.id}}}
         grader_body.pop("desktop", None)  # a grader reads files: it needs no screen
         verdict = await _grade(client, create, grader_body, sandbox, task, base, bill, record,
-                               [s.pid for s in services])
+                               [s.pid for s in services if s.sandbox_id is None])
         out.update(outcome="pass" if verdict.passed else "fail", reward=verdict.reward, cpu_s=verdict.cpu_s,
                    grading_s=round(time.monotonic() - t_grade, 3), check=verdict.detail, grading=verdict.mode)
     finally:
@@ -165,7 +179,7 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
     return out
 
 
-async def _grade(client: AsyncGrove, create: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]],
+async def _grade(client: AsyncGrove, create: Create,
                  grader_body: dict[str, Any], sandbox: AsyncSandbox, task: Task, base: Manifest, bill: Bill,
                  record: dict[str, Any], services: list[int]) -> Grade:
     """The agent is done: stop what it left running, take its changes, grade them (isolated, in place, or by the
