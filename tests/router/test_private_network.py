@@ -5,6 +5,7 @@ records go with the last member."""
 from __future__ import annotations
 
 import secrets
+import signal
 import subprocess
 from collections.abc import Iterator
 
@@ -12,8 +13,9 @@ import pytest
 
 from grove.client import Grove, Sandbox
 from router.backends.local.private_net import RECORD
+from tests.router.test_cli_state import grove_cli
 from tests.router.test_isolation import CONNECT
-from tests.support.router_fixtures import RouterProcess, error_of, private_hubs, wait_for
+from tests.support.router_fixtures import RouterProcess, error_of, leaks, private_hubs, wait_for
 
 SERVE = "python3 -m http.server 8080 --bind 0.0.0.0"
 
@@ -68,6 +70,10 @@ def test_members_reach_each_other_and_only_on_the_group(group_pair: tuple[Grove,
     interfaces = agent.exec("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '").stdout.split()
     assert sorted(interfaces) == [b"grp0", b"lo"]
     assert agent.exec("cat /proc/sys/net/ipv6/conf/grp0/disable_ipv6").stdout.strip() in (b"1", b"")
+    # Its port is all a member shares: the server's process and its files stay in its own sandbox.
+    service.exec("echo secret > /workspace/state.txt")
+    assert agent.exec(["pgrep", "-f", "http.server"]).exit_code == 1
+    assert agent.exec(["test", "-e", "/workspace/state.txt"]).exit_code == 1
 
 
 def test_a_sandbox_outside_the_group_cannot_reach_a_member(
@@ -126,3 +132,17 @@ def test_a_pool_cannot_hold_a_group(router: RouterProcess) -> None:
     reply = router.http("POST", "/v1/pools", json_body={"name": "grouped", "size": 0, "network": _group()})
     assert reply.status == 400
     assert "a warm pool's members cannot share a private network" in error_of(reply)["message"]
+
+
+def test_down_after_a_killed_router_removes_every_group(fresh_router: RouterProcess) -> None:
+    with fresh_router.client() as client:
+        for network in (_group(), _group()):
+            client.create(network=network, heartbeat=False)
+            client.create(network={**network, "egress": "allow"}, heartbeat=False)
+    assert len(private_hubs(fresh_router.state_dir)) == 2
+    fresh_router.stop(signal.SIGKILL)
+    assert len(private_hubs(fresh_router.state_dir)) == 2  # the sandboxes still run, and so do their groups
+    done = grove_cli(fresh_router, "--state-dir", str(fresh_router.state_dir), "down")
+    assert done.returncode == 0, done.stderr
+    assert "deleted 4 sandbox(es)" in done.stdout
+    assert private_hubs(fresh_router.state_dir) == [] and leaks(fresh_router.state_dir) == []
