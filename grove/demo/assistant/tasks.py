@@ -1,10 +1,11 @@
 """The assistant demo's tasks: ten offline personal-assistant tasks on the office service, graded by its final state.
 
-Every task runs the office service (``office/server.py``: mail, calendar, notes) beside the agent, as a service of
-the task (``services``, :mod:`grove.rollouts.services`), seeded with one small world (:data:`SEED`). The scripted
-assistant policy (:mod:`grove.rollouts.assistant`) calls it over HTTP from inside the agent's sandbox, following
-the right plan with the task's odds; the check (``office/check.py``) queries the service's final state once the
-agent has stopped. :func:`task_lines` makes them a rollouts task file.
+Every task runs the office service (``office/server.py``: mail, calendar, notes) in a sibling sandbox of the
+agent's, as a service of the task (``services``, :mod:`grove.rollouts.services`; beside the agent on request),
+seeded with one small world (:data:`SEED`). The scripted assistant policy (:mod:`grove.rollouts.assistant`) calls it
+over HTTP from inside the agent's sandbox, following the right plan with the task's odds; the check
+(``office/check.py``) queries the service's final state once the agent has stopped. :func:`task_lines` makes them a
+rollouts task file.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grove.core.errors import Unavailable
-from router.backends.local.network import _host_lock, _run, _write_json
+from router.backends.local.network import host_lock, run_tool, write_json
 
 SUBNET = ipaddress.IPv4Network("10.232.0.0/24")
 """Addresses of a group's members (each group its own hub, so every group uses the same /24)."""
@@ -73,7 +73,7 @@ class PrivateNetworks:
     def join(self, sandbox_dir: Path, pid: int, group: str) -> Member:
         """Put the sandbox whose PID 1 is ``pid`` on ``group``'s hub (made if new); record it in its directory."""
         try:
-            with _host_lock():
+            with host_lock():
                 return self._join(sandbox_dir, pid, group)
         except OSError as exc:
             raise Unavailable(f"the private network of the sandbox failed: {exc}") from exc
@@ -88,7 +88,7 @@ class PrivateNetworks:
             _run(["ip", "netns", "exec", hub, "nft", "-f", "-"], guard_rules() + "\n")
         n = _free_member(hub)
         member = Member(hub, f"p{n}", str(SUBNET.network_address + n))
-        _write_json(sandbox_dir / RECORD, asdict(member))  # first: whatever fails below, leave undoes it
+        write_json(sandbox_dir / RECORD, asdict(member))  # first: whatever fails below, leave undoes it
         _run(["ip", "-n", hub, "-b", "-"], f"link add {member.port} type veth peer name grp0 netns {pid}\n"
                                            f"link set {member.port} master br0\nlink set {member.port} up\n")
         v6 = "/proc/sys/net/ipv6/conf/grp0/disable_ipv6"
@@ -101,7 +101,7 @@ class PrivateNetworks:
         """Remove the sandbox's veth, its record, and its hub if it was the last member; absent is fine."""
         if not (sandbox_dir / RECORD).exists():
             return
-        with _host_lock():
+        with host_lock():
             self._leave_locked(sandbox_dir)
 
     def _leave_locked(self, sandbox_dir: Path) -> None:
@@ -119,7 +119,7 @@ class PrivateNetworks:
         """Delete this router's hubs that have no member left (their sandboxes ended while no router ran)."""
         if not NETNS_DIR.is_dir():
             return
-        with _host_lock():
+        with host_lock():
             for hub in self.hubs():
                 if not _ports(hub):
                     _run(["ip", "netns", "del", hub], check=False)
@@ -129,6 +129,10 @@ class PrivateNetworks:
         if not NETNS_DIR.is_dir():
             return []
         return sorted(n for n in os.listdir(NETNS_DIR) if n.startswith(hub_prefix(self.instance)))
+
+
+def _run(argv: list[str], stdin: str | None = None, *, check: bool = True) -> str:
+    return run_tool(argv, stdin, check=check, what="the private network")
 
 
 def read_member(sandbox_dir: Path) -> Member | None:
