@@ -67,6 +67,9 @@ def test_a_task_with_services_is_graded_where_they_run() -> None:
     [office] = task.services
     assert (office.name, office.port, office.ready_http, office.ready_s, office.in_agent_sandbox) == \
         ("office", 8025, "/health", 5.0, True)
+    sibling = {k: v for k, v in OFFICE.items() if k != "in_agent_sandbox"}
+    [office] = _parse({**BASE, "services": [{**sibling, "image": "python:3.11-slim"}]}).services
+    assert (office.in_agent_sandbox, office.image) == (False, "python:3.11-slim")  # the default: a sibling
 
 
 @pytest.mark.fast
