@@ -4,6 +4,8 @@ records go with the last member."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import secrets
 import signal
 import subprocess
@@ -15,7 +17,7 @@ from grove.client import Grove, Sandbox
 from router.backends.local.private_net import RECORD
 from tests.router.test_cli_state import grove_cli
 from tests.router.test_isolation import CONNECT
-from tests.support.router_fixtures import RouterProcess, error_of, leaks, private_hubs, wait_for
+from tests.support.router_fixtures import RouterProcess, cgroup_procs, error_of, leaks, private_hubs, wait_for
 
 SERVE = "python3 -m http.server 8080 --bind 0.0.0.0"
 
@@ -146,3 +148,17 @@ def test_down_after_a_killed_router_removes_every_group(fresh_router: RouterProc
     assert done.returncode == 0, done.stderr
     assert "deleted 4 sandbox(es)" in done.stdout
     assert private_hubs(fresh_router.state_dir) == [] and leaks(fresh_router.state_dir) == []
+
+
+def test_a_restarted_router_removes_groups_whose_sandboxes_died_while_it_was_down(fresh_router: RouterProcess) -> None:
+    with fresh_router.client() as client:
+        ids = [client.create(network=_group(), heartbeat=False).id for _ in range(2)]
+    fresh_router.stop(signal.SIGKILL)
+    for sandbox_id in ids:  # the sandboxes die with no router to see it: their hubs are left without members
+        for pid in cgroup_procs(fresh_router.state_dir, sandbox_id):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: all(not cgroup_procs(fresh_router.state_dir, i) for i in ids), 30, what="the sandboxes to die")
+    assert len(private_hubs(fresh_router.state_dir)) == 2
+    fresh_router.start()
+    wait_for(lambda: private_hubs(fresh_router.state_dir) == [], 30, what="the restarted router to remove the hubs")
