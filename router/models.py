@@ -4,12 +4,15 @@ forwards it, the executor enforces it."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from grove.core.errors import BadRequest
 from grove.core.schema import spec
 
 DAY = 86400.0
+_GROUP = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,23 @@ class NetworkModel:
                                   "IPv6 as `[ADDRESS]:PORT`, knative only); none listed: every address. "
                                   "Never the host, metadata or other sandboxes",
                                   factory=tuple)
+    group: str | None = spec("a private network of the project's sandboxes: every sandbox created with the same "
+                             "group reaches the others on it (each gets an address in `10.232.0.0/24`, shown as "
+                             "`network.address`), and no other sandbox does (local backend only)",
+                             default=None, max_len=63)
+
+    def __post_init__(self) -> None:
+        if self.group is not None and not _GROUP.match(self.group):
+            raise BadRequest(f"network.group {self.group!r} must be 1-63 of a-z, 0-9 and '-', starting with a "
+                             "letter or digit")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field (``dataclasses.asdict`` without the reflection)."""
+        return {"egress": self.egress, "allow": list(self.allow), "group": self.group}
+
+    def summary(self) -> dict[str, Any]:
+        """The policy as the API shows it (``group`` only when there is one)."""
+        return {"egress": self.egress, "allow": list(self.allow), **({"group": self.group} if self.group else {})}
 
 
 @dataclass(frozen=True)
@@ -105,7 +125,7 @@ class CreateRequest:
         the event loop in a batch of claims, which write records twice each) without the reflection."""
         data = dict(vars(self))
         data["env"] = dict(self.env)
-        data["network"] = {"egress": self.network.egress, "allow": list(self.network.allow)}
+        data["network"] = self.network.to_dict()
         data["metadata"] = {**vars(self.metadata), "labels": dict(self.metadata.labels)}
         data["desktop"] = dict(vars(self.desktop)) if self.desktop is not None else None
         data["lineage"] = dict(vars(self.lineage)) if self.lineage is not None else None
@@ -125,7 +145,7 @@ class CreateRequest:
             "image": self.image,
             "resources": {"cpu": self.cpu, "memory_mb": self.memory_mb, "pids_max": self.pids_max,
                           "disk_mb": self.disk_mb},
-            "network": {"egress": self.network.egress, "allow": list(self.network.allow)},
+            "network": self.network.summary(),
             "workdir": self.workdir,
             "timeouts": {"ttl_s": self.ttl_s, "idle_timeout_s": self.idle_timeout_s,
                          "heartbeat_timeout_s": self.heartbeat_timeout_s},
@@ -244,6 +264,11 @@ class PoolRequest:
     desktop: DesktopModel | None = spec("a screen for each sandbox (with `start`, up before a member is ready, "
                                         "its browser too: a claim's first screenshot waits for nothing)",
                                         default=None)
+
+    def __post_init__(self) -> None:
+        if self.network.group is not None:
+            raise BadRequest("network.group: a warm pool's members cannot share a private network (every claim "
+                             "would join the same group); create the group's sandboxes without a pool")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import time
 import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -32,6 +32,7 @@ from grove.rollouts.rebuild import Continuation, rebuild
 from grove.rollouts.resume import Prefix, kept_states
 from grove.rollouts.services import Running
 from grove.rollouts.setup import setup
+from grove.rollouts.siblings import Create, Siblings, start_siblings
 from grove.rollouts.tasks import Task
 
 T = TypeVar("T")
@@ -109,7 +110,7 @@ class HarnessFailure(Exception):
 
 
 async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds, *, pool: Executor,
-                  on_sandbox: Callable[[str], None], create: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]],
+                  on_sandbox: Callable[[str], None], create: Create,
                   resume: Continuation | None = None, checkpoint_every: int = 0) -> dict[str, Any]:
     """Run one try; the result fields of ``results.jsonl`` (outcome ``pass``/``fail``/``harness_error``), or raise
     InfraFault. With ``resume``: a continuation — the sandbox holds a recorded attempt's state after a step
@@ -124,6 +125,19 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
         body["network"] = task.network
     if task.desktop is not None:
         body["desktop"] = task.desktop
+    siblings = await start_siblings(client, create, task, body)  # before the agent's sandbox, which joins them
+    try:
+        siblings.join(body)
+        return await _run_in(client, task, harness, ids, pool, on_sandbox, create, body, siblings, t0,
+                             resume, checkpoint_every)
+    finally:
+        await siblings.close()
+
+
+async def _run_in(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds, pool: Executor,
+                  on_sandbox: Callable[[str], None], create: Create, body: dict[str, Any], siblings: Siblings,
+                  t0: float, resume: Continuation | None, checkpoint_every: int) -> dict[str, Any]:
+    """The try in the agent's sandbox made from ``body`` (its services' ``siblings`` running already)."""
     info = await (create(body) if resume is None else rebuild(client, resume, body))
     on_sandbox(info["id"])
     sandbox = AsyncSandbox(client, info)
@@ -134,8 +148,8 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
         t_setup = time.monotonic()
         services: list[Running] = []
         # The base of the agent's changes: the state after setup (a continuation's was taken from its parent's).
-        base = (await setup(sandbox, task, prompt=True, site=True, services=services) if resume is None
-                else resume.base)
+        base = (await setup(sandbox, task, prompt=True, site=True, services=services,
+                            siblings=tuple(siblings.running)) if resume is None else resume.base)
         out["setup_s"] = round(time.monotonic() - t_setup, 3)
         t_agent = time.monotonic()
         try:
@@ -163,7 +177,7 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
                                                        "graded_sandbox": sandbox.id}}}
         grader_body.pop("desktop", None)  # a grader reads files: it needs no screen
         verdict = await _grade(client, create, grader_body, sandbox, task, base, bill, record,
-                               [s.pid for s in services])
+                               [s.pid for s in services if s.sandbox_id is None])
         out.update(outcome="pass" if verdict.passed else "fail", reward=verdict.reward, cpu_s=verdict.cpu_s,
                    grading_s=round(time.monotonic() - t_grade, 3), check=verdict.detail, grading=verdict.mode)
     finally:
@@ -174,7 +188,7 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
     return out
 
 
-async def _grade(client: AsyncGrove, create: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]],
+async def _grade(client: AsyncGrove, create: Create,
                  grader_body: dict[str, Any], sandbox: AsyncSandbox, task: Task, base: Manifest, bill: Bill,
                  record: dict[str, Any], services: list[int]) -> Grade:
     """The agent is done: stop what it left running, take its changes, grade them (isolated, in place, or by the

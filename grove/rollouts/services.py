@@ -15,10 +15,11 @@ is an infrastructure fault of the task (``service_not_ready``, with its last out
 When the agent's turn ends, every process it left is ended but the services', so an in-place check can query
 them (``curl http://office:8025/state``).
 
-The default — each service in a sibling sandbox on a private network with the agent's, reachable by name and
-out of the agent's reach — needs networking between sandboxes that grove's backends do not provide yet (a
-local sandbox either has no network at all or a point-to-point link to the host only): a task asking for it is
-refused when it is loaded, with what to do instead.
+By default (no ``in_agent_sandbox``) a service runs in a sibling sandbox of its own (its ``image``, else the
+task's), on a private network (``network.group``) shared only with the agent's sandbox and the task's other
+siblings, and named in the agent's ``/etc/hosts`` by its address there (:mod:`grove.rollouts.siblings`). The
+agent's tools exec only in the agent's sandbox: they reach the sibling's port over the private network, never its
+files or processes, and the end of the agent's turn leaves the sibling untouched.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ class Service:
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
     in_agent_sandbox: bool = False
+    image: str | None = None
+    """A sibling's image (None: the task's)."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,12 @@ class Running:
 
     service: Service
     pid: int
-    """Its process id in the agent's sandbox (also its session's: what the end of the agent's turn spares)."""
+    """Its process id in its sandbox (in the agent's: also its session's, what the end of the agent's turn
+    spares)."""
+    sandbox_id: str | None = None
+    """A sibling's sandbox (None: the agent's)."""
+    address: str | None = None
+    """A sibling's address on the private network (None: the agent's loopback)."""
 
 
 def parse_services(f: Fields) -> tuple[Service, ...]:
@@ -121,33 +129,32 @@ def parse_services(f: Fields) -> tuple[Service, ...]:
         inside = item.get("in_agent_sandbox", False)
         if not isinstance(inside, bool):
             raise g.fail("in_agent_sandbox", f"must be true or false, got {inside!r}")
-        if not inside:
-            raise g.fail("in_agent_sandbox", "is false (the default: a sibling sandbox on a private network with "
-                                             "the agent's), which needs networking between sandboxes that this "
-                                             "grove does not provide yet; set \"in_agent_sandbox\": true to run "
-                                             "the service beside the agent, reachable there by its name")
-        if item.get("image") is not None:
+        image = g.text("image") or None
+        if inside and image is not None:
             raise g.fail("image", "goes with a sibling sandbox; a service in the agent's sandbox runs from the "
-                                  "task's image: leave 'image' out")
+                                  "task's image: leave 'image' out, or 'in_agent_sandbox' to run it beside")
         services.append(Service(name, g.text("command", required=True), port, path, ready_s, g.string_map("env"),
-                                g.abspath("cwd") or None, inside))
+                                g.abspath("cwd") or None, inside, image))
     return tuple(services)
 
 
 def check_grading(f: Fields, services: tuple[Service, ...], grading: str) -> None:
-    """A service's state lives in the agent's sandbox: its task is graded there (or by a judge)."""
+    """A service's state is reached from the agent's sandbox: its task is graded there (or by a judge)."""
     if services and grading == "isolated":
         raise f.fail("check.grading", "must be \"in-place\" (or the check a 'judge') for a task with services: "
-                                      "their final state is what is graded, and it lives in the agent's sandbox")
+                                      "their final state is what is graded, and the agent's sandbox reaches them")
 
 
-async def start_services(sandbox: AsyncSandbox, services: tuple[Service, ...]) -> list[Running]:
-    """Start each service in ``sandbox``, name it in ``/etc/hosts``, wait until it is ready; InfraFault if one
-    is not."""
-    if not services:
+async def start_services(sandbox: AsyncSandbox, services: tuple[Service, ...],
+                         siblings: tuple[Running, ...] = ()) -> list[Running]:
+    """Name the siblings (already running) and each service of ``services`` meant for ``sandbox`` in its
+    ``/etc/hosts``, start those, wait until they are ready; InfraFault if one is not."""
+    services = tuple(s for s in services if s.in_agent_sandbox)
+    hosts = [f"{sib.address} {sib.service.name}" for sib in siblings if sib.address]
+    hosts += [f"127.0.0.1 {s.name}" for s in services]
+    if not hosts:
         return []
-    names = " ".join(s.name for s in services)
-    named = await sandbox.exec(["/bin/sh", "-c", f"printf '127.0.0.1 %s\\n' {shlex.quote(names)} >> /etc/hosts"],
+    named = await sandbox.exec(["/bin/sh", "-c", f"printf '%s\\n' {' '.join(map(shlex.quote, hosts))} >> /etc/hosts"],
                                timeout_s=30)
     if not named.ok:
         raise InfraFault(f"cannot name the task's services in the sandbox's /etc/hosts: {named.text[-300:]}",
@@ -161,11 +168,12 @@ async def start_services(sandbox: AsyncSandbox, services: tuple[Service, ...]) -
                              reason="service_not_ready") from exc
         running.append(Running(service, process.pid))
     for up in running:
-        await _ready(sandbox, up)
+        await ready(sandbox, up)
     return running
 
 
-async def _ready(sandbox: AsyncSandbox, up: Running) -> None:
+async def ready(sandbox: AsyncSandbox, up: Running) -> None:
+    """Wait until ``up`` answers its readiness check in ``sandbox``; InfraFault (with its output) if it does not."""
     service = up.service
     url = f"http://127.0.0.1:{service.port}{service.ready_http}"
     probe = await sandbox.exec(["python3", "-c", _PROBE, str(up.pid), url, str(service.ready_s)],
@@ -194,4 +202,5 @@ def stop_script(spared: list[int]) -> str:
 def describe(running: list[Running]) -> list[dict[str, Any]]:
     """What the trajectory's setup event says of the services."""
     return [{"name": r.service.name, "pid": r.pid, "port": r.service.port, "url": f"http://{r.service.name}:"
-             f"{r.service.port}/", "in_agent_sandbox": r.service.in_agent_sandbox} for r in running]
+             f"{r.service.port}/", "in_agent_sandbox": r.service.in_agent_sandbox,
+             **({"sandbox_id": r.sandbox_id, "address": r.address} if r.sandbox_id else {})} for r in running]

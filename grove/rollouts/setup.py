@@ -21,22 +21,14 @@ from grove.rollouts.tasks import Task
 
 
 async def setup(sandbox: AsyncSandbox, task: Task, *, prompt: bool, site: bool = False,
-                services: list[Running] | None = None) -> Manifest:
+                services: list[Running] | None = None, siblings: tuple[Running, ...] = ()) -> Manifest:
     """Put the task's files in and run its setup; with ``prompt``, the task as the agent's first message; with
     ``site``, a browser task's site started and its screen opened; given ``services`` (a list to fill), the
-    task's services started and checked ready, and added to it. Returns the workdir's manifest after setup
-    (taken as part of it: the base of the attempt's changes)."""
+    task's services meant for the agent's sandbox started and checked ready, and added to it, after ``siblings``
+    (services already running in sibling sandboxes: named in its ``/etc/hosts``). Returns the workdir's manifest
+    after setup (taken as part of it: the base of the attempt's changes)."""
     await sandbox.post_event("setup", {"status": "started"})
-    if isinstance(task.files, dict):
-        for path, content in task.files.items():
-            await sandbox.write_file(path if path.startswith("/") else f"{task.workdir}/{path}", content)
-    elif task.files:
-        source = Path(task.files)
-        if source.is_dir():
-            await sandbox.upload(source, task.workdir)
-        else:
-            with open_tarball(source) as tarball:
-                await sandbox.upload_tar(tarball, task.workdir)
+    await put_files(sandbox, task)
     for command in task.setup:
         result = await sandbox.exec(command, cwd=task.workdir, timeout_s=task.timeout_s)
         if not result.ok:
@@ -45,7 +37,8 @@ async def setup(sandbox: AsyncSandbox, task: Task, *, prompt: bool, site: bool =
                              reason="setup_failed")
     base = await manifest(sandbox, task.workdir)
     if services is not None:
-        services.extend(await start_services(sandbox, task.services))
+        services.extend(siblings)
+        services.extend(await start_services(sandbox, task.services, siblings))
     if site:
         await open_site(sandbox, task)
     # One call: the end of setup, then (for the agent) the task as its first message.
@@ -59,3 +52,17 @@ async def setup(sandbox: AsyncSandbox, task: Task, *, prompt: bool, site: bool =
         events.append({"kind": "message", "data": {"role": "user", "content": task.prompt}})
     await sandbox.client.request("POST", f"/v1/sandboxes/{sandbox.id}/events", json_body={"events": events})
     return base
+
+
+async def put_files(sandbox: AsyncSandbox, task: Task) -> None:
+    """The task's files into ``sandbox`` (the agent's, a grader's, a sibling service's)."""
+    if isinstance(task.files, dict):
+        for path, content in task.files.items():
+            await sandbox.write_file(path if path.startswith("/") else f"{task.workdir}/{path}", content)
+    elif task.files:
+        source = Path(task.files)
+        if source.is_dir():
+            await sandbox.upload(source, task.workdir)
+        else:
+            with open_tarball(source) as tarball:
+                await sandbox.upload_tar(tarball, task.workdir)

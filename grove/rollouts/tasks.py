@@ -14,8 +14,9 @@ A task line::
      "timeout_s": 600, "resources": {"cpu": 1, "memory_mb": 1024}, "network": {"egress": "deny"},
      "env": {"K": "V"}, "labels": {"difficulty": "easy"}, "scripted": {...}, "data": {...anything...}}
 
-A task with ``services`` (``[{"name", "command", "port", "ready": {"http": PATH}, "in_agent_sandbox": true}]``)
-has them started and checked healthy before its agent, and queried by its check (:mod:`grove.rollouts.services`).
+A task with ``services`` (``[{"name", "image"?, "command", "port", "ready": {"http": PATH}}]``) has them started
+and checked healthy before its agent — each in a sibling sandbox on a private network with the agent's, or beside
+the agent with ``"in_agent_sandbox": true`` — and queried by its check (:mod:`grove.rollouts.services`).
 
 A **browser task** has ``start_url`` (and optionally ``serve``, the command of its site's server, started in the
 background after setup, and ``desktop``, its screen): the agent's sandbox gets a screen with Chromium open at

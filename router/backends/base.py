@@ -69,6 +69,8 @@ class SandboxSpec:
     """Its screen's settings (the executor's ``DesktopSettings``); None: the defaults, started on demand."""
     checkpoint: CheckpointSource | None = None
     """The checkpoint whose files it starts with (None: its image's files)."""
+    group: str | None = None
+    """Its private network (``network.group``) qualified by its project (``project/group``), or None."""
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,7 @@ class SandboxRecord:
             disk_mb=req.disk_mb,
             desktop=req.desktop,
             checkpoint=CheckpointSource(self.lineage["parent"], self.lineage["checkpoint"]) if self.lineage else None,
+            group=f"{self.project}/{req.network.group}" if req.network.group else None,
         )
 
     def endpoint(self) -> Endpoint | None:
@@ -110,10 +111,19 @@ class SandboxRecord:
             "error": self.error,
             **(summary if summary is not None else self.request.summary()),
             **({"lineage": self.lineage} if self.lineage else {}),
+            **self._private_address(summary),
             "last_activity": self.last_activity,
             # Known once it ended: a live sandbox's current run is read only when it stops.
             **({"cost": self.cost()} if self.status == "deleted" else {}),
         }
+
+    def _private_address(self, summary: dict[str, Any] | None) -> dict[str, Any]:
+        """``network`` with the sandbox's address in its private group, once it has one (else nothing)."""
+        address = self.handle.get("private_address")
+        if not isinstance(address, str):
+            return {}
+        network = (summary if summary is not None else self.request.summary())["network"]
+        return {"network": {**network, "address": address}}
 
     def cost(self) -> dict[str, Any]:
         """What it cost over the runs that ended (every run, once it is deleted): the trajectory's ``cost``."""
@@ -138,7 +148,8 @@ class SandboxRecord:
     def from_disk(cls, data: dict[str, Any]) -> SandboxRecord:
         """Rebuild a record written by :meth:`to_disk`."""
         req = dict(data.pop("request"))
-        req["network"] = NetworkModel(req["network"]["egress"], tuple(req["network"]["allow"]))
+        net = req["network"]
+        req["network"] = NetworkModel(net["egress"], tuple(net["allow"]), net.get("group"))
         req["metadata"] = Metadata(**req["metadata"])
         req["lineage"] = LineageModel(**lineage) if (lineage := req.get("lineage")) else None
         spent = Spent.from_disk(data.pop("spent", None))

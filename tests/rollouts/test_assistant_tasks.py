@@ -1,7 +1,9 @@
-"""Task services and the assistant demo: the ``services`` field and its errors; the office service started beside
-the agent before it acts, called over HTTP by the scripted assistant policy from inside the sandbox, spared when
-the agent's processes are ended, and queried by the check for its final state; a service that never gets ready
-is the task's infrastructure fault; and ``python -m grove.demo --assistant`` itself (on a subset of its tasks)."""
+"""Task services and the assistant demo: the ``services`` field and its errors; the office service started before
+the agent acts (in a sibling sandbox on a private network with the agent's, or beside the agent), called over HTTP
+by name by the scripted assistant policy from inside the agent's sandbox, spared when the agent's processes are
+ended, and queried by the check for its final state; siblings deleted with the attempt, leaving no private network
+behind; a service that never gets ready is the task's infrastructure fault; and ``python -m grove.demo
+--assistant`` itself (on a subset of its tasks)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from grove.rollouts import Policy, TaskFileError
 from grove.rollouts.tasks import parse_task
 from tests.conftest import free_tcp_port
 from tests.rollouts.runs import demo_output, results, right_and_wrong, run
-from tests.support.router_fixtures import RouterProcess
+from tests.support.router_fixtures import RouterProcess, private_hubs
 
 pytestmark = pytest.mark.local_only  # services run beside the agent through the executor; curl is the host's /usr
 
@@ -47,9 +49,7 @@ def _chore(name: str) -> Any:
     ([{**OFFICE, "ready": {"tcp": 8025}}], "field 'services[0].ready' must be {\"http\": PATH}"),
     ([{**OFFICE, "restart": True}], "field 'services[0].restart' is unknown; known: command, cwd, env"),
     ([{k: v for k, v in OFFICE.items() if k != "command"}], "field 'services[0].command'"),
-    ([{**OFFICE, "in_agent_sandbox": False}], "field 'services[0].in_agent_sandbox' is false (the default: a "
-                                             "sibling sandbox on a private network with the agent's), which needs "
-                                             "networking between sandboxes"),
+    ([{**OFFICE, "in_agent_sandbox": "no"}], "field 'services[0].in_agent_sandbox' must be true or false"),
     ([{**OFFICE, "image": "debian"}], "field 'services[0].image' goes with a sibling sandbox"),
 ])
 def test_the_services_field_is_checked_and_each_error_names_its_entry(services: Any, error: str) -> None:
@@ -67,6 +67,9 @@ def test_a_task_with_services_is_graded_where_they_run() -> None:
     [office] = task.services
     assert (office.name, office.port, office.ready_http, office.ready_s, office.in_agent_sandbox) == \
         ("office", 8025, "/health", 5.0, True)
+    sibling = {k: v for k, v in OFFICE.items() if k != "in_agent_sandbox"}
+    [office] = _parse({**BASE, "services": [{**sibling, "image": "python:3.11-slim"}]}).services
+    assert (office.in_agent_sandbox, office.image) == (False, "python:3.11-slim")  # the default: a sibling
 
 
 @pytest.mark.fast
@@ -129,30 +132,68 @@ def test_the_right_plan_passes_and_the_wrong_one_fails_graded_by_the_services_fi
         router: RouterProcess, tmp_path: Path) -> None:
     tasks = right_and_wrong(tmp_path / "tasks.jsonl", lambda name, p: task_line(_chore(name), p_solve=p),
                             ("alan-sync", "archive-news"))
+    beside = {**task_line(_chore("alan-sync"), p_solve=1.0, in_agent_sandbox=True), "id": "assistant-beside"}
+    tasks.write_text(tasks.read_text() + json.dumps(beside) + "\n")
     run(router, tasks, tmp_path / "run", Policy(attempts=1), concurrency=2, max_infra_retries=0)
     by_task = {r["task"]: r for r in results(tmp_path / "run")}
     for name in ("alan-sync", "archive-news"):
         right, wrong = by_task[f"assistant-{name}-right"], by_task[f"assistant-{name}-wrong"]
         assert (right["outcome"], wrong["outcome"]) == ("pass", "fail"), (right, wrong)
         assert right["grading"] == "in-place" and right["infra_errors"] == [], right
+    assert by_task["assistant-beside"]["outcome"] == "pass", by_task["assistant-beside"]
     # The check queried the service after the agent's processes were ended: what it printed names the state it read.
     said = {name: _check_output(router, by_task[name]) for name in by_task}
     assert said["assistant-alan-sync-right"].strip().endswith("PASS")
+    assert said["assistant-beside"].strip().endswith("PASS")
     assert "FAIL events: wanted exactly 1 matching" in said["assistant-alan-sync-wrong"]
     assert "FAIL sent" not in said["assistant-alan-sync-wrong"]  # the reply was sent: only the date was wrong
     assert "FAIL archived: wanted exactly 2" in said["assistant-archive-news-wrong"]
 
-    with router.client() as grove:
-        record = grove.request("GET", f"/v1/trajectories/{by_task['assistant-alan-sync-right']['trajectory_id']}")
-    steps = record["steps"]
-    setup_done = next(s for s in steps if s.get("kind") == "setup" and s["data"]["status"] == "finished")
-    [office] = setup_done["data"]["services"]
-    assert office["name"] == "office" and office["url"] == "http://office:8025/"
-    started = [s for s in steps if s["type"] == "process" and s["event"] == "start"]
-    assert [s["pid"] for s in started] == [office["pid"]] and "server.py" in started[0]["command"][-1]
-    calls = [s for s in steps if s["type"] == "exec" and "curl" in _text(s["command"])]
+    # A sibling: its own sandbox on the try's private network, linked to the attempt by labels, its process there.
+    agent = _trajectory(router, by_task["assistant-alan-sync-right"]["trajectory_id"])
+    office = _office_of(agent)
+    assert office["url"] == "http://office:8025/" and not office["in_agent_sandbox"]
+    assert office["address"].startswith("10.232.0.") and office["sandbox_id"] != agent["sandbox"]["id"]
+    assert agent["sandbox"]["labels"]["service_sandboxes"] == office["sandbox_id"]
+    sibling = _trajectory(router, office["sandbox_id"])
+    assert sibling["sandbox"]["labels"]["role"] == "service" and sibling["sandbox"]["labels"]["service"] == "office"
+    for label in ("run_id", "group_id", "attempt", "try"):
+        assert sibling["sandbox"]["labels"][label] == agent["sandbox"]["labels"][label]
+    assert _process_starts(agent) == []  # nothing of the service runs in the agent's sandbox
+    assert [s["pid"] for s in _process_starts(sibling)] == [office["pid"]]
+    calls = [s for s in agent["steps"] if s["type"] == "exec" and "curl" in _text(s["command"])]
     assert len(calls) == 4, [s["command"] for s in calls]  # the agent's four tool calls, each an exec step
-    assert steps.index(setup_done) < steps.index(calls[0])  # the service was up before the agent acted
+    assert agent["steps"].index(_setup_done(agent)) < agent["steps"].index(calls[0])  # up before the agent acted
+
+    # Beside the agent: the service is a process of the agent's own sandbox.
+    beside_record = _trajectory(router, by_task["assistant-beside"]["trajectory_id"])
+    office = _office_of(beside_record)
+    assert office["in_agent_sandbox"] and "sandbox_id" not in office
+    started = _process_starts(beside_record)
+    assert [s["pid"] for s in started] == [office["pid"]] and "server.py" in started[0]["command"][-1]
+
+    # Nothing is left: no sandbox (siblings included) and no private network.
+    assert router.live_ids() == set() and private_hubs(router.state_dir) == []
+
+
+def _trajectory(router: RouterProcess, sandbox_id: str) -> dict[str, Any]:
+    with router.client() as grove:
+        record: dict[str, Any] = grove.request("GET", f"/v1/trajectories/{sandbox_id}")
+    return record
+
+
+def _setup_done(record: dict[str, Any]) -> dict[str, Any]:
+    return next(s for s in record["steps"] if s.get("kind") == "setup" and s["data"]["status"] == "finished")
+
+
+def _office_of(record: dict[str, Any]) -> dict[str, Any]:
+    [office] = _setup_done(record)["data"]["services"]
+    assert office["name"] == "office"
+    return dict(office)
+
+
+def _process_starts(record: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in record["steps"] if s["type"] == "process" and s["event"] == "start"]
 
 
 def _text(value: Any) -> str:
@@ -172,20 +213,23 @@ def _check_output(router: RouterProcess, result: dict[str, Any]) -> str:
 def test_a_service_that_never_becomes_ready_is_an_infrastructure_fault(router: RouterProcess, tmp_path: Path) -> None:
     silent = {**OFFICE, "command": "exec sleep 300", "ready": {"http": "/health", "timeout_s": 2}}
     dying = {**OFFICE, "name": "crashy", "port": 8026, "command": "echo 'cannot open the database' >&2; exit 4"}
-    lines = [{**BASE, "id": "silent", "services": [silent], "scripted": {"inspect": ["true"]},
-              "resources": {"memory_mb": 128}},
-             {**BASE, "id": "dying", "services": [dying], "scripted": {"inspect": ["true"]},
-              "resources": {"memory_mb": 128}}]
+    sibling = {k: v for k, v in {**dying, "name": "sibling"}.items() if k != "in_agent_sandbox"}
+    lines = [{**BASE, "id": name, "services": services, "scripted": {"inspect": ["true"]},
+              "resources": {"memory_mb": 128}}
+             for name, services in (("silent", [silent]), ("dying", [dying]), ("sibling", [sibling]))]
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps(line) + "\n" for line in lines))
     run(router, tasks, tmp_path / "run", Policy(attempts=1), concurrency=2, max_infra_retries=0)
     by_task = {r["task"]: r for r in results(tmp_path / "run")}
-    for name in ("silent", "dying"):
+    for name in ("silent", "dying", "sibling"):
         assert by_task[name]["outcome"] == "infra_error" and by_task[name]["infra_errors"] == ["service_not_ready"]
     journal = (tmp_path / "run" / "journal.jsonl").read_text()
     assert "service 'office' did not answer GET http://127.0.0.1:8025/health below 400 within 2s" in journal
     assert "service 'crashy' exited with code 4 before it answered" in journal
+    assert "service 'sibling' exited with code 4 before it answered" in journal
     assert "cannot open the database" in journal
+    # The sibling that never got ready was deleted with its try; no private network is left either.
+    assert router.live_ids() == set() and private_hubs(router.state_dir) == []
 
 
 def test_the_assistant_demo_runs_bar_end_to_end() -> None:

@@ -39,6 +39,7 @@ from grove.statedir import StateDir
 from router.backends.local import egress_rules
 from router.backends.local.backend import LocalBackend
 from router.backends.local.cgroups import HIERARCHIES
+from router.backends.local.private_net import PrivateNetworks
 from sandbox_image.bundle import build_bundle
 from tests.conftest import free_tcp_port
 from tests.support.executor_fixtures import MSGPACK, Reply, processes_with
@@ -222,7 +223,13 @@ def leaks(state_dir: Path) -> list[str]:
     found += [f"egress veth {name}" for name in egress_veths(state_dir)]
     if egress_table_exists(state_dir):
         found.append(f"nftables table inet {egress_rules.table(instance_of(state_dir))}")
+    found += [f"private network hub (netns) {name}" for name in private_hubs(state_dir)]
     return found
+
+
+def private_hubs(state_dir: Path) -> list[str]:
+    """Network namespaces holding the state dir's router's private groups (router/backends/local/private_net.py)."""
+    return PrivateNetworks(instance_of(state_dir)).hubs()
 
 
 def egress_veths(state_dir: Path) -> list[str]:
@@ -273,6 +280,8 @@ def force_cleanup(state_dir: Path) -> None:
     if egress_table_exists(state_dir):
         argv = ["nft", "delete", "table", "inet", egress_rules.table(instance_of(state_dir))]
         subprocess.run(argv, capture_output=True, check=False)
+    for name in private_hubs(state_dir):
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
     for name in loops_with(str(state_dir) + "/"):  # detached now, or once its last user lets go
         subprocess.run(["losetup", "-d", f"/dev/{name}"], capture_output=True, check=False)
     volume = str(StateDir(state_dir).sandboxes)  # the checkpoint volume (router/backends/local/cow.py)

@@ -1,10 +1,11 @@
 """The assistant demo's tasks: ten offline personal-assistant tasks on the office service, graded by its final state.
 
-Every task runs the office service (``office/server.py``: mail, calendar, notes) beside the agent, as a service of
-the task (``services``, :mod:`grove.rollouts.services`), seeded with one small world (:data:`SEED`). The scripted
-assistant policy (:mod:`grove.rollouts.assistant`) calls it over HTTP from inside the agent's sandbox, following
-the right plan with the task's odds; the check (``office/check.py``) queries the service's final state once the
-agent has stopped. :func:`task_lines` makes them a rollouts task file.
+Every task runs the office service (``office/server.py``: mail, calendar, notes) in a sibling sandbox of the
+agent's, as a service of the task (``services``, :mod:`grove.rollouts.services`; beside the agent on request),
+seeded with one small world (:data:`SEED`). The scripted assistant policy (:mod:`grove.rollouts.assistant`) calls it
+over HTTP from inside the agent's sandbox, following the right plan with the task's odds; the check
+(``office/check.py``) queries the service's final state once the agent has stopped. :func:`task_lines` makes them a
+rollouts task file.
 """
 
 from __future__ import annotations
@@ -162,22 +163,26 @@ def _office(name: str) -> str:
     return (resources.files("grove.demo.assistant") / "office" / name).read_text(encoding="utf-8")
 
 
-def service() -> dict[str, Any]:
-    """The office service as a task's ``services`` entry: beside the agent, ready once ``/health`` answers."""
-    return {"name": NAME, "command": f"exec python3 {SERVICE_DIR}/server.py --port {PORT} --seed "
+def service(*, in_agent_sandbox: bool = False) -> dict[str, Any]:
+    """The office service as a task's ``services`` entry, ready once ``/health`` answers: in a sibling sandbox on a
+    private network with the agent's (the default), or beside the agent."""
+    host = "127.0.0.1" if in_agent_sandbox else "0.0.0.0"  # a sibling is reached over its private network
+    return {"name": NAME, "command": f"exec python3 {SERVICE_DIR}/server.py --host {host} --port {PORT} --seed "
                                      f"{SERVICE_DIR}/seed.json", "port": PORT, "ready": {"http": "/health"},
-            "in_agent_sandbox": True}
+            **({"in_agent_sandbox": True} if in_agent_sandbox else {})}
 
 
-def task_line(chore: Chore, *, p_solve: float | None = None) -> dict[str, Any]:
-    """One chore as a rollouts task line (``p_solve``: the policy's odds, else those of its difficulty)."""
+def task_line(chore: Chore, *, p_solve: float | None = None, in_agent_sandbox: bool = False) -> dict[str, Any]:
+    """One chore as a rollouts task line (``p_solve``: the policy's odds, else those of its difficulty;
+    ``in_agent_sandbox``: the office service beside the agent, not in a sibling sandbox)."""
     check = {"test": f"python3 /grader/check.py {URL}/state /grader/expect.json", "grading": "in-place",
              "timeout_s": 60, "files": {"/grader/check.py": _office("check.py"),
                                         "/grader/expect.json": json.dumps(chore.expect)}}
     return {
         "id": f"assistant-{chore.name}", "prompt": chore.prompt, "workdir": "/workspace",
         "files": {f"{SERVICE_DIR}/server.py": _office("server.py"), f"{SERVICE_DIR}/seed.json": json.dumps(SEED)},
-        "services": [service()], "check": check, "timeout_s": 120, "resources": {"cpu": 0.5, "memory_mb": 256},
+        "services": [service(in_agent_sandbox=in_agent_sandbox)], "check": check, "timeout_s": 120,
+        "resources": {"cpu": 0.5, "memory_mb": 256},
         "labels": {"difficulty": chore.difficulty, "kind": "assistant"},
         "scripted": {"p_solve": P_SOLVE[chore.difficulty] if p_solve is None else p_solve, "calls": chore.calls,
                      "answer": chore.answer},

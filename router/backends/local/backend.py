@@ -34,6 +34,7 @@ from router.backends.local.image_derive import derive
 from router.backends.local.image_pull import pull_image
 from router.backends.local.images import Image, ImageStore
 from router.backends.local.network import EgressNetwork
+from router.backends.local.private_net import PrivateNetworks
 from router.backends.local.registry_pull import PullPolicy
 from router.backends.local.uids import UidRanges, shift_owners
 from router.backends.local.unpack_limits import UnpackLimits
@@ -88,6 +89,7 @@ class LocalBackend:
         self.instance = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]
         self._bundle: Bundle | None = None
         self.network = EgressNetwork(self.instance)
+        self.private = PrivateNetworks(self.instance)
         self._zygote_proc: Zygote | None = None
         self._exits = Exits()
         self.start_slots = concurrent_starts or _STARTS_PER_CPU * len(os.sched_getaffinity(0))
@@ -254,6 +256,8 @@ class LocalBackend:
         handle = {"pid": pid, "start_time": started, "oom_kills": cgroups.oom_kills(), "cpu_usec": cpu_before}
         if spec.network.egress == "allow":  # before ready: a sandbox never answers without its network
             await self._attach_network(spec, base, handle)
+        if spec.group is not None:
+            await self._join_group(spec, spec.group, base, handle)
         await self._wait_ready(socket_path, spec.id, base)
         (base / _REBASE_FILE).unlink(missing_ok=True)  # re-owned: later starts need not walk the layer
         return Started(Endpoint(f"unix:{socket_path}", spec.token), image.digest, handle)
@@ -320,6 +324,20 @@ class LocalBackend:
             await asyncio.to_thread(self.network.detach, base)
             raise
 
+    async def _join_group(self, spec: SandboxSpec, group: str, base: Path, handle: dict[str, Any]) -> None:
+        try:
+            member = await asyncio.to_thread(self.private.join, base, handle["pid"], group)
+        except BaseException:
+            await self._kill(spec.id, handle)
+            await asyncio.to_thread(self._disconnect, base)
+            raise
+        handle["private_address"] = member.address
+
+    def _disconnect(self, base: Path) -> None:
+        """Remove the sandbox's egress link and its place in its private group (either absent is fine)."""
+        self.network.detach(base)
+        self.private.leave(base)
+
     async def _wait_ready(self, socket_path: Path, sandbox_id: str, base: Path) -> None:
         # The socket listens before gunicorn runs, so one request waits in the backlog until the
         # worker serves it: no polling loop.
@@ -339,7 +357,7 @@ class LocalBackend:
     async def stop(self, sandbox_id: str, handle: dict[str, Any]) -> dict[str, Any]:
         """Kill the tree; keep the directory and cgroups."""
         await self._kill(sandbox_id, handle)
-        await asyncio.to_thread(self.network.detach, self._dir(sandbox_id))
+        await asyncio.to_thread(self._disconnect, self._dir(sandbox_id))
         for name in ("executor.sock", _BUNDLE_FILE):
             with contextlib.suppress(FileNotFoundError):
                 (self._dir(sandbox_id) / name).unlink()
@@ -371,8 +389,8 @@ class LocalBackend:
                 self._uids.release(sandbox_id)
 
     def _unplug(self, sandbox_id: str) -> None:
-        """Remove the sandbox's network link and its cgroups (killing what is left in them)."""
-        self.network.detach(self._dir(sandbox_id))
+        """Remove the sandbox's network links and its cgroups (killing what is left in them)."""
+        self._disconnect(self._dir(sandbox_id))
         CgroupSet(self.instance, sandbox_id).destroy()
 
     def _remove_files(self, sandbox_id: str) -> None:
@@ -476,6 +494,7 @@ class LocalBackend:
         if self._sandboxes.is_dir():
             dirs = [p for p in self._sandboxes.iterdir() if p.is_dir()]
             await asyncio.to_thread(self.network.reconcile, dirs, procs.alive)
+        await asyncio.to_thread(self.private.reconcile)
         return orphans
 
 

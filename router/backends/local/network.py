@@ -72,7 +72,7 @@ class EgressNetwork:
             raise Unavailable(f"egress networking of the sandbox failed: {exc}") from exc
 
     def _attach(self, sandbox_dir: Path, pid: int, start_time: int, allow: list[Destination]) -> Link:
-        with _host_lock():
+        with host_lock():
             self._detach_locked(sandbox_dir)  # a record left by a start that no longer runs
             state = self._state()
             slot = self._free_slot(state)
@@ -80,7 +80,7 @@ class EgressNetwork:
             link = Link(slot, f"{self.prefix}{slot:04x}", str(host), str(host + 1), pid, start_time)
             flipped = self._uplinks_to_own(self._uplinks(allow), state)
             # The record first: whatever fails below, detach finds it and undoes the rest.
-            _write_json(sandbox_dir / RECORD, asdict(link))
+            write_json(sandbox_dir / RECORD, asdict(link))
             # The base chains only with a new table: re-declaring them costs a kernel commit of its own.
             script = [] if state is not None else [rules.base_rules(self.instance)]
             script.append(rules.sandbox_rules(self.instance, slot, link.host_if, link.sandbox_addr, allow))
@@ -88,7 +88,7 @@ class EgressNetwork:
             _nft("\n".join(script))
             for dev in flipped:  # the guard rule is in place: forwarding here lets only grove's replies in
                 _set_forwarding(dev, "1")
-            _run(["ip", "-b", "-"], f"link add {link.host_if} type veth peer name eth0 netns {pid}\n"
+            run_tool(["ip", "-b", "-"], f"link add {link.host_if} type veth peer name eth0 netns {pid}\n"
                                     f"addr add {link.host_addr}/31 dev {link.host_if}\nlink set {link.host_if} up\n")
             if Path("/proc/sys/net/ipv6").is_dir():  # a kernel without IPv6 needs nothing disabled
                 _sysctl(f"net/ipv6/conf/{link.host_if}/disable_ipv6", "1")
@@ -97,7 +97,7 @@ class EgressNetwork:
                       f"route add default via {link.host_addr} dev eth0\n")
             # Inside: no IPv6 on eth0 (so not even a link-local address), then the address and route.
             v6 = "/proc/sys/net/ipv6/conf/eth0/disable_ipv6"
-            _run(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "sh", "-c",
+            run_tool(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "sh", "-c",
                   f"if [ -e {v6} ]; then echo 1 > {v6} || exit 1; fi; exec ip -b -"], inside)
             return link
 
@@ -105,7 +105,7 @@ class EgressNetwork:
         """Remove the sandbox's veth (if it outlived PID 1) and rules, and its record; absent is fine."""
         if not (sandbox_dir / RECORD).exists():
             return
-        with _host_lock():
+        with host_lock():
             self._detach_locked(sandbox_dir)
 
     def _detach_locked(self, sandbox_dir: Path) -> None:
@@ -113,7 +113,7 @@ class EgressNetwork:
         if link is None:
             return
         if Path("/sys/class/net", link.host_if).exists():  # PID 1's namespace may not be gone yet
-            _run(["ip", "link", "del", link.host_if], check=False)
+            run_tool(["ip", "link", "del", link.host_if], check=False)
         state = self._state()
         if state is not None:
             self._remove(state, {link.host_if}, {rules.chain(link.slot)})
@@ -122,7 +122,7 @@ class EgressNetwork:
     def reconcile(self, sandbox_dirs: list[Path], alive: Callable[[int, int], bool]) -> None:
         """After a restart: detach every recorded link whose PID 1 is gone (``alive(pid, start_time)``),
         and remove rules that no record claims."""
-        with _host_lock():
+        with host_lock():
             claimed: set[int] = set()
             for sandbox_dir in sandbox_dirs:
                 link = read_link(sandbox_dir)
@@ -177,7 +177,7 @@ class EgressNetwork:
 
     def _uplinks(self, allow: list[Destination]) -> list[str]:
         """The interfaces of the main table's routes into any allowed network (replies come back there)."""
-        out = _run(["ip", "-j", "-4", "route", "show", "table", "main"], check=False)
+        out = run_tool(["ip", "-j", "-4", "route", "show", "table", "main"], check=False)
         devs: set[str] = set()
         for route in json.loads(out or "[]"):
             dst, dev = route.get("dst", ""), route.get("dev", "")
@@ -211,12 +211,12 @@ class EgressNetwork:
     def _uplink_sets(self) -> dict[str, set[str]]:
         """Per grove table on this host (any router's): the uplinks whose forwarding it turned on."""
         found: dict[str, set[str]] = {}
-        out = _run(["nft", "-j", "list", "tables", "inet"], check=False)
+        out = run_tool(["nft", "-j", "list", "tables", "inet"], check=False)
         for item in json.loads(out or '{"nftables": []}')["nftables"]:
             name = item.get("table", {}).get("name", "")
             if not name.startswith("grove_"):
                 continue
-            listing = _run(["nft", "-j", "list", "set", "inet", name, "uplinks"], check=False)
+            listing = run_tool(["nft", "-j", "list", "set", "inet", name, "uplinks"], check=False)
             found[name] = set()
             for entry in json.loads(listing or '{"nftables": []}')["nftables"]:
                 if "set" in entry:
@@ -233,7 +233,8 @@ def read_link(sandbox_dir: Path) -> Link | None:
 
 
 @contextlib.contextmanager
-def _host_lock() -> Iterator[None]:
+def host_lock() -> Iterator[None]:
+    """The host-wide lock every change to grove's links and tables happens under (egress and private networks)."""
     LOCK_PATH.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(LOCK_PATH, os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -243,18 +244,19 @@ def _host_lock() -> Iterator[None]:
         os.close(fd)
 
 
-def _run(argv: list[str], stdin: str | None = None, *, check: bool = True) -> str:
+def run_tool(argv: list[str], stdin: str | None = None, *, check: bool = True, what: str = "egress networking") -> str:
+    """Run a networking tool; its output. ``Unavailable`` (naming ``what`` failed) if it is missing or fails."""
     try:
         proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=_TOOL_ENV, check=False)
     except FileNotFoundError as exc:
-        raise Unavailable(f"egress networking needs {argv[0]!r} (Debian packages iproute2, nftables)") from exc
+        raise Unavailable(f"{what} needs {argv[0]!r} (Debian packages iproute2, nftables)") from exc
     if check and proc.returncode != 0:
-        raise Unavailable(f"egress networking: {' '.join(argv[:4])} failed: {proc.stderr.strip()[:500]}")
+        raise Unavailable(f"{what}: {' '.join(argv[:4])} failed: {proc.stderr.strip()[:500]}")
     return proc.stdout
 
 
 def _nft(script: str) -> None:
-    _run(["nft", "-f", "-"], script + "\n")
+    run_tool(["nft", "-f", "-"], script + "\n")
 
 
 def _sysctl(key: str, value: str) -> None:
@@ -273,7 +275,8 @@ def _set_forwarding(dev: str, value: str) -> None:
     _sysctl(f"net/ipv4/conf/{dev}/forwarding", value)
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Replace ``path`` with ``data`` as JSON, atomically."""
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)

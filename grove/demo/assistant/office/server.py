@@ -222,14 +222,16 @@ def main() -> None:
     """Serve the office on the loopback until killed."""
     parser = argparse.ArgumentParser(description="the office service: mail, calendar, notes")
     parser.add_argument("--port", type=int, default=8025)
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="where to listen (0.0.0.0 in a sibling sandbox: reached over its private network)")
     parser.add_argument("--seed", help="a JSON file of the starting state")
     args = parser.parse_args()
     seed: dict[str, Any] = {}
     if args.seed:
         with open(args.seed, encoding="utf-8") as fh:
             seed = json.load(fh)
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler_for(Office(seed)))
-    print(f"office: serving on 127.0.0.1:{args.port}", flush=True)
+    server = ThreadingHTTPServer((args.host, args.port), handler_for(Office(seed)))
+    print(f"office: serving on {args.host}:{args.port}", flush=True)
     server.serve_forever()
 
 
