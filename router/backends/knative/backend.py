@@ -72,7 +72,7 @@ class KnativeBackend:
 
     def attach_storage(self, storage: Presigner) -> None:
         """Use ``storage`` for workspace snapshots (called by the app before any create)."""
-        self.snapshots = Snapshots(storage, self.options.snapshot_part_bytes)
+        self.snapshots = Snapshots(storage, self.options.instance, self.options.snapshot_part_bytes)
 
     # -- lifetime --------------------------------------------------------------------------------------
 

@@ -54,9 +54,15 @@ def policy_name(sandbox_id: str) -> str:
     return f"{sandbox_id}-egress"
 
 
-def snapshot_key(sandbox_id: str) -> str:
+def snapshot_prefix(instance: str) -> str:
+    """Where the snapshots of one router instance's sandboxes live in the bucket: routers sharing a bucket
+    sweep only their own."""
+    return f"snapshots/{L.sanitize_value(instance)}/"
+
+
+def snapshot_key(instance: str, sandbox_id: str) -> str:
     """Where the sandbox's workspace snapshot lives in the bucket."""
-    return f"snapshots/{sandbox_id}/workspace.tar.zst"
+    return f"{snapshot_prefix(instance)}{sandbox_id}/workspace.tar.zst"
 
 
 def build(
