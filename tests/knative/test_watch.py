@@ -37,8 +37,7 @@ def test_the_list_is_paginated_and_only_read_fields_are_cached(cluster: Cluster)
     before = cluster.api.pages
 
     async def body(backend: KnativeBackend) -> dict[str, Any]:
-        assert backend._services is not None
-        return dict(backend._services.objects)
+        return dict(backend._services[NAMESPACE].objects)
 
     cached = run(cluster, body, list_page_size=2)
     assert sorted(cached) == names and cluster.api.pages - before == 3  # 2 + 2 + 1
@@ -60,11 +59,10 @@ def test_bookmarks_arrive_and_a_silently_dropped_watch_is_restarted(cluster: Clu
     sb = spec()
 
     async def body(backend: KnativeBackend) -> float:
-        assert backend._services is not None
         deadline = time.monotonic() + 10
-        while backend._services.bookmarks == 0 and time.monotonic() < deadline:
+        while backend._services[NAMESPACE].bookmarks == 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        assert backend._services.bookmarks > 0
+        assert backend._services[NAMESPACE].bookmarks > 0
         cluster.api.stall_watches()  # silent from now on, never closed
         began = time.monotonic()
         await backend.create(sb)  # Ready arrives on the watch that replaced the stalled one

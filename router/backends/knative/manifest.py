@@ -71,14 +71,16 @@ def build(
     *,
     image: str,
     snapshot_access: tuple[str, str] | None = None,
+    namespace: str | None = None,
 ) -> SandboxObjects:
-    """The sandbox's objects; ``image`` is the reference to run (pinned by digest when known)."""
+    """The sandbox's objects in ``namespace`` (None: the options' first); ``image`` is the reference to run
+    (pinned by digest when known)."""
     if not PurePosixPath(spec.workdir).is_absolute():
         raise Invalid("'workdir' must be an absolute path")
     common = {L.MANAGED_BY: "grove", L.INSTANCE: L.sanitize_value(options.instance), L.SANDBOX: spec.id}
 
     def meta(name: str, extra: dict[str, str]) -> dict[str, Any]:
-        return {"name": name, "namespace": options.namespace, "labels": {**common, **extra}}
+        return {"name": name, "namespace": namespace or options.spread[0], "labels": {**common, **extra}}
 
     return SandboxObjects(
         secret={
