@@ -93,7 +93,8 @@ async def serving_installed(kube: Kube, namespace: str) -> Finding:
             "install Knative Serving (https://knative.dev/docs/install/) and create the namespace: "
             "`kubectl apply -k knative/`"), NotFound)
     except Forbidden as exc:
-        return Finding(what, "fail", exc.message, "apply knative/rbac.yaml", Forbidden)
+        return Finding(what, "fail", exc.message, f"apply knative/rbac.yaml's Role and RoleBinding `grove-router` in "
+                       f"{namespace!r} too (each sandbox namespace needs them)", Forbidden)
     return Finding(what, "pass", f"Knative Services can be listed in {namespace!r}")
 
 
