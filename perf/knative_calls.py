@@ -43,7 +43,7 @@ COMMANDS = ["echo ok", "ls /", "cat /etc/os-release | head -1", "true"]
 IDLE_S = 6.0  # Knative's smallest autoscaling window; the stand-in runs its clock 20x fast
 
 
-def _spec(egress: str) -> SandboxSpec:
+def sandbox_spec(egress: str) -> SandboxSpec:
     allow = ("10.0.0.0/8:443",) if egress == "allow" else ()
     return SandboxSpec(id=new_id(), image="python:3.11-slim", cpu=0.5, memory_mb=256, pids_max=128, env={},
                        workdir="/workspace", network=Network(egress, allow), token="tk-" + new_id(),
@@ -110,7 +110,7 @@ async def _lifecycles(cluster: Cluster, n: int) -> dict[str, Any]:
     try:
         async with aiohttp.ClientSession() as session:
             for i in range(n):
-                spec = _spec("allow" if i % 5 == 4 else "deny")
+                spec = sandbox_spec("allow" if i % 5 == 4 else "deny")
                 kind = f"egress {spec.network.egress}"
                 c0 = _snapshot(cluster)
                 t0, cpu0 = time.perf_counter(), router_cpu_s()

@@ -74,3 +74,26 @@ def test_bookmarks_arrive_and_a_silently_dropped_watch_is_restarted(cluster: Clu
     took = run(cluster, body, watch_idle_timeout_s=idle, ready_timeout_s=30.0)
     assert took < idle + 10, took
     assert cluster.api.calls[("*", "watch", "services")] >= 2
+
+
+def test_five_thousand_services_over_three_namespaces_are_listed_in_pages_and_survive_dropped_watches(
+        cluster: Cluster) -> None:
+    """Issue 37 item 7's scale, functionally (the figures are ``perf/knative_scale.py``'s): every Service is
+    seen, each namespace listed in pages of 500, and a watch the server ends resumes from its version with
+    no list again."""
+    from perf.knative_scale import clear, fill, measure
+    from tests.support.knative_fixtures import role_rules
+
+    spread = (NAMESPACE, f"{NAMESPACE}-2", f"{NAMESPACE}-3")
+    assert cluster.api.allowed is not None
+    cluster.api.allowed |= {(verb, resource, ns) for verb, resource in role_rules() for ns in spread}
+    options = cluster.options(namespaces=spread)
+    fill(cluster, options, 5000)
+    try:
+        found = asyncio.run(measure(cluster, options))
+    finally:
+        clear(cluster, options)
+    assert found["services_seen"] == 5000
+    assert found["list_pages"] == 3 * 4 and found["calls"]["list services"] == 12  # 1,667 per namespace
+    assert found["after_watches_dropped"]["relists"] == 0
+    assert found["calls"]["watch services"] > 3  # each namespace's watch was opened again
