@@ -55,6 +55,19 @@ def test_creates_spread_over_the_namespaces_and_a_full_set_is_refused_with_what_
         assert _namespace_of(cluster, third.id) == where
 
 
+def test_a_namespace_without_the_routers_role_is_named_in_the_error(cluster: Cluster, s3_server: EmbeddedS3) -> None:
+    assert cluster.api.allowed is not None  # the Role in the second namespace lacks creating Secrets
+    cluster.api.allowed |= {(verb, resource, OTHER) for verb, resource in role_rules()
+                            if (verb, resource) != ("create", "secrets")}
+    with knative_router_on(cluster, s3_server, "--namespaces", f"{NAMESPACE},{OTHER}",
+                           "--namespace-capacity", "1") as router, router.client() as grove:
+        grove.create(IMAGE, heartbeat=False)
+        refused = router.http("POST", "/v1/sandboxes", json_body={"image": IMAGE})
+        assert refused.status == 503
+        message = error_of(refused)["message"]
+        assert "create secrets '" in message and f"in namespace '{OTHER}'" in message, message
+
+
 def test_the_defaults_keep_within_kubernetes_thresholds_and_bad_namespaces_are_refused() -> None:
     options = KnativeOptions()
     # 3 Kubernetes Services per sandbox against 5,000 per namespace and 10,000 per cluster.

@@ -226,15 +226,16 @@ class KnativeBackend:
             kube.custom.patch_namespaced_custom_object, _GROUP, _VERSION, ns, "services", spec.id, service,
             _content_type="application/merge-patch+json")
         made = services.objects.get(spec.id, {}).get("metadata", {}).get("generation")
-        would = await kube.call("patch", "services.serving.knative.dev", spec.id, patch_service, dry_run="All")
+        would = await kube.call("patch", "services.serving.knative.dev", spec.id, patch_service, dry_run="All",
+                                namespace=ns)
         if made is not None and would.get("metadata", {}).get("generation") != made:
             log.warning("claiming %s would change its revision template (Knative's defaults changed since it was "
                         "made): recycling it", spec.id)
             await self._recycle(spec)
         else:
             await kube.call("patch", "secrets", secret_name, kube.core.patch_namespaced_secret, secret_name, ns,
-                            secret, _content_type="application/merge-patch+json")
-            await kube.call("patch", "services.serving.knative.dev", spec.id, patch_service)
+                            secret, _content_type="application/merge-patch+json", namespace=ns)
+            await kube.call("patch", "services.serving.knative.dev", spec.id, patch_service, namespace=ns)
         return dict(json.loads(manifest.executor_env(spec)))
 
     async def _recycle(self, spec: SandboxSpec) -> None:
@@ -273,7 +274,8 @@ class KnativeBackend:
             found |= set(services.objects)
             for resource, lister in (("secrets", kube.core.list_namespaced_secret),
                                      ("networkpolicies", kube.networking.list_namespaced_network_policy)):
-                listed = await kube.call("list", resource, "*", lister, ns, label_selector=self._selector)
+                listed = await kube.call("list", resource, "*", lister, ns, label_selector=self._selector,
+                                         namespace=ns)
                 in_ns = {item.metadata.labels.get(L.SANDBOX) for item in listed.items} - {None}
                 self._placed.update({sandbox_id: ns for sandbox_id in in_ns if sandbox_id not in found})
                 found |= in_ns
@@ -290,23 +292,22 @@ class KnativeBackend:
         assert self.kube is not None, "open() first"
         kube, ns, name, kind = self.kube, obj["metadata"]["namespace"], obj["metadata"]["name"], obj["kind"]
         # Strict: a field the API does not know is an error, not silently dropped from the sandbox.
-        limit, strict = kube.create_limit, {"field_validation": "Strict"}
+        common: dict[str, Any] = {"limit": kube.create_limit, "namespace": ns, "field_validation": "Strict"}
         if kind == "Service":
             try:
                 await kube.call("create", "services.serving.knative.dev", name,
                                 kube.custom.create_namespaced_custom_object, _GROUP, _VERSION, ns, "services", obj,
-                                limit=limit, **strict)
+                                **common)
             except Invalid as exc:
                 # runtimeClassName refused: the flag was turned off after the start-up check, or RBAC hid it.
                 if hint := runtimeclass.webhook_hint(exc.message):
                     raise Invalid(exc.message + "." + hint) from exc
                 raise
         elif kind == "Secret":
-            await kube.call("create", "secrets", name, kube.core.create_namespaced_secret, ns, obj, limit=limit,
-                            **strict)
+            await kube.call("create", "secrets", name, kube.core.create_namespaced_secret, ns, obj, **common)
         else:
             await kube.call("create", "networkpolicies.networking.k8s.io", name,
-                            kube.networking.create_namespaced_network_policy, ns, obj, limit=limit, **strict)
+                            kube.networking.create_namespaced_network_policy, ns, obj, **common)
 
     async def _started(self, spec: SandboxSpec) -> Started:
         """Wait for Ready by watch; surface a failed revision's own message; work out the endpoint."""
@@ -352,7 +353,8 @@ class KnativeBackend:
         kube = self.kube
         try:
             found = await kube.call("get", "revisions.serving.knative.dev", name,
-                                    kube.custom.get_namespaced_custom_object, _GROUP, _VERSION, ns, "revisions", name)
+                                    kube.custom.get_namespaced_custom_object, _GROUP, _VERSION, ns, "revisions", name,
+                                    namespace=ns)
         except GroveError as exc:  # the Service's own message is still there to report
             log.warning("reading revision %s failed: %s", name, exc.message)
             return None
@@ -401,7 +403,7 @@ class KnativeBackend:
         for kind in cleanup:
             resource, name, call = calls[kind]
             with contextlib.suppress(NotFound):
-                await kube.call("delete", resource, name, call, limit=limit)
+                await kube.call("delete", resource, name, call, limit=limit, namespace=ns)
         if keep_snapshot:
             return  # made again next (resume, recycle): in the same namespace
         self._placed.pop(sandbox_id, None)  # its watch still counts it until the Service is gone
