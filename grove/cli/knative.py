@@ -24,6 +24,12 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
     """Options that say which cluster and namespace, and how every sandbox's objects look."""
     group = parser.add_argument_group("knative backend")
     group.add_argument("--namespace", default="grove-sandboxes", help="namespace of the sandboxes' objects")
+    group.add_argument("--namespaces", type=_names, default=(),
+                       help="namespaces to spread sandboxes over, comma-separated (instead of --namespace)")
+    group.add_argument("--namespace-capacity", type=int, default=KnativeOptions.namespace_capacity,
+                       help="sandboxes one namespace takes (default: within Kubernetes' 5,000 Services per namespace)")
+    group.add_argument("--cluster-capacity", type=int, default=KnativeOptions.cluster_capacity,
+                       help="sandboxes the cluster takes (default: within Kubernetes' 10,000 Services per cluster)")
     group.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else ~/.kube/config)")
     group.add_argument("--context", help="kubeconfig context (default: its current one)")
     group.add_argument("--runtime-image", default=DEFAULT_RUNTIME_IMAGE, help="image of the runtime init container")
@@ -49,10 +55,18 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
                        "for untrusted code. 'none': the node's runtime, sandboxes share the node's kernel")
 
 
+def _names(value: str) -> tuple[str, ...]:
+    """``a,b,c`` as a tuple of names."""
+    return tuple(name.strip() for name in value.split(",") if name.strip())
+
+
 def options_from_args(args: argparse.Namespace) -> KnativeOptions:
     """The backend options from parsed :func:`add_cluster_options` arguments."""
     return KnativeOptions(
         namespace=args.namespace,
+        namespaces=args.namespaces,
+        namespace_capacity=args.namespace_capacity,
+        cluster_capacity=args.cluster_capacity,
         kubeconfig=args.kubeconfig,
         context=args.context,
         runtime_image=args.runtime_image,

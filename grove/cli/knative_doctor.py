@@ -46,7 +46,7 @@ async def _findings(options: Any) -> list[Any]:
 
     kube = Kube(options, await asyncio.to_thread(client_configuration, options))
     try:
-        installed = await requirements.serving_installed(kube, options.namespace)
-        return [installed, *await requirements.survey(kube, options)]
+        installed = [await requirements.serving_installed(kube, ns) for ns in options.spread]
+        return [*installed, *await requirements.survey(kube, options)]
     finally:
         kube.close()

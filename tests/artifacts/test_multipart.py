@@ -19,11 +19,11 @@ from artifacts.store import ObjectStore
 from grove.core.errors import Invalid, TooLarge, Unauthorized, Unavailable
 from router.backends.knative.manifest import snapshot_key
 from router.backends.knative.uploads import part_size_for
-from tests.support.snapshot_broker import LocalBroker, broker_for
+from tests.support.snapshot_broker import INSTANCE, LocalBroker, broker_for
 
 PART = 5 * 1024 * 1024
 SANDBOX = "sb-000000000000a11d"
-KEY = snapshot_key(SANDBOX)
+KEY = snapshot_key(INSTANCE, SANDBOX)
 
 
 def random_chunks(total: int, chunk: int = 1024 * 1024) -> Iterator[bytes]:

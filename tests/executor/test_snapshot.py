@@ -19,10 +19,10 @@ import pytest
 from artifacts.store import ObjectStore
 from router.backends.knative.manifest import snapshot_key
 from tests.support.executor_fixtures import TOKEN, start_executor
-from tests.support.snapshot_broker import BrokerServer, broker_for
+from tests.support.snapshot_broker import INSTANCE, BrokerServer, broker_for
 
 SANDBOX = "sb-00000000000000ee"
-KEY = snapshot_key(SANDBOX)
+KEY = snapshot_key(INSTANCE, SANDBOX)
 PART = 5 * 1024 * 1024  # S3's smallest part (SeaweedFS refuses less, as AWS does)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from artifacts.s3server import EmbeddedS3
 from router.backends.knative.snapshots import checkpoint_key
 from tests.knative.test_router import bucket_store
-from tests.support.knative_fixtures import Cluster
+from tests.support.knative_fixtures import INSTANCE, Cluster
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
 
 
@@ -22,7 +22,7 @@ def test_checkpoints_forks_and_restores_go_through_s3(knative_router: RouterProc
         parent.write_file("notes/plan.txt", b"step 1\n")
         made = parent.checkpoint()
         assert made["copy_on_write"] is False and made["bytes"] > 0
-        assert store.exists(checkpoint_key(parent.id, made["id"]))
+        assert store.exists(checkpoint_key(INSTANCE, parent.id, made["id"]))
         parent.write_file("notes/plan.txt", b"step 2\n")  # after the checkpoint: not in it
 
         restored = grove.create(heartbeat=False, checkpoint=made["id"])
@@ -35,7 +35,7 @@ def test_checkpoints_forks_and_restores_go_through_s3(knative_router: RouterProc
         assert b.read_file("notes/plan.txt") == b"step 2\n"
         assert parent.read_file("notes/plan.txt") == b"step 2\n"
 
-        keys = [checkpoint_key(parent.id, c["id"]) for c in parent.checkpoints()]
+        keys = [checkpoint_key(INSTANCE, parent.id, c["id"]) for c in parent.checkpoints()]
         assert len(keys) == 2 and all(store.exists(k) for k in keys)
         parent.close()  # its checkpoints go with it
         assert not any(store.exists(k) for k in keys)

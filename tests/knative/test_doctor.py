@@ -161,3 +161,13 @@ def test_the_operator_manifest_says_what_the_configmap_patch_says() -> None:
     assert shipped["kind"] == "KnativeServing" and shipped["apiVersion"] == "operator.knative.dev/v1beta1"
     assert shipped["spec"]["config"] == {name.removeprefix("config-"): data for name, data in serving_config().items()}
     assert {d["name"] for d in shipped["spec"]["deployments"]} == {"activator"}
+
+
+def test_each_namespace_of_a_spread_router_is_checked_and_one_without_the_role_fails_with_its_fix(
+        cluster: Cluster) -> None:
+    code, lines = doctor(cluster, "--namespaces", "grove-sandboxes,grove-sandboxes-b")
+    assert code == 1, lines
+    assert line(lines, "the namespace 'grove-sandboxes'").startswith("PASS")
+    refused = line(lines, "the namespace 'grove-sandboxes-b'")
+    assert refused.startswith("FAIL") and "in namespace 'grove-sandboxes-b'" in refused
+    assert "Role and RoleBinding `grove-router` in 'grove-sandboxes-b'" in fix_of(lines, "'grove-sandboxes-b'")

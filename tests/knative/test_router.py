@@ -21,7 +21,7 @@ from artifacts.store import ObjectStore
 from grove.core.errors import UpstreamTimeout
 from router.backends.knative.manifest import policy_name, secret_name, snapshot_key
 from sandbox_image.bundle import Bundle
-from tests.support.knative_fixtures import NAMESPACE, PART_MIB, Cluster, knative_router_on, stand_in_cluster
+from tests.support.knative_fixtures import INSTANCE, NAMESPACE, PART_MIB, Cluster, knative_router_on, stand_in_cluster
 from tests.support.knative_standin import apply_defaults
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
 from tests.support.s3_fixtures import config_for
@@ -67,7 +67,7 @@ def test_files_survive_scale_to_zero_through_s3(knative_router: RouterProcess, c
         assert first_pod is not None
 
         cluster.knative.scale_to_zero(sb.id)  # the autoscaler's decision: SIGTERM, snapshot, pod gone
-        assert cluster.knative.services[sb.id].pod is None and store.exists(snapshot_key(sb.id))
+        assert cluster.knative.services[sb.id].pod is None and store.exists(snapshot_key(INSTANCE, sb.id))
 
         # The next call wakes a new pod through the activator; its empty filesystem restores from S3.
         assert sb.read_file("notes/plan.txt") == b"step 1\n"
@@ -86,7 +86,7 @@ def test_files_survive_scale_to_zero_through_s3(knative_router: RouterProcess, c
         assert policy_name(sb.id) not in cluster.api.objects[("networkpolicies", NAMESPACE)]
         wait_for(lambda: sb.id not in cluster.api.objects[("services", NAMESPACE)], 15, 0.05, "the Service to go")
         # Removed only after the pod (which wrote a last snapshot while terminating) was gone.
-        wait_for(lambda: not store.exists(snapshot_key(sb.id)), 10, 0.05, "the snapshot to be removed")
+        wait_for(lambda: not store.exists(snapshot_key(INSTANCE, sb.id)), 10, 0.05, "the snapshot to be removed")
     assert writes(cluster, sb.id) == {"create secrets": 1, "create services": 1, "create networkpolicies": 1,
                                       "delete services": 1, "delete secrets": 1, "delete networkpolicies": 1}
     store.close()
@@ -143,7 +143,7 @@ def test_a_workspace_near_its_disk_limit_snapshots_without_eviction(knative_rout
     store = bucket_store(knative_router, s3_server)
     with knative_router.client() as grove:
         sb = grove.create("python:3.11-slim", heartbeat=False, disk_mb=64)
-        key, evictions = snapshot_key(sb.id), cluster.knative.evictions
+        key, evictions = snapshot_key(INSTANCE, sb.id), cluster.knative.evictions
         digest = sb.exec("head -c 40M /dev/urandom > big.bin && sha256sum big.bin").stdout
         cluster.knative.scale_to_zero(sb.id)
         assert cluster.knative.evictions == evictions

@@ -22,7 +22,7 @@ from grove.client.sync import Grove, Sandbox
 from grove.core.errors import Conflict, Forbidden
 from router.backends.knative.manifest import secret_name, snapshot_key
 from tests.knative.test_router import bucket_store
-from tests.support.knative_fixtures import NAMESPACE, Cluster
+from tests.support.knative_fixtures import INSTANCE, NAMESPACE, Cluster
 from tests.support.router_fixtures import RouterProcess
 
 IMAGE = "python:3.11-slim"
@@ -46,7 +46,7 @@ def _set_secret(cluster: Cluster, sandbox_id: str, **values: str) -> None:
 
 
 def _expired_url(store: ObjectStore, sandbox_id: str) -> str:
-    url = store.presign_get(snapshot_key(sandbox_id), 1)
+    url = store.presign_get(snapshot_key(INSTANCE, sandbox_id), 1)
     time.sleep(2.5)
     with pytest.raises(Forbidden):  # S3 itself refuses it: the URL has expired
         from artifacts.presigned import download_via_presigned
@@ -67,7 +67,7 @@ def test_a_wake_restores_through_a_fresh_url_when_the_secrets_one_expired(
         knative_router: RouterProcess, cluster: Cluster, store: ObjectStore) -> None:
     with knative_router.client() as grove:
         sb = _scaled_to_zero(grove, cluster, b"still here\n")
-        assert store.exists(snapshot_key(sb.id))
+        assert store.exists(snapshot_key(INSTANCE, sb.id))
         _set_secret(cluster, sb.id, **{"snapshot-get-url": _expired_url(store, sb.id)})
 
         assert sb.read_file("kept.txt") == b"still here\n"
@@ -79,7 +79,7 @@ def test_a_restore_that_cannot_succeed_is_a_clear_state_not_a_crash_loop(
         knative_router: RouterProcess, cluster: Cluster, store: ObjectStore) -> None:
     with knative_router.client() as grove:
         sb = _scaled_to_zero(grove, cluster, b"the good snapshot\n")
-        good = store.stat(snapshot_key(sb.id)).etag
+        good = store.stat(snapshot_key(INSTANCE, sb.id)).etag
         # Neither the URL (expired) nor the router (a token that is not the sandbox's) can give the files back.
         _set_secret(cluster, sb.id, **{"snapshot-get-url": _expired_url(store, sb.id),
                                        "snapshot-upload-token": "1.not-the-token"})
@@ -93,5 +93,5 @@ def test_a_restore_that_cannot_succeed_is_a_clear_state_not_a_crash_loop(
 
         # Going away, it does not replace the good snapshot with its empty workspace.
         cluster.knative.scale_to_zero(sb.id)
-        assert store.stat(snapshot_key(sb.id)).etag == good
+        assert store.stat(snapshot_key(INSTANCE, sb.id)).etag == good
         sb.close()

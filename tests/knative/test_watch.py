@@ -37,8 +37,7 @@ def test_the_list_is_paginated_and_only_read_fields_are_cached(cluster: Cluster)
     before = cluster.api.pages
 
     async def body(backend: KnativeBackend) -> dict[str, Any]:
-        assert backend._services is not None
-        return dict(backend._services.objects)
+        return dict(backend._services[NAMESPACE].objects)
 
     cached = run(cluster, body, list_page_size=2)
     assert sorted(cached) == names and cluster.api.pages - before == 3  # 2 + 2 + 1
@@ -60,11 +59,10 @@ def test_bookmarks_arrive_and_a_silently_dropped_watch_is_restarted(cluster: Clu
     sb = spec()
 
     async def body(backend: KnativeBackend) -> float:
-        assert backend._services is not None
         deadline = time.monotonic() + 10
-        while backend._services.bookmarks == 0 and time.monotonic() < deadline:
+        while backend._services[NAMESPACE].bookmarks == 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        assert backend._services.bookmarks > 0
+        assert backend._services[NAMESPACE].bookmarks > 0
         cluster.api.stall_watches()  # silent from now on, never closed
         began = time.monotonic()
         await backend.create(sb)  # Ready arrives on the watch that replaced the stalled one
@@ -76,3 +74,26 @@ def test_bookmarks_arrive_and_a_silently_dropped_watch_is_restarted(cluster: Clu
     took = run(cluster, body, watch_idle_timeout_s=idle, ready_timeout_s=30.0)
     assert took < idle + 10, took
     assert cluster.api.calls[("*", "watch", "services")] >= 2
+
+
+def test_five_thousand_services_over_three_namespaces_are_listed_in_pages_and_survive_dropped_watches(
+        cluster: Cluster) -> None:
+    """Issue 37 item 7's scale, functionally (the figures are ``perf/knative_scale.py``'s): every Service is
+    seen, each namespace listed in pages of 500, and a watch the server ends resumes from its version with
+    no list again."""
+    from perf.knative_scale import clear, fill, measure
+    from tests.support.knative_fixtures import role_rules
+
+    spread = (NAMESPACE, f"{NAMESPACE}-2", f"{NAMESPACE}-3")
+    assert cluster.api.allowed is not None
+    cluster.api.allowed |= {(verb, resource, ns) for verb, resource in role_rules() for ns in spread}
+    options = cluster.options(namespaces=spread)
+    fill(cluster, options, 5000)
+    try:
+        found = asyncio.run(measure(cluster, options))
+    finally:
+        clear(cluster, options)
+    assert found["services_seen"] == 5000
+    assert found["list_pages"] == 3 * 4 and found["calls"]["list services"] == 12  # 1,667 per namespace
+    assert found["after_watches_dropped"]["relists"] == 0
+    assert found["calls"]["watch services"] > 3  # each namespace's watch was opened again

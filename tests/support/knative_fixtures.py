@@ -34,6 +34,8 @@ from tests.support.router_fixtures import RouterProcess, router_state
 from tests.support.s3_fixtures import new_bucket
 
 NAMESPACE = "grove-sandboxes"
+INSTANCE = KnativeOptions.instance
+"""The ``--instance`` of the stand-in routers unless a test gives another (``grove up``'s default)."""
 PART_MIB = 5
 """Part size of the stand-in routers' snapshot uploads."""
 
@@ -113,10 +115,11 @@ def stand_in_cluster(bundle: Bundle) -> Iterator[Cluster]:
 
 @contextlib.contextmanager
 def knative_router_on(
-    cluster: Cluster, s3: EmbeddedS3, *more_args: str, mode: str = "revision"
+    cluster: Cluster, s3: EmbeddedS3, *more_args: str, mode: str = "revision", bucket: str | None = None
 ) -> Iterator[RouterProcess]:
     """``grove up --backend knative [more_args]`` against the stand-in for the block, with the real S3 server, in
-    endpoint mode ``mode``; it runs with the cluster's DNS, so revision URLs resolve to their Services' ClusterIPs."""
+    endpoint mode ``mode``, on ``bucket`` (None: a new bucket of its own); it runs with the cluster's DNS, so
+    revision URLs resolve to their Services' ClusterIPs."""
     state = Path(os.path.realpath(tempfile.mkdtemp(prefix="gkr-")))
     port = free_tcp_port()
     router = RouterProcess(
@@ -124,7 +127,7 @@ def knative_router_on(
         # Executors reach the router on loopback for their snapshot uploads, in parts of S3's smallest size
         # (5 MiB), so a few tens of MiB of workspace make a snapshot of several parts.
         up_args=("--backend", "knative", "--namespace", NAMESPACE, "--kubeconfig", str(cluster.kubeconfig),
-                 "--endpoint-mode", mode, "--s3", s3.endpoint, "--s3-bucket", new_bucket(),
+                 "--endpoint-mode", mode, "--s3", s3.endpoint, "--s3-bucket", bucket or new_bucket(),
                  "--router-url", f"http://127.0.0.1:{port}", "--snapshot-part-mib", str(PART_MIB), *more_args),
         extra_env={"GROVE_S3_ACCESS_KEY": s3.access_key, "GROVE_S3_SECRET_KEY": s3.secret_key},
         backend="knative", launcher=cluster.knative.network.wrap(),

@@ -16,11 +16,12 @@ from aiohttp import web
 from artifacts.store import ObjectStore
 from grove.core.errors import GroveError
 from router.backends.knative.uploads import SnapshotUploads, signing_key
+from tests.support.knative_fixtures import INSTANCE
 
 
 def broker_for(store: ObjectStore, part_size: int) -> SnapshotUploads:
     """The router's broker on ``store``, with parts of ``part_size`` bytes."""
-    return SnapshotUploads(store, signing_key(store.config.secret_key), part_size)
+    return SnapshotUploads(store, signing_key(store.config.secret_key), INSTANCE, part_size)
 
 
 class LocalBroker:

@@ -89,9 +89,11 @@ class Kube:
         fn: Callable[..., Any],
         *args: Any,
         limit: TokenBucket | None = None,
+        namespace: str | None = None,
         **kwargs: Any,
     ) -> Any:
-        """Run ``fn(*args, **kwargs)`` on the pool; retry transient failures; map the rest to grove's errors."""
+        """Run ``fn(*args, **kwargs)`` on the pool; retry transient failures; map the rest to grove's errors, which
+        name ``namespace`` (None: the options' first sandbox namespace)."""
         loop = asyncio.get_running_loop()
         attempt = 0
         while True:
@@ -109,7 +111,7 @@ class Kube:
                     await asyncio.sleep(delay)
                     attempt += 1
                     continue
-                raise api_error(exc, verb, resource, name, self.options.namespace) from exc
+                raise api_error(exc, verb, resource, name, namespace or self.options.spread[0]) from exc
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 if attempt < self.options.retries:
                     await asyncio.sleep(self._backoff(attempt))

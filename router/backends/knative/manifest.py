@@ -54,9 +54,15 @@ def policy_name(sandbox_id: str) -> str:
     return f"{sandbox_id}-egress"
 
 
-def snapshot_key(sandbox_id: str) -> str:
+def snapshot_prefix(instance: str) -> str:
+    """Where the snapshots of one router instance's sandboxes live in the bucket: routers sharing a bucket
+    sweep only their own."""
+    return f"snapshots/{L.sanitize_value(instance)}/"
+
+
+def snapshot_key(instance: str, sandbox_id: str) -> str:
     """Where the sandbox's workspace snapshot lives in the bucket."""
-    return f"snapshots/{sandbox_id}/workspace.tar.zst"
+    return f"{snapshot_prefix(instance)}{sandbox_id}/workspace.tar.zst"
 
 
 def build(
@@ -65,14 +71,16 @@ def build(
     *,
     image: str,
     snapshot_access: tuple[str, str] | None = None,
+    namespace: str | None = None,
 ) -> SandboxObjects:
-    """The sandbox's objects; ``image`` is the reference to run (pinned by digest when known)."""
+    """The sandbox's objects in ``namespace`` (None: the options' first); ``image`` is the reference to run
+    (pinned by digest when known)."""
     if not PurePosixPath(spec.workdir).is_absolute():
         raise Invalid("'workdir' must be an absolute path")
     common = {L.MANAGED_BY: "grove", L.INSTANCE: L.sanitize_value(options.instance), L.SANDBOX: spec.id}
 
     def meta(name: str, extra: dict[str, str]) -> dict[str, Any]:
-        return {"name": name, "namespace": options.namespace, "labels": {**common, **extra}}
+        return {"name": name, "namespace": namespace or options.spread[0], "labels": {**common, **extra}}
 
     return SandboxObjects(
         secret={

@@ -7,11 +7,13 @@ import re
 from dataclasses import dataclass
 
 from grove.core.errors import Invalid
+from router.backends.knative import capacity
 
 DEFAULT_RUNTIME_IMAGE = "ghcr.io/grove-sandbox/grove-runtime:0.1.0"
 ENDPOINT_MODES = ("revision", "address", "pod")
 DEFAULT_RUNTIME_CLASS = "gvisor"
 """Sandboxes run untrusted code: under gVisor unless the router is told otherwise (GKE Sandbox's name too)."""
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -20,7 +22,14 @@ class KnativeOptions:
     """How the router reaches the cluster and what every sandbox's objects look like."""
 
     namespace: str = "grove-sandboxes"
-    """Namespace the sandboxes' Knative Services, Secrets and NetworkPolicies live in."""
+    """Namespace the sandboxes' Knative Services, Secrets and NetworkPolicies live in (unless ``namespaces``)."""
+    namespaces: tuple[str, ...] = ()
+    """Namespaces to spread the sandboxes over, each new one to the emptiest with room; empty: ``namespace``
+    alone. Each needs the router's Role (``knative/rbac.yaml``) and grove's NetworkPolicies."""
+    namespace_capacity: int = capacity.PER_NAMESPACE
+    """Sandboxes one namespace takes: by default what keeps it within Kubernetes' thresholds."""
+    cluster_capacity: int = capacity.PER_CLUSTER
+    """Sandboxes of this router the cluster takes: by default what keeps it within Kubernetes' thresholds."""
     kubeconfig: str | None = None
     """A kubeconfig file; None: in-cluster config when running in a pod, else ``~/.kube/config``."""
     context: str | None = None
@@ -87,6 +96,14 @@ class KnativeOptions:
     allow-list entry lies inside one (RFC 1918, 100.64/10 and fc00::/7 are closed the same way already)."""
 
     def __post_init__(self) -> None:
+        for ns in self.spread:
+            if not _DNS_LABEL.fullmatch(ns):
+                raise Invalid(f"namespace {ns!r} is not a valid namespace name (lowercase letters, digits and '-', "
+                              "at most 63 characters)")
+        if len(set(self.spread)) != len(self.spread):
+            raise Invalid(f"the namespaces {', '.join(self.spread)} name one more than once")
+        if min(self.namespace_capacity, self.cluster_capacity) < 1:
+            raise Invalid("namespace and cluster capacities must be at least 1 sandbox")
         if self.endpoint_mode not in ENDPOINT_MODES:
             raise Invalid(f"endpoint mode must be one of {', '.join(ENDPOINT_MODES)}, got {self.endpoint_mode!r}")
         if self.request_timeout_s < 1 or self.progress_deadline_s < 1:
@@ -110,6 +127,11 @@ class KnativeOptions:
                 f"runtime class {self.runtime_class!r} is not a valid RuntimeClass name "
                 "(lowercase letters, digits, '-' and '.', at most 253 characters)"
             )
+
+    @property
+    def spread(self) -> tuple[str, ...]:
+        """The namespaces sandboxes go to, in order."""
+        return self.namespaces or (self.namespace,)
 
     def image_for(self, image: str) -> str:
         """The image reference to run for a requested image name."""

@@ -64,7 +64,8 @@ def _flag(features: dict[str, str], flag: str, default: str) -> str:
 
 async def _configmap(kube: Kube, name: str) -> dict[str, str] | GroveError:
     try:
-        found = await kube.call("get", "configmaps", name, kube.core.read_namespaced_config_map, name, SYSTEM)
+        found = await kube.call("get", "configmaps", name, kube.core.read_namespaced_config_map, name, SYSTEM,
+                                namespace=SYSTEM)
     except (Forbidden, NotFound) as exc:
         return exc
     return dict(found.data or {})
@@ -87,13 +88,14 @@ async def serving_installed(kube: Kube, namespace: str) -> Finding:
     try:
         one = functools.partial(kube.custom.list_namespaced_custom_object, limit=1)  # Kube.call's own `limit`
         await kube.call("list", "services.serving.knative.dev", "*", one, "serving.knative.dev", "v1", namespace,
-                        "services")
+                        "services", namespace=namespace)
     except NotFound:
         return Finding(what, "fail", f"the API server has no services.serving.knative.dev in {namespace!r}", (
             "install Knative Serving (https://knative.dev/docs/install/) and create the namespace: "
             "`kubectl apply -k knative/`"), NotFound)
     except Forbidden as exc:
-        return Finding(what, "fail", exc.message, "apply knative/rbac.yaml", Forbidden)
+        return Finding(what, "fail", exc.message, f"apply knative/rbac.yaml's Role and RoleBinding `grove-router` in "
+                       f"{namespace!r} too (each sandbox namespace needs them)", Forbidden)
     return Finding(what, "pass", f"Knative Services can be listed in {namespace!r}")
 
 
@@ -208,7 +210,8 @@ async def _activator_grace(kube: Kube, request_timeout_s: int) -> Finding:
     what = f"the activator drains for --request-timeout ({request_timeout_s} s)"
     try:
         deployment: Any = await kube.call("get", "deployments.apps", "activator",
-                                          kube.apps.read_namespaced_deployment, "activator", SYSTEM)
+                                          kube.apps.read_namespaced_deployment, "activator", SYSTEM,
+                                          namespace=SYSTEM)
     except (Forbidden, NotFound) as exc:
         return Finding(what, "warn", (
             f"cannot read the activator's Deployment in {SYSTEM} ({type(exc).__name__}): not checked that its "

@@ -15,18 +15,18 @@ from typing import Any, Protocol
 
 from artifacts.s3config import S3Config
 from grove.core.errors import GroveError
-from router.backends.knative.manifest import snapshot_key
+from router.backends.knative.manifest import snapshot_key, snapshot_prefix
 from router.backends.knative.uploads import DEFAULT_PART, MultipartStorage, SnapshotUploads, signing_key
 
 log = logging.getLogger("grove.knative")
 MAX_PRESIGN_S = 7 * 86400.0  # S3's limit for a presigned URL; a sandbox's ttl is capped the same
-PREFIX = "snapshots/"
 CHECKPOINTS = "checkpoints/"
 
 
-def checkpoint_key(sandbox_id: str, checkpoint_id: str) -> str:
-    """Where a checkpoint of a Knative sandbox is kept: a copy of its snapshot (a tar of its workspace)."""
-    return f"{CHECKPOINTS}{sandbox_id}/{checkpoint_id}"
+def checkpoint_key(instance: str, sandbox_id: str, checkpoint_id: str) -> str:
+    """Where a checkpoint of a Knative sandbox is kept (in its router instance's part of ``checkpoints/``): a copy
+    of its snapshot (a tar of its workspace)."""
+    return f"{CHECKPOINTS}{instance}/{sandbox_id}/{checkpoint_id}"
 
 
 class Presigner(MultipartStorage, Protocol):
@@ -53,9 +53,12 @@ class Presigner(MultipartStorage, Protocol):
 class Snapshots:
     """Snapshot URLs and removal for the sandboxes of one backend."""
 
-    def __init__(self, storage: Presigner, part_size: int = DEFAULT_PART) -> None:
+    def __init__(self, storage: Presigner, instance: str, part_size: int = DEFAULT_PART) -> None:
         self.storage = storage
-        self.uploads = SnapshotUploads(storage, signing_key(storage.config.secret_key), part_size)
+        self.instance = instance
+        self.prefix = snapshot_prefix(instance)
+        """This router's part of ``snapshots/``: it sweeps nothing outside it."""
+        self.uploads = SnapshotUploads(storage, signing_key(storage.config.secret_key), instance, part_size)
         """The broker of the executors' multipart uploads."""
         self._pending: set[asyncio.Task[None]] = set()
 
@@ -64,7 +67,7 @@ class Snapshots:
         and an hour (at most 7 days, as long as a sandbox may live); the token does not expire, and the part
         URLs it buys are made when needed."""
         expires = min(MAX_PRESIGN_S, ttl_s + 3600.0)
-        get = await asyncio.to_thread(self.storage.presign_get, snapshot_key(sandbox_id), expires)
+        get = await asyncio.to_thread(self.storage.presign_get, snapshot_key(self.instance, sandbox_id), expires)
         return get, self.uploads.token(sandbox_id, disk_mb)
 
     def forget_when(self, sandbox_id: str, gone: Callable[[], Any]) -> None:
@@ -87,22 +90,23 @@ class Snapshots:
         swept after the next restart)."""
         try:
             await self.uploads.abort_all(sandbox_id)
-            await asyncio.to_thread(self.storage.delete, snapshot_key(sandbox_id))
+            await asyncio.to_thread(self.storage.delete, snapshot_key(self.instance, sandbox_id))
         except GroveError as exc:
             log.warning("removing the snapshot of %s failed: %s", sandbox_id, exc.message)
 
     async def remove_checkpoints(self, sandbox_id: str) -> None:
         """Remove every checkpoint of a sandbox (it was deleted: its checkpoints go with it)."""
-        for item in await asyncio.to_thread(self.storage.list, checkpoint_key(sandbox_id, "")):
+        for item in await asyncio.to_thread(self.storage.list, checkpoint_key(self.instance, sandbox_id, "")):
             await asyncio.to_thread(self.storage.delete, str(item.key))
 
     async def sweep(self, keep: set[str]) -> list[str]:
-        """Remove snapshots and checkpoints of sandboxes not in ``keep``; return their ids."""
-        found = [str(item.key) for item in await asyncio.to_thread(self.storage.list, PREFIX)]
-        found += [key for key, _ in await asyncio.to_thread(self.storage.incomplete_uploads, PREFIX)]
-        ids = {key[len(PREFIX):].split("/", 1)[0] for key in found}
-        kept = {str(item.key)[len(CHECKPOINTS):].split("/", 1)[0]
-                for item in await asyncio.to_thread(self.storage.list, CHECKPOINTS)}
+        """Remove this instance's snapshots and checkpoints of sandboxes not in ``keep``; return their ids."""
+        found = [str(item.key) for item in await asyncio.to_thread(self.storage.list, self.prefix)]
+        found += [key for key, _ in await asyncio.to_thread(self.storage.incomplete_uploads, self.prefix)]
+        ids = {key[len(self.prefix):].split("/", 1)[0] for key in found}
+        mine = f"{CHECKPOINTS}{self.instance}/"
+        kept = {str(item.key)[len(mine):].split("/", 1)[0]
+                for item in await asyncio.to_thread(self.storage.list, mine)}
         stale = sorted((ids | kept) - keep)
         for sandbox_id in stale:
             await self.remove(sandbox_id)

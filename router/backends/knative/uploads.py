@@ -82,9 +82,11 @@ def part_size_for(max_bytes: int, part_size: int) -> int:
 class SnapshotUploads:
     """Start, extend, complete and abort the multipart uploads of sandboxes' snapshots."""
 
-    def __init__(self, storage: MultipartStorage, key: bytes, part_size: int = DEFAULT_PART) -> None:
+    def __init__(self, storage: MultipartStorage, key: bytes, instance: str, part_size: int = DEFAULT_PART) -> None:
         self.storage = storage
         self.part_size = part_size
+        self.instance = instance
+        """The router instance whose snapshots these are (:func:`~router.backends.knative.manifest.snapshot_prefix`)."""
         self._key = key
 
     def token(self, sandbox_id: str, disk_mb: int) -> str:
@@ -106,7 +108,7 @@ class SnapshotUploads:
         GET URL of the snapshot, valid for an hour — a restore starts within seconds of asking)."""
         if not isinstance(body, dict) or body.get("op") not in ("start", "parts", "complete", "abort", "download"):
             raise Invalid("'op' must be one of start, parts, complete, abort, download")
-        key, part_size = snapshot_key(sandbox_id), part_size_for(max_bytes, self.part_size)
+        key, part_size = snapshot_key(self.instance, sandbox_id), part_size_for(max_bytes, self.part_size)
         if body["op"] == "download":
             return {"url": await asyncio.to_thread(self.storage.presign_get, key, _URL_EXPIRY_S)}
         max_parts = min(MAX_PARTS, math.ceil(max_bytes / part_size))
@@ -145,7 +147,7 @@ class SnapshotUploads:
 
     async def abort_all(self, sandbox_id: str) -> int:
         """Abort every upload of the sandbox's snapshot in progress; how many there were."""
-        found = await asyncio.to_thread(self.storage.incomplete_uploads, snapshot_key(sandbox_id))
+        found = await asyncio.to_thread(self.storage.incomplete_uploads, snapshot_key(self.instance, sandbox_id))
         for key, upload_id in found:
             await asyncio.to_thread(self.storage.abort_multipart, key, upload_id)
         return len(found)
