@@ -24,7 +24,7 @@ from grove.rollouts.keeping import kept_sandboxes
 from grove.rollouts.scripted import draws_right
 from tests.rollouts.runs import results, run
 from tests.support.readme import readme_block
-from tests.support.router_fixtures import RouterProcess
+from tests.support.router_fixtures import RouterProcess, wait_for
 
 N = 4
 READ, WRITE = 4, 5
@@ -209,6 +209,49 @@ def test_the_cli_takes_checkpoint_every_and_records_the_kept_states(router: Rout
                       "--include-resolved", "--release")
     assert done.returncode == 0, done.stderr.decode()
     assert router.live_ids() == set()
+
+
+def three_turns(task: dict[str, Any], sandbox: Sandbox, resume: Any = None) -> None:
+    """Three commands, each appending to a file; resumed, only the ones the prefix does not hold."""
+    for turn in range(resume.turns if resume is not None else 0, 3):
+        sandbox.exec(f"echo {turn} >> /workspace/log")
+
+
+def test_a_checkpoint_that_fails_is_recorded_the_attempt_goes_on_and_progress_replays(
+        router: RouterProcess, tmp_path: Path) -> None:
+    done = router.cli("key", "add", "tight-user", "--project", "tight")
+    assert done.returncode == 0, done.stderr.decode()
+    key = done.stdout.decode().strip()
+    # Room for the attempt's sandbox and nothing more: every checkpoint is over the project's disk quota.
+    assert router.cli("project", "set", "tight", "--disk-mb", "256").returncode == 0
+    wait_for(lambda: router.http("GET", "/v1/projects/tight", key=key).json()["quotas"]["disk_mb"] == 256, 5,
+             what="the quota taken")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "tight", "prompt": "append three lines", "workdir": "/workspace",
+                                 "files": {"log": ""}, "check": {"test": "test $(wc -l < log) = 3",
+                                                                "grading": "in-place"},
+                                 "resources": {"cpu": 0.5, "memory_mb": 128, "disk_mb": 256}}) + "\n")
+    out = tmp_path / "run"
+    try:
+        done = router.cli("rollouts", "run", str(tasks), "--harness", "tests.replay.test_credit:three_turns",
+                          "--attempts", "1", "--out", str(out), "--checkpoint-every", "1", "--quiet", "--no-upload",
+                          key=key, timeout=300)
+        assert done.returncode == 0, done.stderr.decode()
+        (row,) = results(out)
+        assert row["outcome"] == "pass" and "kept_sandbox" not in row, row  # the attempt went on, and ended
+        assert [c["turn"] for c in row["checkpoints"]] == [0, 1, 2, 3]
+        for kept in row["checkpoints"]:
+            assert kept["checkpoint"] is None and "quota_exceeded" in kept["error"] and "disk_mb" in kept["error"]
+        assert router.live_ids() == set()
+        done = router.cli("rollouts", "progress", str(out), "--continuations", "1", "--steps", "2",
+                          "--include-resolved", key=key, timeout=300)
+        assert done.returncode == 0, done.stderr.decode()
+        (line,) = [json.loads(x) for x in (out / "progress.jsonl").read_text().splitlines()]
+        assert (line["rebuilt_by"], line["base_rebuilt_by"], line["checkpoint"]) == ("replay", "replay", None)
+        assert line["successes"] == 1 and [lineage(router, s)["kind"] for s in line["sandboxes"]] == ["replay"]
+        assert router.live_ids() == set()
+    finally:
+        router.cli("project", "set", "tight", "--disk-mb", "none")
 
 
 def teacher(trajectory: dict[str, Any], outcome: dict[str, Any] | None) -> list[float]:
