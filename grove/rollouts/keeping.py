@@ -5,10 +5,15 @@ The lifetime. A checkpoint belongs to its sandbox (deleting the sandbox deletes 
 :mod:`router.checkpoints.service`), so an attempt that kept checkpoints keeps its sandbox instead of deleting it:
 its heartbeat stops, it scales to zero when idle (no processes, no memory: its disk and checkpoints only, counted
 toward the project's ``disk_mb``; on the local backend its disk shares most blocks with its last checkpoint) and
-the router deletes it, with its checkpoints, :data:`KEEP_S` after it was made (``ttl_s``; its
+the router deletes it, with its checkpoints, :data:`KEEP_S` past its attempt's own time (``ttl_s``; its
 ``heartbeat_timeout_s`` is as long, so a run that ends does not take it along). ``grove rollouts progress
 --release`` deletes them once the estimates are written (:func:`release`). A state whose checkpoint is gone by
 then is rebuilt by replay.
+
+When: after each of the harness's calls (before the harness goes on, so nothing changes the state meanwhile) the
+agent's turns are counted from the trajectory (one ``GET`` of it per call: the price of ``--checkpoint-every``);
+a call that brought them to the next kept state is followed by a checkpoint (``POST
+/v1/sandboxes/{id}/checkpoints``; its processes frozen only for that instant).
 
 Taking a checkpoint is the checkpointing's business only: one that fails is recorded (``"checkpoint": null`` and
 its ``error``) and the attempt goes on; that state is rebuilt by replay later.
