@@ -23,7 +23,7 @@ def cmd_progress(args: argparse.Namespace) -> int:
     config = ProgressConfig(run=Path(args.run), continuations=args.continuations, turns=args.steps,
                             include_resolved=args.include_resolved, teacher=args.teacher, min_rise=args.min_rise,
                             concurrency=args.concurrency, max_infra_retries=args.max_infra_retries,
-                            url=url, api_key=key)
+                            release=args.release, url=url, api_key=key)
     lines = asyncio.run(aprogress(config))
     for line in lines:
         if line.get("rising"):
@@ -99,6 +99,9 @@ def register(rsub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=4, help="continuations in flight (default 4)")
     p.add_argument("--max-infra-retries", type=int, default=2,
                    help="fresh-sandbox retries of a continuation after infrastructure faults (default 2)")
+    p.add_argument("--release", action="store_true",
+                   help="then delete the sandboxes (and checkpoints) the run kept with --checkpoint-every (else the "
+                        "router deletes them 24 h after their attempt)")
     p.set_defaults(func=cmd_progress)
     e = rsub.add_parser("export", parents=[common], help="a run's training set as JSONL")
     e.add_argument("run", help="the run directory")

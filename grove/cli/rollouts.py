@@ -199,8 +199,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     run.add_argument("--no-upload", action="store_true", help="keep the results files local (no S3 copy)")
     run.add_argument("--quiet", action="store_true", help="no progress line")
     run.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
-                     help="keep the state every K agent turns for `rollouts progress` (recorded in results.jsonl "
-                          "as `checkpoints`; rebuilt by replay)")
+                     help="checkpoint each attempt after setup and every K agent turns for `rollouts progress` "
+                          "(their ids in results.jsonl as `checkpoints`; the attempt's sandbox is kept, idle, for "
+                          "24 h or until `rollouts progress --release`)")
     run.set_defaults(func=cmd_run)
     status = rsub.add_parser("status", parents=[common], help="where a run directory stands")
     status.add_argument("dir")

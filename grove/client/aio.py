@@ -387,6 +387,10 @@ class AsyncSandbox:
             pass  # e.g. the router restarting: keep beating, it re-adopts the sandbox
         self._next_beat()
 
+    def stop_heartbeat(self) -> None:
+        """Stop heart-beating (the sandbox stays, idle, until its own timeouts or a delete)."""
+        self._stop_heartbeat()
+
     def _stop_heartbeat(self) -> None:
         if isinstance(self._heartbeat, FirstBeats):
             self._heartbeat.leave(self)

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -28,8 +28,9 @@ from grove.rollouts.costs import Bill
 from grove.rollouts.grading import BrokenCheck, Grade, cpu_seconds, run_check, stop_processes
 from grove.rollouts.harnesses import Harness, InfraFault, PolicyError
 from grove.rollouts.isolated import mark_dropped
+from grove.rollouts.keeping import Keeper, keeping
 from grove.rollouts.rebuild import Continuation, rebuild
-from grove.rollouts.resume import Prefix, kept_states
+from grove.rollouts.resume import Prefix
 from grove.rollouts.services import Running
 from grove.rollouts.setup import setup
 from grove.rollouts.siblings import Create, Siblings, start_siblings
@@ -45,15 +46,18 @@ class AgentStopped(Exception):
 class _Bridge(_Loop):
     """Runs a harness thread's SDK calls on the runner's own event loop (no second loop per attempt)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 after: Callable[[], Coroutine[Any, Any, None]] | None = None) -> None:
         self.loop = loop
         self.closed = False
+        self.after = after
+        """Run after each call, before the harness goes on (a ``--checkpoint-every`` run's checkpoints)."""
 
     def run(self, coro: Any) -> Any:
         if self.closed:
             coro.close()
             raise AgentStopped("this attempt's time is up; the sandbox no longer takes its calls")
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        future = asyncio.run_coroutine_threadsafe(self._then_after(coro) if self.after else coro, self.loop)
         while True:  # polled, so a harness thread never outlives a stopped runner waiting on a dead loop
             try:
                 return future.result(timeout=0.5)
@@ -61,6 +65,13 @@ class _Bridge(_Loop):
                 if self.closed or self.loop.is_closed():
                     future.cancel()
                     raise AgentStopped("this attempt is over; the sandbox no longer takes its calls") from None
+
+    async def _then_after(self, coro: Any) -> Any:
+        try:
+            return await coro
+        finally:
+            assert self.after is not None
+            await self.after()
 
     def stop(self) -> None:
         self.closed = True
@@ -114,7 +125,9 @@ async def run_try(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
                   resume: Continuation | None = None, checkpoint_every: int = 0) -> dict[str, Any]:
     """Run one try; the result fields of ``results.jsonl`` (outcome ``pass``/``fail``/``harness_error``), or raise
     InfraFault. With ``resume``: a continuation — the sandbox holds a recorded attempt's state after a step
-    (:func:`grove.rollouts.rebuild.rebuild`, instead of create and setup) and the harness resumes from its prefix."""
+    (:func:`grove.rollouts.rebuild.rebuild`, instead of create and setup) and the harness resumes from its prefix.
+    With ``checkpoint_every``: checkpoints after setup and every that many turns (:mod:`grove.rollouts.keeping`),
+    the sandbox kept if any was taken."""
     t0 = time.monotonic()
     labels = {"run_id": ids.run_id, "group_id": ids.group_id, "attempt": str(ids.attempt), "try": str(ids.try_no)}
     body = {"image": task.image, "request_id": ids.request_id, "workdir": task.workdir, "env": task.env,
@@ -138,11 +151,15 @@ async def _run_in(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
                   on_sandbox: Callable[[str], None], create: Create, body: dict[str, Any], siblings: Siblings,
                   t0: float, resume: Continuation | None, checkpoint_every: int) -> dict[str, Any]:
     """The try in the agent's sandbox made from ``body`` (its services' ``siblings`` running already)."""
-    info = await (create(body) if resume is None else rebuild(client, resume, body))
+    keep = bool(checkpoint_every) and resume is None
+    info = await (create(keeping(body) if keep else body) if resume is None else rebuild(client, resume, body))
     on_sandbox(info["id"])
     sandbox = AsyncSandbox(client, info)
     sandbox.start_heartbeat()
+    keeper = Keeper(sandbox, checkpoint_every) if keep else None
     out: dict[str, Any] = {"sandbox_id": sandbox.id, "trajectory_id": sandbox.id}
+    if resume is not None:
+        out["rebuilt_by"] = "checkpoint" if (info.get("lineage") or {}).get("kind") == "restore" else "replay"
     bill = Bill()
     try:
         t_setup = time.monotonic()
@@ -151,10 +168,13 @@ async def _run_in(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
         base = (await setup(sandbox, task, prompt=True, site=True, services=services,
                             siblings=tuple(siblings.running)) if resume is None else resume.base)
         out["setup_s"] = round(time.monotonic() - t_setup, 3)
+        if keeper is not None:
+            await keeper.after_call()  # turn 0: the state right after setup
         t_agent = time.monotonic()
         try:
             out["agent_error"] = await _agent(sandbox, task, harness, ids, pool,
-                                              resume.prefix if resume is not None else None)
+                                              resume.prefix if resume is not None else None,
+                                              keeper.after_call if keeper is not None else None)
         except HarnessFailure as failure:
             await sandbox.post_event("harness_error", failure.record())
             out.update(outcome="harness_error", reward=None, harness_error=failure.record())
@@ -167,8 +187,8 @@ async def _run_in(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
             kind = "executor_lost" if "executor" in text else "s3" if "artifact" in text else "router_noted"
             raise InfraFault(f"the router noted: {text}", reason=kind)
         out["commands"] = _agent_steps(record.get("steps") or [], "exec")
-        if checkpoint_every and resume is None:
-            out["checkpoints"] = kept_states(record.get("steps") or [], checkpoint_every)
+        if keeper is not None:
+            out["checkpoints"] = keeper.kept
         if task.desktop is not None:
             out["actions"] = _agent_steps(record.get("steps") or [], "computer")
         t_grade = time.monotonic()
@@ -181,8 +201,12 @@ async def _run_in(client: AsyncGrove, task: Task, harness: Harness, ids: TryIds,
         out.update(outcome="pass" if verdict.passed else "fail", reward=verdict.reward, cpu_s=verdict.cpu_s,
                    grading_s=round(time.monotonic() - t_grade, 3), check=verdict.detail, grading=verdict.mode)
     finally:
-        with contextlib.suppress(GroveError):  # else reaped by its TTL; the result stands
-            await bill.close(sandbox)
+        if keeper is not None and keeper.holds:  # its checkpoints live as long as it does
+            sandbox.stop_heartbeat()
+            out["kept_sandbox"] = True
+        else:
+            with contextlib.suppress(GroveError):  # else reaped by its TTL; the result stands
+                await bill.close(sandbox)
         out["wall_s"] = out["sandbox_s"] = round(time.monotonic() - t0, 3)
         out.update(bill.fields())
     return out
@@ -228,10 +252,11 @@ async def _grade(client: AsyncGrove, create: Create,
 
 
 async def _agent(sandbox: AsyncSandbox, task: Task, harness: Harness, ids: TryIds, pool: Executor,
-                 prefix: Prefix | None = None) -> str | None:
-    """Run the harness in a worker thread (resumed from ``prefix`` if given); None, or why the agent's turn ended
-    early (the policy's doing)."""
-    bridge = _Bridge(asyncio.get_running_loop())
+                 prefix: Prefix | None = None,
+                 after: Callable[[], Coroutine[Any, Any, None]] | None = None) -> str | None:
+    """Run the harness in a worker thread (resumed from ``prefix`` if given; ``after`` each of its calls); None, or
+    why the agent's turn ended early (the policy's doing)."""
+    bridge = _Bridge(asyncio.get_running_loop(), after)
     view = {**task.raw, "id": task.id, "prompt": task.prompt, "workdir": task.workdir, "scripted": task.scripted,
             "attempt": ids.attempt, "group_id": ids.group_id, "run_id": ids.run_id, "model": harness.model}
     run = harness.run if prefix is None else functools.partial(harness.run, resume=prefix)

@@ -22,7 +22,13 @@ turn 0..T) gives the estimates instead; no continuation runs, and the lines say 
 
     {"run_id", "task", "attempt", "variant", "trajectory_id", "outcome", "turn", "step", "source": "monte_carlo",
      "continuations", "successes", "lost", "infra_faults", "estimate", "ci_low", "ci_high",
-     "interval": "wilson-95", "rise", "rising", "span"}
+     "interval": "wilson-95", "rise", "rising", "span", "checkpoint", "rebuilt_by", "base_rebuilt_by", "sandboxes"}
+
+``checkpoint`` is the one the run kept of the turn's state (``--checkpoint-every``; else null); ``rebuilt_by`` says
+how the continuations' state was made: ``"checkpoint"`` (every one restored from it) or ``"replay"`` (some or all
+replayed: no checkpoint, or it was gone), and ``base_rebuilt_by`` the same of the state after setup the changes are
+graded against. ``sandboxes`` are the continuations' trajectories (their ``lineage`` names the checkpoint or the
+replay they started from).
 
 ``infra_faults`` lists the reasons of the faults the turn's continuations met (each retried); an attempt whose
 setup does not replay gets lines with ``estimate: null`` and the ``error``.
@@ -52,8 +58,9 @@ from grove.rollouts.changes import Manifest, manifest
 from grove.rollouts.harnesses import Harness, resolve
 from grove.rollouts.hooks import resolve_function
 from grove.rollouts.journal import RUN_FILE
-from grove.rollouts.rebuild import Continuation
-from grove.rollouts.resume import Prefix, prefix_of, require, setup_end, state_step, turns
+from grove.rollouts.keeping import release
+from grove.rollouts.rebuild import Continuation, restore
+from grove.rollouts.resume import prefix_of, require, setup_end, state_step, turns
 from grove.rollouts.tasks import Task, load_tasks
 
 PROGRESS_FILE = "progress.jsonl"
@@ -77,8 +84,22 @@ class ProgressConfig:
     min_rise: float = 0.0
     concurrency: int = 4
     max_infra_retries: int = 2
+    release: bool = False
+    """Then delete the sandboxes the run kept for its checkpoints (:func:`grove.rollouts.keeping.release`)."""
     url: str | None = None
     api_key: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one continuation came to."""
+
+    passed: int | None
+    """1 if it passed, 0 if not, None if lost."""
+    faults: list[str]
+    """The reasons of the infrastructure faults its tries met."""
+    made: tuple[str, str] | None
+    """Its sandbox (trajectory) and how its state was made (``checkpoint`` or ``replay``); None if lost."""
 
 
 def wilson(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
@@ -140,21 +161,29 @@ class ProgressRun:
                               "estimate": float(values[turn])})
         else:
             task = self.tasks[row["task"]]
-            base = await self._base(row, task, setup_end(steps))
+            kept = {c["turn"]: c.get("checkpoint") for c in row.get("checkpoints") or [] if isinstance(c, dict)}
+            base, head["base_rebuilt_by"] = await self._base(row, task, setup_end(steps), kept.get(0))
             for turn in chosen:
                 prefix = prefix_of(record, turn)
                 if isinstance(base, str):  # the setup itself did not replay: no state to continue from
                     lines.append({**head, "turn": turn, "step": prefix.step, "source": "monte_carlo",
                                   "continuations": 0, "successes": 0, "lost": 0, "estimate": None, "error": base})
                     continue
-                outcomes = await asyncio.gather(*(self._continue(row, task, prefix, base, i, pool)
+                resume = Continuation(parent=row["trajectory_id"], prefix=prefix, base=base, env=task.env,
+                                      checkpoint=kept.get(turn))
+                outcomes = await asyncio.gather(*(self._continue(row, task, resume, i, pool)
                                                   for i in range(self.config.continuations)))
-                scored = [o for o, _ in outcomes if o is not None]
+                scored = [o.passed for o in outcomes if o.passed is not None]
                 low, high = wilson(sum(scored), len(scored))
+                made = [o.made for o in outcomes if o.made is not None]
                 lines.append({**head, "turn": turn, "step": prefix.step, "source": "monte_carlo",
                               "continuations": len(outcomes), "successes": sum(scored),
                               "lost": len(outcomes) - len(scored),
-                              "infra_faults": [r for _, met in outcomes for r in met],
+                              "infra_faults": [r for o in outcomes for r in o.faults],
+                              "checkpoint": resume.checkpoint,
+                              "rebuilt_by": "checkpoint" if made and all(by == "checkpoint" for _, by in made)
+                              else "replay",
+                              "sandboxes": [sid for sid, _ in made],
                               "estimate": round(sum(scored) / len(scored), 4) if scored else None,
                               "ci_low": round(low, 4), "ci_high": round(high, 4), "interval": "wilson-95"})
         _mark_rises(lines, self.config.min_rise)
@@ -167,32 +196,36 @@ class ProgressRun:
         kept = [c["turn"] for c in row.get("checkpoints") or [] if isinstance(c, dict)]
         return sorted({0, *kept}) if kept else list(range(count + 1))
 
-    async def _base(self, row: dict[str, Any], task: Task, until: int) -> Manifest | str:
-        """The attempt's workdir right after setup (step ``until``): its changes' base, from a replay to there; or
-        why the setup did not replay."""
+    async def _base(self, row: dict[str, Any], task: Task, until: int,
+                    checkpoint: str | None) -> tuple[Manifest | str, str]:
+        """The attempt's workdir right after setup (step ``until``): its changes' base, from the run's checkpoint
+        there or a replay to there; or why the setup did not replay. And which of the two made it."""
+        labels = {"run_id": f"{self.run_id}.progress"}
         async with self._slots:
+            restored = await restore(self.client, checkpoint, {"env": task.env, "metadata": {"labels": labels}})
+            if restored is not None:
+                async with AsyncSandbox(self.client, restored) as sandbox:
+                    return await manifest(sandbox, task.workdir), "checkpoint"
             report = await self.client.request("POST", f"/v1/trajectories/{row['trajectory_id']}/replay",
                                                json_body={"until": until, "env": task.env, "keep": True,
-                                                          "labels": {"run_id": f"{self.run_id}.progress"}})
+                                                          "labels": labels})
             sandbox = AsyncSandbox(self.client, await self.client.request(
                 "GET", f"/v1/sandboxes/{report['sandbox_id']}"))
             try:
                 if report["matched"] != report["total"]:
-                    return f"the attempt's setup did not replay: step {report['first_mismatch']} differs"
-                return await manifest(sandbox, task.workdir)
+                    return f"the attempt's setup did not replay: step {report['first_mismatch']} differs", "replay"
+                return await manifest(sandbox, task.workdir), "replay"
             finally:
                 with contextlib.suppress(GroveError):
                     await sandbox.close()
 
-    async def _continue(self, row: dict[str, Any], task: Task, prefix: Prefix, base: Manifest, index: int,
-                        pool: ThreadPoolExecutor) -> tuple[int | None, list[str]]:
-        """One continuation, retried on infrastructure faults; 1 if it passed, 0 if not, None if lost; and the
-        reasons of the faults its tries met."""
+    async def _continue(self, row: dict[str, Any], task: Task, resume: Continuation, index: int,
+                        pool: ThreadPoolExecutor) -> Outcome:
+        """One continuation, retried on infrastructure faults."""
         faults: list[str] = []
         harness = self.harnesses[row["variant"]]
-        resume = Continuation(parent=row["trajectory_id"], prefix=prefix, base=base, env=task.env)
         run_id = f"{self.run_id}.progress"
-        group = f"{row['group_id']}/{row['attempt']}/t{prefix.turns}"
+        group = f"{row['group_id']}/{row['attempt']}/t{resume.prefix.turns}"
         attempt = CONTINUATION_ATTEMPTS + index
         for try_no in range(self.config.max_infra_retries + 1):
             request_id = "pr-" + hashlib.sha256(f"{run_id}/{group}/{attempt}/{try_no}".encode()).hexdigest()[:40]
@@ -208,10 +241,11 @@ class ProgressRun:
                                          "try": str(try_no)})
                     faults.append(reason_of(exc))
                     continue
+            made = (out["trajectory_id"], out["rebuilt_by"])
             if out["outcome"] == "harness_error":
-                return None, faults
-            return (1 if out["outcome"] == "pass" else 0), faults
-        return None, faults
+                return Outcome(None, faults, made)
+            return Outcome(1 if out["outcome"] == "pass" else 0, faults, made)
+        return Outcome(None, faults, None)
 
     async def _create(self, body: dict[str, Any]) -> Any:
         return await self.client.request("POST", "/v1/sandboxes", json_body=body)
@@ -239,4 +273,8 @@ def _mark_rises(lines: Sequence[dict[str, Any]], min_rise: float) -> None:
 async def aprogress(config: ProgressConfig) -> list[dict[str, Any]]:
     """Run ``config``; the lines of ``progress.jsonl``."""
     async with AsyncGrove(config.url, config.api_key) as client:
-        return await ProgressRun(config, client).execute()
+        try:
+            return await ProgressRun(config, client).execute()
+        finally:
+            if config.release:
+                await release(client, config.run)

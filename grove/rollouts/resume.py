@@ -91,9 +91,3 @@ def prefix_of(record: dict[str, Any], turn: int) -> Prefix:
     messages = to_chat({**record, "steps": steps[: step + 1]})["messages"]
     return Prefix(messages=messages, step=step, turns=turn)
 
-
-def kept_states(steps: list[dict[str, Any]], every: int) -> list[dict[str, Any]]:
-    """The states a run keeps every ``every`` turns: ``{"turn", "step", "checkpoint"}`` each. ``checkpoint`` is the
-    id of a checkpoint taken there, None where the state is rebuilt by replay (this router keeps none)."""
-    count = len(turns(steps))
-    return [{"turn": t, "step": state_step(steps, t), "checkpoint": None} for t in range(every, count + 1, every)]

@@ -71,8 +71,8 @@ class RunConfig:
     max_harness_errors: int = 5
     """Stop the run after this many attempts in a row whose harness raised (``harness_error``)."""
     checkpoint_every: int = 0
-    """Keep the state every this many agent turns (0: none), for progress runs: each attempt's result lists them
-    (``checkpoints``, :func:`grove.rollouts.resume.kept_states`)."""
+    """Checkpoint each attempt after setup and every this many agent turns (0: none), for progress runs: each
+    attempt's result lists them (``checkpoints``) and its sandbox is kept for them (:mod:`grove.rollouts.keeping`)."""
 
     def spec(self) -> dict[str, Any]:
         """What must match when a run directory is resumed."""

@@ -5,10 +5,10 @@ The fresh sandbox is an ordinary one of the caller's project, its trajectory rec
 the replay ran), with ``lineage: {"parent", "step", "checkpoint": null, "kind": "replay"}``; it is kept (the state
 after step ``until``, for a continuation to start from) unless the request says ``"keep": false``.
 
-Rebuilding the state at a step is replay here: this router keeps no checkpoints. Once it does, the fresh sandbox is
-made from the parent's latest checkpoint at or before ``until`` (:meth:`Replayer._create_request` names it, with
-``lineage.checkpoint``) and only the steps after that checkpoint are re-run (``plan`` from there): that is the one
-place that changes.
+A replay always starts from the image and re-runs every step up to ``until``. Where a run kept a checkpoint of
+the state at a step (``grove rollouts run --checkpoint-every``), a continuation is made from that checkpoint
+instead, without replay (``grove/rollouts/rebuild.py`` decides): replay is what rebuilds a state no checkpoint
+kept, or one whose checkpoint is gone.
 """
 
 from __future__ import annotations
