@@ -2,7 +2,7 @@
 its contexts calls send to port 49999), on Jupyter's own kernel machinery: ``jupyter_client`` runs an
 ``ipykernel`` per context, so a context keeps its state between calls as in E2B's server.
 
-It runs inside a sandbox (``python3 -m grove.integrations.e2b_interpreter --port 49999``, or this file on its
+It runs inside a sandbox (``python3 -m grove.integrations.e2b_interpreter [PORT]``, or this file on its
 own: it needs only ``aiohttp``, ``jupyter_client`` and ``ipykernel``), and E2B's SDK reaches it through grove's
 E2B endpoint, ``E2b-Sandbox-Port: 49999``.
 
@@ -234,7 +234,8 @@ def make_app(cwd: str) -> web.Application:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="E2B's code interpreter protocol on Jupyter kernels")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=49999)
+    parser.add_argument("port", type=int, nargs="?", default=49999, help="the port (also --port); E2B's: 49999")
+    parser.add_argument("--port", type=int, dest="port")
     parser.add_argument("--cwd", default=os.getcwd(), help="the default context's working directory")
     args = parser.parse_args(argv)
     web.run_app(make_app(args.cwd), host=args.host, port=args.port, print=None)

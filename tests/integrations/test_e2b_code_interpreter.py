@@ -3,49 +3,27 @@ E2B endpoint (``E2b-Sandbox-Port: 49999``, the port proxy) to grove's code inter
 (:mod:`grove.integrations.e2b_interpreter`) in the sandbox, on a real ``ipykernel``.
 
 The sandbox is of the default image (the host's ``/usr``); the server's libraries are this venv's, uploaded
-(:mod:`tests.support.sandbox_servers`), and the server is started as the template's start command would."""
+(:mod:`tests.support.sandbox_servers`), and the server is started as an E2B template's start command would."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from e2b.exceptions import NotFoundException, SandboxException
 from e2b_code_interpreter import Sandbox
 
-import grove.integrations.e2b_interpreter as server
 from tests.integrations.test_e2b import steps_of
 from tests.support.router_fixtures import RouterProcess, wait_for
-from tests.support.sandbox_servers import LIBS, drop_libs_dirs, libs_dir
-
-PORT = 49999
-LIBRARIES = ("aiohttp", "jupyter_client", "ipykernel")
-
-
-def start_interpreter(router: RouterProcess, sbx: Sandbox, timeout: float = 120.0) -> None:
-    """Upload the server and its libraries, start it as E2B's template would, wait for it to listen."""
-    with router.client() as client:
-        sandbox = client.attach(sbx.sandbox_id)
-        sandbox.upload(libs_dir(LIBRARIES), LIBS)
-        sandbox.write_file("/opt/e2b_interpreter.py", Path(server.__file__).read_text())
-        started = sandbox.exec(f"cd /workspace && PYTHONPATH={LIBS} setsid python3 /opt/e2b_interpreter.py "
-                               f"--port {PORT} > /opt/interpreter.log 2>&1 < /dev/null &")
-        assert started.exit_code == 0, started
-    probe = f"python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{PORT}/contexts')\""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if sbx.commands.run(f"{probe} 2>/dev/null || echo down").stdout == "":
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"the interpreter did not start:\n{sbx.files.read('/opt/interpreter.log')}")
+from tests.support.sandbox_servers import INTERPRETER_PORT as PORT
+from tests.support.sandbox_servers import drop_libs_dirs, start_interpreter
 
 
 @pytest.fixture
 def interpreter(router: RouterProcess, e2b_env: None) -> Iterator[Sandbox]:
     sbx = Sandbox.create("base", timeout=300)
-    start_interpreter(router, sbx)
+    with router.client() as client:
+        start_interpreter(client.attach(sbx.sandbox_id))
     yield sbx
     drop_libs_dirs()
 
