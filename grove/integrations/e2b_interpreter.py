@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
 
 LANGUAGE = "python"
@@ -49,11 +50,13 @@ class Refused(web.HTTPException):
 
 @dataclass
 class Context:
-    """One kernel, its working directory, and the lock that runs its cells one at a time."""
+    """One kernel, the client kept connected to it, its working directory, and the lock that runs its cells one
+    at a time."""
 
     id: str
     cwd: str
     kernel: AsyncKernelManager
+    client: AsyncKernelClient
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def body(self) -> dict[str, str]:
@@ -70,7 +73,15 @@ async def start_context(cwd: str, context_id: str | None = None) -> Context:
         raise Refused(400, f"cwd {cwd!r} is not a directory in the sandbox")
     kernel = AsyncKernelManager(kernel_name="python3")
     await kernel.start_kernel(cwd=cwd)
-    return Context(context_id or uuid.uuid4().hex, cwd, kernel)
+    client = kernel.client()
+    client.start_channels()
+    await client.wait_for_ready(timeout=60)
+    return Context(context_id or uuid.uuid4().hex, cwd, kernel, client)
+
+
+async def stop_context(context: Context) -> None:
+    context.client.stop_channels()
+    await context.kernel.shutdown_kernel(now=True)
 
 
 def _now() -> str:
@@ -88,42 +99,39 @@ def _result(content: dict[str, Any], main: bool) -> bytes:
     return _line("result", **known, is_main_result=main, extra=extra or None)
 
 
+async def _reply(client: AsyncKernelClient, msg_id: str) -> None:
+    """Wait for the shell's reply to ``msg_id`` (so none is left queued for the next cell)."""
+    while (await client.get_shell_msg(timeout=60))["parent_header"].get("msg_id") != msg_id:
+        pass
+
+
 async def _silent(context: Context, code: str) -> None:
-    client = context.kernel.client()
-    client.start_channels()
-    try:
-        client.execute(code, silent=True, store_history=False)
-        await client.get_shell_msg(timeout=30)
-    finally:
-        client.stop_channels()
+    await _reply(context.client, context.client.execute(code, silent=True, store_history=False))
 
 
 async def run_cell(context: Context, code: str) -> AsyncIterator[bytes]:
     """The cell's outputs as E2B's lines, until the kernel is idle again."""
-    client = context.kernel.client()
-    client.start_channels()
-    try:
-        msg_id = client.execute(code, store_history=True)
-        while True:
-            message = await client.get_iopub_msg()
-            if message["parent_header"].get("msg_id") != msg_id:
-                continue
-            kind, content = message["msg_type"], message["content"]
-            if kind == "stream":
-                yield _line("stdout" if content["name"] == "stdout" else "stderr", text=content["text"],
-                            timestamp=_now())
-            elif kind in ("execute_result", "display_data"):
-                yield _result(content, kind == "execute_result")
-            elif kind == "error":
-                yield _line("error", name=content["ename"], value=content["evalue"],
-                            traceback="\n".join(content["traceback"]))
-            elif kind == "execute_input":
-                yield _line("number_of_executions", execution_count=content["execution_count"])
-            elif kind == "status" and content["execution_state"] == "idle":
-                yield _line("end_of_execution")
-                return
-    finally:
-        client.stop_channels()
+    client = context.client
+    msg_id = client.execute(code, store_history=True)
+    while True:
+        message = await client.get_iopub_msg()
+        if message["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = message["msg_type"], message["content"]
+        if kind == "stream":
+            yield _line("stdout" if content["name"] == "stdout" else "stderr", text=content["text"],
+                        timestamp=_now())
+        elif kind in ("execute_result", "display_data"):
+            yield _result(content, kind == "execute_result")
+        elif kind == "error":
+            yield _line("error", name=content["ename"], value=content["evalue"],
+                        traceback="\n".join(content["traceback"]))
+        elif kind == "execute_input":
+            yield _line("number_of_executions", execution_count=content["execution_count"])
+        elif kind == "status" and content["execution_state"] == "idle":
+            await _reply(client, msg_id)
+            yield _line("end_of_execution")
+            return
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
@@ -197,7 +205,7 @@ async def remove_context(request: web.Request) -> web.Response:
     """``DELETE /contexts/{id}``."""
     context = _context(request, request.match_info["id"])
     del request.app[CONTEXTS][context.id]
-    await context.kernel.shutdown_kernel(now=True)
+    await stop_context(context)
     return web.Response(status=204)
 
 
@@ -206,6 +214,7 @@ async def restart_context(request: web.Request) -> web.Response:
     context = _context(request, request.match_info["id"])
     async with context.lock:
         await context.kernel.restart_kernel(now=True)
+        await context.client.wait_for_ready(timeout=60)
     return web.Response(status=204)
 
 
@@ -222,7 +231,7 @@ def make_app(cwd: str) -> web.Application:
     async def kernels(app: web.Application) -> AsyncIterator[None]:
         app[CONTEXTS]["default"] = await start_context(cwd, "default")
         yield
-        await asyncio.gather(*(c.kernel.shutdown_kernel(now=True) for c in app[CONTEXTS].values()))
+        await asyncio.gather(*(stop_context(c) for c in app[CONTEXTS].values()))
 
     app.cleanup_ctx.append(kernels)
     app.add_routes([web.get("/health", health), web.post("/execute", execute), web.get("/contexts", list_contexts),
