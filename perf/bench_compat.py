@@ -8,6 +8,9 @@
 - SandboxFusion: ``--runs`` ``run_code`` requests of ``print(1)`` (verl's request shape), ``--concurrency`` at a
   time, on a warm pool of that many sandboxes: throughput and p50 latency, against a bare
   ``subprocess.run(["/usr/bin/python3", "-c", "print(1)"])`` of the same code, as many, as many at a time.
+- E2B's code interpreter: ``run_code("1+1")`` through the real ``e2b-code-interpreter`` SDK (the port proxy to
+  grove's server of its protocol, an ``ipykernel`` behind it), ``--execs`` calls, against the E2B
+  ``commands.run("true")`` and grove ``exec("true")`` p50s above.
 
 Writes ``perf/results/compat.json`` and the "Compatibility APIs" section of ``perf/README.md``.
 """
@@ -35,6 +38,7 @@ from perf.common import (
     target_table,
     utc_now,
 )
+from tests.support.sandbox_servers import drop_libs_dirs, start_interpreter
 
 NAME = "compat"
 SECTION = "## Compatibility APIs: E2B and SandboxFusion against grove's own calls"
@@ -68,6 +72,26 @@ def _e2b_vs_exec(url: str, key: str, count: int) -> dict[str, Any]:
             e2b_box.kill()
     e2b, mine = summarize(times["e2b"]), summarize(times["grove"])
     return {"e2b_ms": e2b, "grove_exec_ms": mine, "p50_ratio": e2b["p50_ms"] / mine["p50_ms"]}
+
+
+def _interpreter(url: str, key: str, count: int) -> dict[str, Any]:
+    """``run_code("1+1")`` p50/p99 through the code interpreter SDK (the E2B variables set by the E2B run)."""
+    from e2b_code_interpreter import Sandbox as Interpreter
+
+    box = Interpreter.create("base", timeout=600)
+    try:
+        with Grove(url, key) as grove:
+            start_interpreter(grove.attach(box.sandbox_id))
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            if (text := box.run_code("1+1").text) != "2":
+                raise RuntimeError(f"run_code('1+1') answered {text!r}")
+            times.append(time.perf_counter() - started)
+    finally:
+        box.kill()
+        drop_libs_dirs()
+    return summarize(times)
 
 
 def _run_code(url: str, key: str) -> float:
@@ -124,6 +148,8 @@ def _section(report: dict[str, Any], rows: list[Target]) -> str:
              f"{e['grove_exec_ms']['p50_ms']:.1f} | {e['p50_ratio']:.2f} |",
              f"| E2B vs grove exec, p99 (ms) | {e['e2b_ms']['p99_ms']:.1f} | {e['grove_exec_ms']['p99_ms']:.1f} | "
              f"{e['e2b_ms']['p99_ms'] / e['grove_exec_ms']['p99_ms']:.2f} |",
+             f"| code interpreter `run_code(\"1+1\")` vs grove exec, p50 (ms) | {e['run_code_ms']['p50_ms']:.1f} | "
+             f"{e['grove_exec_ms']['p50_ms']:.1f} | {e['run_code_p50_ratio']:.2f} |",
              f"| `run_code` vs bare subprocess, runs/s | {f['run_code']['per_s']:.1f} | "
              f"{f['bare_subprocess']['per_s']:.1f} | {f['throughput_ratio']:.3f} |",
              f"| `run_code` vs bare subprocess, p50 (ms) | {f['run_code']['latency_ms']['p50_ms']:.0f} | "
@@ -131,7 +157,9 @@ def _section(report: dict[str, Any], rows: list[Target]) -> str:
              "", "An E2B command is a Connect stream (start, data, end events) and a process the executor keeps in "
              "its table, where grove's exec is one request and one answer. A `run_code` claims a pool sandbox, "
              "writes the source, runs it, and deletes the sandbox (its trajectory flushed) before answering: the "
-             "bare subprocess does none of that.", "", *target_table(rows)]
+             "bare subprocess does none of that. The code interpreter's `run_code` is an HTTP stream through the "
+             "port proxy to a server in the sandbox, which runs the cell in a kernel kept running (no process "
+             "started).", "", *target_table(rows)]
     return "\n".join(lines) + "\n"
 
 
@@ -144,10 +172,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     with running_router() as router:
         e2b = _e2b_vs_exec(router.url, router.key, args.execs)
+        e2b["run_code_ms"] = _interpreter(router.url, router.key, args.execs)
+        e2b["run_code_p50_ratio"] = e2b["run_code_ms"]["p50_ms"] / e2b["grove_exec_ms"]["p50_ms"]
         fusion = _fusion_vs_bare(router.url, router.key, args.runs, args.concurrency)
     report = {"name": NAME, "when": utc_now(), "code": code_version(), "machine": machine(), "execs": args.execs,
               "runs": args.runs, "concurrency": args.concurrency, "e2b": e2b, "fusion": fusion}
     rows = [Target("E2B commands.run p50 over grove exec p50", f"{e2b['p50_ratio']:.2f}x", "reported", None),
+            Target("code interpreter run_code p50 over grove exec p50", f"{e2b['run_code_p50_ratio']:.2f}x",
+                   "reported", None),
             Target("run_code throughput over bare subprocess", f"{fusion['throughput_ratio']:.3f}x", "reported",
                    None),
             Target("every run_code answered Success", f"{args.runs}/{args.runs}", "all", True)]

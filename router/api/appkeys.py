@@ -7,6 +7,7 @@ from typing import Any
 from aiohttp import web
 
 from grove.core.errors import Forbidden, InternalError, NotFound
+from router.auth import KeyRing
 from router.lifecycle.service import SandboxService
 from router.projects.model import ALL, DEFAULT, PROJECT_HEADER, Caller, check_name
 from router.records.registry import SandboxRecord
@@ -14,6 +15,8 @@ from router.storage import Storage
 
 SERVICE = web.AppKey("service", SandboxService)
 """The sandbox service (made when the app starts, once object storage is open)."""
+KEYS = web.AppKey("keys", KeyRing)
+"""The API keys (and the projects they act in)."""
 CALLER = "grove_caller"
 """The request's :class:`Caller`, set by the key check (the API's middleware, the viewer's guard)."""
 

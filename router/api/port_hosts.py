@@ -5,7 +5,8 @@ sandbox's page can read nothing of the viewer's, nor of another sandbox's port. 
 no API route exists here. Tools that build absolute URLs from the Host they were asked on (Chrome DevTools'
 ``webSocketDebuggerUrl``, Jupyter, noVNC) get back names of this listener, which reach them again.
 
-A request here authenticates with the API key (``Authorization: Bearer``) or a signed URL's token: as the query
+A request here authenticates with the API key (``Authorization: Bearer``, or E2B's ``X-Access-Token`` or
+``E2B-Traffic-Access-Token``) or a signed URL's token: as the query
 parameter ``grove_token`` (a page's first visit, which a GET turns into a cookie of that host alone and a
 redirect to the same URL without it) or as that cookie (the page's own requests after).
 """
@@ -21,7 +22,7 @@ from aiohttp import web
 from grove.core.errors import NotFound, Unauthorized
 from router.api.appkeys import CALLER, SERVICE, sandbox_of
 from router.api.middleware import KEYS, errors_middleware
-from router.api.port_proxy import TOKEN_COOKIE, TOKEN_PARAM, parse_port, proxy
+from router.api.port_proxy import TOKEN_COOKIE, TOKEN_PARAM, key_credential, parse_port, proxy
 from router.auth import KeyRing
 from router.ports.signing import Signer
 from router.ports.state import PORTS, Ports
@@ -30,21 +31,24 @@ from router.ports.tunnels import PortClients
 from router.projects.model import Caller
 
 _NAME_RE = re.compile(r"^(sb-[a-z0-9]+)-([0-9]{1,5})\.(.+)$")
+_E2B_NAME_RE = re.compile(r"^([0-9]{1,5})-(sb-[a-z0-9]+)\.(.+)$")
+"""E2B's order, ``{port}-{id}.<domain>``: what its SDK's ``get_host(port)`` builds."""
 
 
 def _address(request: web.Request, domain: str) -> tuple[str, int]:
-    host = request.host.rsplit(":", 1)[0] if request.host.count(":") == 1 else request.host
-    match = _NAME_RE.match(host.lower())
-    if match is None or match.group(3) != domain:
-        raise NotFound(f"this listener serves sandboxes' ports only, as {{id}}-{{port}}.{domain}; "
-                       f"{request.host[:100]!r} names none")
-    return match.group(1), parse_port(match.group(2))
+    host = (request.host.rsplit(":", 1)[0] if request.host.count(":") == 1 else request.host).lower()
+    if (match := _NAME_RE.match(host)) is not None and match.group(3) == domain:
+        return match.group(1), parse_port(match.group(2))
+    if (match := _E2B_NAME_RE.match(host)) is not None and match.group(3) == domain:
+        return match.group(2), parse_port(match.group(1))
+    raise NotFound(f"this listener serves sandboxes' ports only, as {{id}}-{{port}}.{domain} (or E2B's "
+                   f"{{port}}-{{id}}.{domain}); {request.host[:100]!r} names none")
 
 
 def _caller(request: web.Request, keys: KeyRing, signer: Signer, sandbox_id: str, port: int) -> Caller:
     """The API key's caller, or the caller of the key that minted the signed URL's token."""
-    if "Authorization" in request.headers:
-        return keys.check(request.headers["Authorization"])
+    if (credential := key_credential(request.headers)) is not None:
+        return keys.check(credential)
     token = request.query.get(TOKEN_PARAM) or request.cookies.get(TOKEN_COOKIE)
     if not token:
         return keys.check(None)  # the same 401 as the API's, naming what is missing

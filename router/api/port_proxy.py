@@ -32,6 +32,22 @@ TOKEN_PARAM = "grove_token"
 """The query parameter a signed URL carries its token in."""
 TOKEN_COOKIE = "grove_port"
 """The cookie a signed URL's first visit sets (on that host only), so the page's own requests carry it."""
+KEY_HEADERS = ("X-Access-Token", "E2B-Traffic-Access-Token")
+"""Headers E2B's SDK carries the key in (envd's access token, the traffic access token): taken as the key when
+there is no ``Authorization``, and never sent on to the sandbox."""
+_CREDENTIALS = frozenset(h.lower() for h in KEY_HEADERS)
+
+
+def key_credential(headers: Mapping[str, str]) -> str | None:
+    """The ``Authorization`` value a request authenticates with: a bearer token, else an E2B key header (E2B's
+    envd calls carry ``Authorization: Basic <user>:`` beside their token), else what ``Authorization`` holds."""
+    given = headers.get("Authorization")
+    if given is not None and given[:7].lower() == "bearer ":
+        return given
+    for name in KEY_HEADERS:
+        if name in headers:
+            return f"Bearer {headers[name]}"
+    return given
 
 
 def parse_port(text: str) -> int:
@@ -75,7 +91,7 @@ def _forwarded(incoming: Mapping[str, str], host: str | None) -> CIMultiDict[str
     headers: CIMultiDict[str] = CIMultiDict()
     for name, value in incoming.items():
         lower = name.lower()
-        if lower in HOP_BY_HOP:
+        if lower in HOP_BY_HOP or lower in _CREDENTIALS:
             continue
         if lower == "cookie":
             value = _without_token_cookie(value)

@@ -22,6 +22,7 @@ from router.api.checkpoints import (
 from router.api.commit import commit_sandbox, derive_image
 from router.api.compat.e2b import control as e2b
 from router.api.compat.e2b import envd
+from router.api.compat.e2b import ports as e2b_ports
 from router.api.compat.e2b.wire import e2b_error_body
 from router.api.compat.fusion.models import RunCodeBody
 from router.api.compat.fusion.run import run_code
@@ -108,9 +109,12 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 def _e2b(method: str, path: str, handler: Handler, summary: str, *, sandbox_side: bool = False) -> Route:
-    """A route of the E2B API: the key in E2B's header (envd's access token on the sandbox side), E2B's errors."""
-    return Route(method, "/e2b" + path, handler, "E2B: " + summary, raw_body="application/json",
-                 key_header="X-Access-Token" if sandbox_side else "X-API-KEY", error_body=e2b_error_body)
+    """A route of the E2B API: the key in E2B's header, E2B's errors. The sandbox side checks envd's access token
+    (or the traffic token) itself, and sends a request naming another port than envd's to that port."""
+    served = e2b_ports.or_port(handler) if sandbox_side else handler
+    return Route(method, "/e2b" + path, served, "E2B: " + summary, raw_body="application/json",
+                 key_header="X-Access-Token" if sandbox_side else "X-API-KEY", error_body=e2b_error_body,
+                 own_auth=sandbox_side)
 
 
 E2B_ROUTES = [
@@ -128,6 +132,10 @@ E2B_ROUTES = [
     _e2b("POST", "/sandbox/{service}/{method}", envd.rpc,
          "envd Connect-RPC (JSON codec): process.Process Start/Connect (streaming), List, SendSignal, SendInput, "
          "CloseStdin; filesystem.Filesystem Stat, ListDir, MakeDir, Move, Remove", sandbox_side=True),
+    *(_e2b(method, "/sandbox/{tail:.*}", e2b_ports.not_envd,
+           "a server in the sandbox on the port E2b-Sandbox-Port names (HTTP or WebSocket), through the port proxy",
+           sandbox_side=True)
+      for method in ("GET", "POST", "PUT", "PATCH", "DELETE")),
     *(_e2b(method, "/{tail:.*}", e2b.unsupported,
            "any other call: 404 in E2B's error body, as E2B answers a call it does not serve")
       for method in ("GET", "POST", "PUT", "PATCH", "DELETE")),

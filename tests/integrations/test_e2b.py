@@ -4,7 +4,6 @@ environment variables a user sets point it at grove. The sandbox's trajectory ho
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,18 +11,6 @@ from e2b import AsyncSandbox, CommandExitException, Sandbox
 from e2b.exceptions import AuthenticationException, NotFoundException, SandboxException
 
 from tests.support.router_fixtures import RouterProcess, wait_for
-
-
-@pytest.fixture
-def e2b_env(router: RouterProcess, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """What a user of E2B's SDK sets to use grove; every sandbox the test leaves is deleted."""
-    monkeypatch.setenv("E2B_API_URL", f"{router.url}/e2b")
-    monkeypatch.setenv("E2B_SANDBOX_URL", f"{router.url}/e2b/sandbox")
-    monkeypatch.setenv("E2B_API_KEY", router.key)
-    monkeypatch.setenv("E2B_HTTP_VERSION", "1.1")
-    before = router.live_ids()
-    yield
-    router.delete_all(keep=before)
 
 
 def steps_of(router: RouterProcess, sandbox_id: str) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ from grove.core.errors import GroveError
 from grove.integrations.minisweagent import GroveEnvironment
 from tests.support.readme import python_blocks, readme_block
 from tests.support.router_fixtures import RouterProcess, wait_for
+from tests.support.sandbox_servers import drop_libs_dirs, start_interpreter
 
 
 def run_block(code: str, namespace: dict[str, Any]) -> dict[str, Any]:
@@ -69,6 +70,7 @@ MARKERS = {
     "mini": "env = GroveEnvironment(",
     "swerex": "rt = RemoteRuntime(",
     "e2b": 'sbx = Sandbox.create("base", timeout=300',
+    "e2b_interpreter": 'ex = sbx.run_code("x = 41; print(\'hi\'); x + 1")',
     "fusion": "answer = run_code(RunCodeRequest(",
     "artifacts": 'grove.artifacts.pull("./out", run_id="run-7")',
     "many": 'grove.create_many(n, pool="swe"',
@@ -198,6 +200,19 @@ def test_e2b_sdk(user: RouterProcess, monkeypatch: pytest.MonkeyPatch) -> None:
     assert sandbox_id not in user.live_ids() and user.live_ids() == before  # killed
     steps = user.http("GET", f"/v1/trajectories/{sandbox_id}").json()["steps"]
     assert ["/bin/bash", "-l", "-c", "ls /workspace"] in [s.get("command") for s in steps]
+
+
+def test_e2b_code_interpreter(user: RouterProcess, e2b_env: None) -> None:
+    """The block as written, on a sandbox whose server grove's tests started."""
+    try:
+        with user.client() as client:
+            sandbox = client.create(heartbeat=False)
+            start_interpreter(sandbox)
+        namespace = run_block(block(MARKERS["e2b_interpreter"]), {"sandbox_id": sandbox.id})
+    finally:
+        drop_libs_dirs()
+    assert namespace["ex"].text == "42" and namespace["ex"].logs.stdout == ["hi\n"]
+    assert namespace["error"].name == "ZeroDivisionError"
 
 
 def test_sandbox_fusion_client(user: RouterProcess) -> None:

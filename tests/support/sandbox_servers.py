@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from packaging.requirements import Requirement
 
 from grove.client import Sandbox
+from grove.integrations import e2b_interpreter
 
 LIBS = "/opt/pylib"
 
@@ -140,3 +141,14 @@ def start_server(sandbox: Sandbox, script: str, port: int, libs: tuple[str, ...]
         time.sleep(0.2)
     log = sandbox.read_file(f"/opt/server-{port}.log").decode(errors="replace")
     raise AssertionError(f"the server on port {port} did not listen within {timeout}s:\n{log}")
+
+
+INTERPRETER_PORT = 49999
+"""Where E2B's code interpreter SDK looks for its server."""
+
+
+def start_interpreter(sandbox: Sandbox) -> None:
+    """grove's server of E2B's code interpreter protocol (:mod:`grove.integrations.e2b_interpreter`) on
+    :data:`INTERPRETER_PORT`, its libraries (``jupyter_client``, ``ipykernel``) uploaded from this venv."""
+    script = Path(e2b_interpreter.__file__).read_text()
+    start_server(sandbox, script, INTERPRETER_PORT, ("aiohttp", "jupyter_client", "ipykernel"), timeout=120.0)

@@ -5,7 +5,9 @@ Templates: ``base`` (E2B's default) is grove's ``default`` image; any other name
 pool of that name if there is one, else the image of that name (``grove image ls``). E2B's ``timeout`` (seconds
 until the sandbox is killed, reset by ``set_timeout`` and ``connect``) becomes the sandbox's lifetime; as an E2B
 client sends no heartbeats, the heartbeat and idle timeouts follow it. The envd access token handed back is the
-caller's key: the sandbox side accepts it in ``X-Access-Token``, for this project's sandboxes only.
+caller's key (the traffic access token too): the sandbox side accepts it in ``X-Access-Token``, for this
+project's sandboxes only. The ``domain`` handed back is the host-named listener's (with its port), so that
+``get_host(port)`` names the port there (:mod:`.ports`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from router.api.appkeys import project_of, sandbox_of, service_of
 from router.api.compat.e2b.wire import ENVD_VERSION
 from router.api.sandboxes import read_body
 from router.models import DAY, CreateRequest, Metadata, NetworkModel
+from router.ports.state import ports_of
 from router.records.registry import SandboxRecord
 
 DEFAULT_TIMEOUT_S = 300
@@ -93,7 +96,14 @@ def sandbox_body(request: web.Request, record: SandboxRecord) -> dict[str, Any]:
     key = bearer.strip() if scheme.lower() == "bearer" else request.headers.get("X-API-KEY", "")
     return {"templateID": record.request.metadata.labels.get("e2b_template", record.request.image),
             "sandboxID": record.id, "clientID": "grove", "envdVersion": ENVD_VERSION,
-            "envdAccessToken": key, "trafficAccessToken": None, "domain": None}
+            "envdAccessToken": key, "trafficAccessToken": key, "domain": _ports_domain(request)}
+
+
+def _ports_domain(request: web.Request) -> str:
+    """The domain the SDK's ``get_host(port)`` builds ``{port}-{id}.<domain>`` on: the host-named listener's,
+    with its port, so ``http://{get_host(port)}`` reaches the port (its names resolving to the router's host)."""
+    ports = ports_of(request)
+    return f"{ports.domain}:{ports.listener.rpartition(':')[2]}"
 
 
 async def create(request: web.Request) -> web.Response:

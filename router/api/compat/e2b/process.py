@@ -163,7 +163,8 @@ async def stream(request: web.Request, calls: SandboxCalls, method: str, body: d
     except GroveError as err:
         if not response.prepared:
             await response.prepare(request)
-        await response.write(end_stream(err))
+        with contextlib.suppress(ConnectionResetError):  # the client left first (its sandbox killed): no one to tell
+            await response.write(end_stream(err))
     except (ConnectionResetError, asyncio.CancelledError):
         _record(calls, config, body, started, output, pid, None, detached=True)
         raise
