@@ -29,7 +29,7 @@ SHOW = "pwd; echo $APP_MODE $FROM_BASE $SHARED; id -u"
 def base(router: RouterProcess, registry: Registry, base_layer: bytes, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A busybox image whose OCI config sets Env and WorkingDir, pulled into the router's store."""
     oci = tmp_path_factory.mktemp("oci") / "cfgbase"
-    write_oci_layout(oci, [[base_layer]], config=BASE_CONFIG)
+    write_oci_layout(oci, [[base_layer]], run_config=BASE_CONFIG)
     registry.push(oci, "cfgbase:1")
     ref = registry.ref("cfgbase:1")
     done = router.cli("image", "pull", "--insecure", ref, timeout=120)
