@@ -100,9 +100,11 @@ class CreateRequest:
                         "past it, writes fail with ENOSPC inside the sandbox", default=10240, minimum=64,
                         maximum=1048576)
     # The kernel takes at most 128 KiB per `KEY=VALUE` string: a longer one would fail every exec (E2BIG).
-    env: dict[str, str] = spec("environment of every command (each `KEY=VALUE` under 128 KiB, at most 1,024 "
-                               "variables)", factory=dict, max_items=1024, max_len=128 * 1024 - 2)
-    workdir: str = spec("default working directory (absolute)", default="/workspace", max_len=1024)
+    env: dict[str, str] = spec("environment of every command, over the image's recorded ENV (each `KEY=VALUE` "
+                               "under 128 KiB, at most 1,024 variables)", factory=dict, max_items=1024,
+                               max_len=128 * 1024 - 2)
+    workdir: str = spec("default working directory (absolute); left out: the image's recorded WORKDIR if it has "
+                        "one, else `/workspace`", default="/workspace", max_len=1024)
     network: NetworkModel = spec("egress policy", factory=NetworkModel)
     ttl_s: float = spec("lifetime: deleted this long after creation", default=6 * 3600.0, minimum=1, maximum=7 * DAY)
     idle_timeout_s: float = spec("no API call or heartbeat this long: scale to zero (files kept)", default=600.0,

@@ -91,8 +91,9 @@ async def build(client: AsyncGrove, options: BuildOptions, emit: Callable[[str],
         raise NotFound(f"cannot read the Dockerfile {options.dockerfile}: {exc.strerror}") from None
     plan = parse(text, options.build_args)
     context = BuildContext(options.context)
-    base_digest = await _digest(client, plan.base)
-    state = _State(plan.base, base_digest)
+    base = await _found(client, plan.base)
+    base_digest = str(base["digest"])
+    state = _inherited(plan.base, base_digest, base.get("config") or {})
     result = BuildResult(options.tag, "")
     total = len(plan.steps)
     for number, step in enumerate(plan.steps, 1):
@@ -114,12 +115,25 @@ async def build(client: AsyncGrove, options: BuildOptions, emit: Callable[[str],
     return result
 
 
-async def _digest(client: AsyncGrove, image: str) -> str:
+async def _found(client: AsyncGrove, image: str) -> dict[str, Any]:
+    """The router's answer for ``image``: its digest and (on a backend that keeps them) its recorded config."""
     try:
-        found = await client.request("GET", f"/v1/images/{image}")
+        found: dict[str, Any] = await client.request("GET", f"/v1/images/{image}")
     except NotFound as exc:
         raise NotFound(f"FROM {image}: {exc}") from None
-    return str(found["digest"])
+    return found
+
+
+async def _digest(client: AsyncGrove, image: str) -> str:
+    return str((await _found(client, image))["digest"])
+
+
+def _inherited(image: str, digest: str, config: dict[str, Any]) -> _State:
+    """The build's state at its FROM: the base image's config, as Docker starts from it (its ENV, WORKDIR, USER,
+    CMD, labels...), for the Dockerfile's steps to change."""
+    env = dict(str(e).partition("=")[::2] for e in config.get("Env") or [] if "=" in str(e))
+    rest = {k: v for k, v in config.items() if k not in ("Env", "WorkingDir", "User")}
+    return _State(image, digest, env, str(config.get("WorkingDir") or "/"), str(config.get("User") or ""), rest)
 
 
 def _config_step(step: Step, state: _State) -> None:

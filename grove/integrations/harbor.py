@@ -5,7 +5,10 @@ Every trial's environment is one grove sandbox (``pip install grove[harbor]``, P
 - a task with ``environment/Dockerfile`` is built with ``grove image build`` (every step in a sandbox) and the
   image cached under a name made of the environment directory's content hash, so later trials and jobs reuse it
   (``force_build`` builds again); a task with a prebuilt ``docker_image`` uses that image (``--ek images=...``
-  maps names; a router started with ``--pull-missing`` pulls a registry reference on first use);
+  maps names; a router started with ``--pull-missing`` pulls a registry reference on first use); the router
+  applies the image's ENV and WORKDIR, the provider runs every exec as its USER unless Harbor names another;
+- ``--ek pool=NAME`` claims each trial's sandbox from a warm pool, which must be of the task's image (for a
+  Dockerfile task: ``harbor-`` and its environment's content hash, as ``grove image ls`` shows it once built);
 - Harbor's network policy becomes the sandbox's egress: ``no-network`` → deny, ``public`` → allow, an
   allowlist of IPv4 addresses and CIDRs → allow only those (hostnames are refused before the trial starts);
 - the sandbox's trajectory is labelled with Harbor's job, trial and task (``harbor.job``, ``harbor.trial``,
@@ -35,9 +38,8 @@ from harbor.models.task.config import NetworkMode
 from harbor.models.trial.paths import EnvironmentPaths
 from pydantic import Field
 
-from grove.build.builder import BuildOptions, build, image_config
+from grove.build.builder import BuildOptions, build
 from grove.build.context import directories_tar
-from grove.build.dockerfile import parse
 from grove.client.aio import DEFAULT_URL, AsyncGrove, AsyncSandbox
 from grove.core.errors import GroveError, NotFound
 
@@ -135,45 +137,58 @@ class GroveEnvironment(BaseEnvironment):
             self._client = AsyncGrove(self.options.url, self.options.api_key)
         return self._client
 
-    async def _image(self, force_build: bool) -> tuple[str, dict[str, Any]]:
-        """The grove image of this task (built or mapped) and the config its sandbox starts with."""
+    async def _image(self, force_build: bool) -> str:
+        """The grove image of this task: built (once per environment directory's content) or mapped."""
         client = self._client_now()
         dockerfile = self.environment_dir / _DOCKERFILE
         if not dockerfile.exists():
             name = str(self.task_env_config.docker_image)
-            return self.options.images.get(name, name), {}
-        config = image_config(parse(dockerfile.read_bytes(), {}))
+            return self.options.images.get(name, name)
         tag = image_name_for(self.environment_dir)
         if not force_build:
             try:
                 await client.request("GET", f"/v1/images/{tag}")
-                return tag, config
+                return tag
             except NotFound:
                 pass
         options = BuildOptions(dockerfile, self.environment_dir, tag, network=self.options.build_network)
         await build(client, options, lambda line: self.logger.debug("build %s: %s", tag, line))
-        return tag, config
+        return tag
+
+    async def _pool_of(self, image: str) -> str:
+        """The ``pool`` option, checked: a pool of this task's image (a claim runs the pool's image)."""
+        pool = str(self.options.pool)
+        shown = await self._client_now().request("GET", f"/v1/pools/{pool}")
+        if shown["image"] != image:
+            raise ValueError(f"--ek pool={pool}: that pool's sandboxes run image {shown['image']!r}, this task's "
+                             f"environment is {image!r}; make a pool of {image!r} (grove pool create) or leave "
+                             "the pool out")
+        return pool
 
     async def start(self, force_build: bool) -> None:
-        """Build or find the task's image, then create the trial's sandbox."""
-        image, config = await self._image(force_build)
-        env = dict(item.split("=", 1) for item in config.get("Env", []))
-        env.update(self.task_env_config.env or {})
-        env.update(self._persistent_env)
+        """Build or find the task's image, then create the trial's sandbox: the image's ENV and WORKDIR are the
+        router's to apply (router/lifecycle/image_config.py), the task's env and workdir go over them."""
+        image = await self._image(force_build)
+        # The image's recorded config: its USER runs every exec that names none (grove has no default user).
+        config = (await self._client_now().request("GET", f"/v1/images/{image}")).get("config") or {}
         job = self.trial_paths.trial_dir.parent.name
         create: dict[str, Any] = {
-            "env": env, "workdir": self.task_env_config.workdir or config.get("WorkingDir") or "/",
+            "env": {**(self.task_env_config.env or {}), **self._persistent_env},
             "network": self._network(), "heartbeat_timeout_s": self.options.heartbeat_timeout_s,
             "metadata": {"task_id": self.environment_name, "harness": "harbor",
                          "labels": {"harbor.job": job, "harbor.trial": self.session_id,
                                     "harbor.task": self.environment_name,
                                     **({"harbor.context": str(self.context_id)} if self.context_id else {})}},
         }
-        cpu = self.options.cpu or self.task_env_config.cpus
-        memory = self.options.memory_mb or self.task_env_config.memory_mb
-        disk = self.options.disk_mb or self.task_env_config.storage_mb
-        create.update({k: v for k, v in (("cpu", cpu), ("memory_mb", memory), ("disk_mb", disk),
-                                         ("pool", self.options.pool)) if v})
+        if self.task_env_config.workdir or not config.get("WorkingDir"):
+            create["workdir"] = self.task_env_config.workdir or "/"  # Docker's when neither names one
+        if self.options.pool:  # the pool's resources: a claim may not ask for others
+            create["pool"] = await self._pool_of(image)
+        else:
+            cpu = self.options.cpu or self.task_env_config.cpus
+            memory = self.options.memory_mb or self.task_env_config.memory_mb
+            disk = self.options.disk_mb or self.task_env_config.storage_mb
+            create.update({k: v for k, v in (("cpu", cpu), ("memory_mb", memory), ("disk_mb", disk)) if v})
         self.default_user = config.get("User") or None
         self._sandbox = await self._client_now().create(image, **create)
         # Harbor's log directories, writable by the task's user (Docker's providers mount them from the host).

@@ -32,6 +32,7 @@ from aiohttp import web
 from grove.core import wire
 from router.api.batch_items import Alike, Items, alike, create_one, item_error
 from router.lifecycle.claims import HAND_OVER_AFTER
+from router.lifecycle.image_config import run_config_of
 from router.lifecycle.service import Claiming, SandboxService
 from router.models import CreateRequest
 from router.pools.filler import Pool
@@ -97,6 +98,8 @@ async def produce(service: SandboxService, items: Items, what: str, write: Write
             pool = service.pools.pool_for(group.req, group.given, project)
             if pool is not None:
                 req = service.pools.as_create(pool, group.req)
+                if (run_config := await run_config_of(service.backend, req.image)) is not None:
+                    req = run_config.apply(req, group.given)  # as SandboxService.create applies it
                 digest = await service.claims.digest_for(pool, req)
         except Exception as exc:
             await write(_errors(service, exc, group.indexes, what))

@@ -70,7 +70,8 @@ class Replayer:
         sandbox = record.get("sandbox") or {}
         await self._same_image(sandbox)
         last = planned[-1].index if req.until is None else req.until
-        created = await self.service.create(self._create_request(sandbox, req, last), project=project)
+        created = await self.service.create(self._create_request(sandbox, req, last), frozenset({"workdir"}),
+                                            project=project)
         try:
             reports = [await self._run(created, step, req.env) for step in planned]
         except BaseException:

@@ -24,6 +24,7 @@ from router.housekeeping.keeper import Housekeeping
 from router.lifecycle.admission import Admission
 from router.lifecycle.claims import Claims, GroupClaim
 from router.lifecycle.fairness import FairStarts
+from router.lifecycle.image_config import ImageRunConfig, run_config_of
 from router.lifecycle.metering import run_ended
 from router.lifecycle.reaper import Reaper
 from router.lifecycle.scaling import Scaling
@@ -176,7 +177,9 @@ class SandboxService:
                      project: str = DEFAULT, kind: str = "restore") -> SandboxRecord:
         """Create a sandbox of ``project`` (idempotent by ``request_id`` within the project); wait for it unless
         ``wait`` is false. A create naming one of the project's pools (``given``: the fields its body set) or
-        matching one's spec claims a ready member. ``kind``: the lineage of a create from a checkpoint."""
+        matching one's spec claims a ready member. The image's recorded ENV goes under the create's ``env``,
+        its WORKDIR is the ``workdir`` unless ``given`` holds it (router/lifecycle/image_config.py). ``kind``:
+        the lineage of a create from a checkpoint."""
         key = request_key(project, req.request_id) if req.request_id else None
         # A create with this request_id still writing its record: this one is its retry, or a duplicate.
         while key and (first := self._requests.get(key)) is not None:
@@ -184,7 +187,10 @@ class SandboxService:
                 await asyncio.shield(first)
         if key and (existing := self.registry.by_request_id.get(key)):
             record = self.registry.get(existing)
-            if self.pools.as_made(req, project) != dataclasses.replace(record.request, wait=req.wait):
+            made = self.pools.as_made(req, project)
+            if record.image_config is not None and req.checkpoint is None:  # as the first call's was applied
+                made = ImageRunConfig.from_record(record.image_config).apply(made, given)
+            if made != dataclasses.replace(record.request, wait=req.wait):
                 raise Conflict(f"request_id {req.request_id!r} was already used to create {record.id} with another "
                                "body; a retry must send the same body, a new sandbox needs a new request_id")
         else:
@@ -211,11 +217,15 @@ class SandboxService:
         """A claimed pool member, or a new sandbox starting (always, from a checkpoint)."""
         if req.checkpoint is not None:
             return await self.starts.create(req, project, kind)
-        if (pool := self.pools.pool_for(req, given, project)) is not None:
-            if (claimed := await self.claims.claim(pool, self.pools.as_create(pool, req))) is not None:
-                return claimed
+        pool = self.pools.pool_for(req, given, project)
+        if pool is not None:
             req = self.pools.as_create(pool, req)
-        return await self.starts.create(req, project)
+        run_config = await run_config_of(self.backend, req.image)
+        if run_config is not None:
+            req = run_config.apply(req, given)
+        if pool is not None and (claimed := await self.claims.claim(pool, req)) is not None:
+            return claimed
+        return await self.starts.create(req, project, run_config=run_config)
 
     def is_new_request(self, request_id: str | None, project: str = DEFAULT) -> bool:
         """Whether no create of ``project`` with this ``request_id`` made a sandbox or is making one (None: not

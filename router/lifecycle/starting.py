@@ -20,6 +20,7 @@ from router.backends.base import Backend, Started
 from router.checkpoints.service import Checkpoints
 from router.lifecycle.admission import Admission
 from router.lifecycle.fairness import FairStarts
+from router.lifecycle.image_config import ImageRunConfig
 from router.lifecycle.metering import run_ended
 from router.models import CreateRequest
 from router.pools.warm import Pools
@@ -80,9 +81,11 @@ class Starts(InFlight):
         self._admitted: dict[str, tuple[str, CreateRequest]] = {}
         """Creates admitted (:class:`Admission`) whose start is not over: by sandbox id, their project and request."""
 
-    async def create(self, req: CreateRequest, project: str = DEFAULT, kind: str = "restore") -> SandboxRecord:
+    async def create(self, req: CreateRequest, project: str = DEFAULT, kind: str = "restore",
+                     run_config: ImageRunConfig | None = None) -> SandboxRecord:
         """A new sandbox of ``project``: its record written (the only step the create waits for), its start
-        begun. ``kind``: its lineage's, if made from a checkpoint (``restore`` or ``fork``)."""
+        begun. ``kind``: its lineage's, if made from a checkpoint (``restore`` or ``fork``); ``run_config``:
+        its image's, already applied to ``req``."""
         service = self._service
         lineage = None
         if req.checkpoint is not None:
@@ -93,7 +96,8 @@ class Starts(InFlight):
         if not req.workdir.startswith("/"):
             raise Invalid("'workdir' must be an absolute path")
         record = SandboxRecord(id=new_id(), request=req, token=secrets.token_urlsafe(32), created_at=time.time(),
-                               project=project, lineage=lineage)
+                               project=project, lineage=lineage,
+                               image_config=run_config.record() if run_config is not None else None)
         service.backend.check(record.spec())
         # The project's quotas and the host's room, checked and counted with no await in between: a burst's
         # creates all see each other.

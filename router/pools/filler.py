@@ -17,6 +17,7 @@ from typing import Protocol
 
 from grove.core.errors import GroveError, NotFound
 from router.backends.base import Backend, Started
+from router.lifecycle.image_config import run_config_of
 from router.models import CreateRequest, PoolRequest
 from router.projects.files import ProjectFiles
 from router.projects.model import DEFAULT
@@ -183,10 +184,13 @@ class Filler:
         record = self._member(pool)
         try:
             record.image_digest = await service.backend.image_digest(record.request.image)
+            run_config = await run_config_of(service.backend, record.request.image)
         except NotFound as exc:
             raise NotFound(f"its image is gone: {exc.message}") from exc
         if not self._still_wanted(pool):
             return  # deleted, replaced or shrunk while its image was looked up
+        # Recorded for its claimant, whose create applies the config (a member runs nothing before its claim).
+        record.image_config = run_config.record() if run_config is not None else None
         # Listed and locked with no await in between: a delete or resize from here on sees this member and
         # waits (service.delete takes the lock) until it is started and recorded, then deletes it whole. No
         # member outlives its pool, none starts after its deletion.

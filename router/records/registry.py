@@ -66,6 +66,9 @@ class SandboxRecord:
     lineage: dict[str, Any] | None = None
     """Where its files came from, if from a checkpoint: ``{"parent", "step", "checkpoint", "kind"}`` (``kind``:
     ``fork`` or ``restore``); shown by the API and recorded in its trajectory."""
+    image_config: dict[str, Any] | None = None
+    """What of its image's recorded config it started with (``{"digest", "env", "workdir", "user"}``,
+    router/lifecycle/image_config.py), or None: its image records none (or its backend keeps no configs)."""
     own_fault: str | None = None
     """Why the executor was just lost through the sandbox's own doing (set by ``SandboxService.lost``, taken by
     the call that lost it), so the fault is recorded as the sandbox's, not as an infra error."""
@@ -112,6 +115,7 @@ class SandboxRecord:
             **(summary if summary is not None else self.request.summary()),
             **({"lineage": self.lineage} if self.lineage else {}),
             **self._private_address(summary),
+            **({"image_config": self.image_config} if self.image_config else {}),
             "last_activity": self.last_activity,
             # Known once it ended: a live sandbox's current run is read only when it stops.
             **({"cost": self.cost()} if self.status == "deleted" else {}),

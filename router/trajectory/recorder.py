@@ -69,6 +69,7 @@ class Recorder:
             "labels": meta["labels"],
             **summary,
             "image_digest": record.image_digest,
+            **({"image_config": record.image_config} if record.image_config else {}),
             "backend": self._backend_name,
             "env_keys": sorted(req.env),
             "created_at": record.created_at,

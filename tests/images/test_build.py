@@ -72,7 +72,8 @@ def test_multi_step_build_then_cached_rebuild_and_a_build_arg(
     meta = _meta(router, "app")
     config, record = meta["config"], meta["build"]
     assert isinstance(config, dict) and isinstance(record, dict)
-    assert config["Env"] == ["APP_HOME=/srv/app", "MODE=two words"] and config["WorkingDir"] == "/srv/app"
+    # The base's Env (a pulled image's OCI config) inherited, the Dockerfile's after it.
+    assert config["Env"] == ["PATH=/bin", "APP_HOME=/srv/app", "MODE=two words"] and config["WorkingDir"] == "/srv/app"
     assert config["Cmd"] == ["sh", "-c", "cat greeting"] and config["Labels"] == {"team": "evals"}
     assert config["ExposedPorts"] == ["8080/tcp"]
     assert record["base"] == base and record["dockerfile_digest"].startswith("sha256:")

@@ -3,7 +3,7 @@ against a real router through ``grove.integrations.harbor:GroveEnvironment``, on
 format: a Dockerfile task built by ``grove image build`` (FROM a pulled base, WORKDIR, ENV, RUN, COPY) and a
 prebuilt-image task (pulled on demand). The oracle's reward is 1, the do-nothing agent's 0; every trial is a grove
 sandbox labelled with Harbor's job, trial and task; a compose task is refused; a trial killed outright leaves no
-sandbox once its heartbeats stop."""
+sandbox once its heartbeats stop; ``--ek pool=`` claims from a pool of the task's image (another image's is refused)."""
 
 from __future__ import annotations
 
@@ -188,4 +188,28 @@ def test_preflight_refuses_bad_options_and_a_silent_router(router: RouterProcess
                               stdin=subprocess.DEVNULL)
         out = done.stdout.decode() + done.stderr.decode()
         assert done.returncode != 0 and message in out, out[-3000:]
+    assert router.live_ids() == set()
+
+
+def test_trials_claim_from_a_pool_of_the_task_image(router: RouterProcess, base: str, tmp_path: Path) -> None:
+    solve = "#!/bin/sh\necho \"prebuilt $(cat /app/prebuilt.txt)\" > /app/answer.txt\n"
+    task = _task(tmp_path / "pooled", image=base, solve=solve, want="prebuilt 7")
+    # Egress allowed: Harbor's default network policy is `public`, and a claim's network must be its pool's.
+    made = router.http("POST", "/v1/pools", json_body={"name": "harbor-pool", "image": base, "size": 1,
+                                                       "network": {"egress": "allow"}})
+    other = router.http("POST", "/v1/pools", json_body={"name": "other-pool", "image": "default", "size": 0})
+    assert (made.status, other.status) == (201, 201), made.body + other.body
+    try:
+        wait_for(lambda: router.http("GET", "/v1/pools/harbor-pool").json()["ready"] == 1, timeout=120,
+                 what="a ready member of the task image's pool")
+        result = _run(router, task, "oracle", tmp_path / "jobs", "pooled", "pool=harbor-pool")
+        assert _reward(result) == 1.0
+        assert router.http("GET", "/v1/pools/harbor-pool").json()["claims"] == 1
+        # A pool of another image: the trial fails saying which image the pool runs; nothing was claimed.
+        refused = _run(router, task, "oracle", tmp_path / "jobs", "wrong-pool", "pool=other-pool")
+        assert "that pool's sandboxes run image 'default'" in json.dumps(refused), json.dumps(refused)[:3000]
+        assert router.http("GET", "/v1/pools/other-pool").json()["claims"] == 0
+    finally:
+        for name in ("harbor-pool", "other-pool"):
+            router.http("DELETE", f"/v1/pools/{name}")
     assert router.live_ids() == set()

@@ -115,9 +115,11 @@ def _blob(root: Path, data: bytes, media_type: str, **extra: object) -> dict[str
 
 def write_oci_layout(
     root: Path, images: Sequence[Sequence[Layer]], *, platforms: Sequence[str] | None = None,
+    run_config: dict[str, object] | None = None,
 ) -> list[str]:
     """An OCI layout directory tagged ``image``: one image, or an index of one image per platform
-    (``os/arch``); returns each image's manifest digest. Layers are gzipped, as registries serve them."""
+    (``os/arch``); returns each image's manifest digest. Layers are gzipped, as registries serve them.
+    ``run_config``: the images' run config (``Env``, ``WorkingDir``, ``User``...; default ``PATH=/bin`` only)."""
     platforms = list(platforms or [f"linux/{ARCH}"])
     assert len(platforms) == len(images)
     descriptors, digests = [], []
@@ -125,7 +127,7 @@ def write_oci_layout(
         os_name, arch = plat.split("/")
         tars = [layer_tar(layer) for layer in layers]
         config = json.dumps({
-            "architecture": arch, "os": os_name, "config": {"Env": ["PATH=/bin"]},
+            "architecture": arch, "os": os_name, "config": run_config or {"Env": ["PATH=/bin"]},
             "rootfs": {"type": "layers", "diff_ids": [f"sha256:{hashlib.sha256(t).hexdigest()}" for t in tars]},
         }).encode()
         manifest = json.dumps({

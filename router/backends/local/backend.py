@@ -156,6 +156,13 @@ class LocalBackend:
         registry reference the store lacks is pulled first."""
         return (await self._image(image)).digest
 
+    async def image_config(self, image: str) -> dict[str, Any]:
+        """The image's recorded OCI ``config`` (a build's or a pull's; ``{}``: none), pulling it first as
+        :meth:`image_digest` does."""
+        name = (await self._image(image)).name
+        config: dict[str, Any] = (await asyncio.to_thread(self.images.meta, name)).get("config") or {}
+        return config
+
     async def _image(self, name: str) -> Image:
         try:
             return _usable(self.images.get(name))

@@ -46,7 +46,8 @@ async def run_code(request: web.Request) -> web.Response:
     fetch = {path: _place(path) for path in body.fetch_files}
     service, project = service_of(request), project_of(request)
     try:
-        record = await service.create(_create(service, body, project), frozenset({"pool", "metadata"}), project)
+        record = await service.create(_create(service, body, project), frozenset({"pool", "metadata", "workdir"}),
+                                      project)
     except GroveError as exc:
         return reply(request, run_answer("SandboxError", f"no sandbox for the run: {exc.message}"))
     calls = SandboxCalls(service, record, "sandbox-fusion")
