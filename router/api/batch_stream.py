@@ -32,10 +32,10 @@ from aiohttp import web
 from grove.core import wire
 from router.api.batch_items import Alike, Items, alike, create_one, item_error
 from router.lifecycle.claims import HAND_OVER_AFTER
-from router.lifecycle.image_config import run_config_of
 from router.lifecycle.service import Claiming, SandboxService
 from router.models import CreateRequest
 from router.pools.filler import Pool
+from router.records.image_config import run_config_of
 from router.records.registry import SandboxRecord
 
 PART = 250

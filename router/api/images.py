@@ -10,7 +10,7 @@ from aiohttp import web
 
 from router.api.appkeys import service_of
 from router.api.replies import reply
-from router.lifecycle.image_config import ImageConfigs
+from router.records.image_config import ImageConfigs
 
 
 async def get_image(request: web.Request) -> web.Response:

@@ -24,7 +24,6 @@ from router.housekeeping.keeper import Housekeeping
 from router.lifecycle.admission import Admission
 from router.lifecycle.claims import Claims, GroupClaim
 from router.lifecycle.fairness import FairStarts
-from router.lifecycle.image_config import ImageRunConfig, run_config_of
 from router.lifecycle.metering import run_ended
 from router.lifecycle.reaper import Reaper
 from router.lifecycle.scaling import Scaling
@@ -35,6 +34,7 @@ from router.pools.warm import Pools
 from router.projects.files import ProjectFiles
 from router.projects.model import DEFAULT, request_key
 from router.records.activity import ActivityClocks, restored
+from router.records.image_config import ImageRunConfig, run_config_of
 from router.records.registry import Registry, SandboxRecord
 from router.records.statedisk import is_no_space
 from router.settings import RouterSettings

@@ -20,11 +20,11 @@ from router.backends.base import Backend, Started
 from router.checkpoints.service import Checkpoints
 from router.lifecycle.admission import Admission
 from router.lifecycle.fairness import FairStarts
-from router.lifecycle.image_config import ImageRunConfig
 from router.lifecycle.metering import run_ended
 from router.models import CreateRequest
 from router.pools.warm import Pools
 from router.projects.model import DEFAULT
+from router.records.image_config import ImageRunConfig
 from router.records.registry import Registry, SandboxRecord, new_id
 from router.records.statedisk import storage_error
 from router.settings import RouterSettings

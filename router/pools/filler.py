@@ -17,10 +17,10 @@ from typing import Protocol
 
 from grove.core.errors import GroveError, NotFound
 from router.backends.base import Backend, Started
-from router.lifecycle.image_config import run_config_of
 from router.models import CreateRequest, PoolRequest
 from router.projects.files import ProjectFiles
 from router.projects.model import DEFAULT
+from router.records.image_config import run_config_of
 from router.records.registry import Registry, SandboxRecord, new_id
 from router.settings import RouterSettings
 from router.trajectory.journal import Journal

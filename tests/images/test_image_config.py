@@ -10,7 +10,7 @@ import json
 import pytest
 
 from grove.client import Grove
-from router.lifecycle.image_config import ImageRunConfig
+from router.records.image_config import ImageRunConfig
 from tests.support.registry import Registry, write_oci_layout
 from tests.support.router_fixtures import RouterProcess, wait_for
 

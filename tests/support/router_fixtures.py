@@ -372,7 +372,7 @@ class RouterProcess:
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int | None:
         """Signal the router by PID and wait; SIGKILL if it lingers. Returns its exit code. The wait is long: a
-        router with no sandbox left unmounts its checkpoint volume and waits (up to 30 s) for the kernel to let go
+        router with no sandbox left unmounts its checkpoint volume and waits (up to 45 s) for the kernel to let go
         of the volume's loop device, which on a loaded host (two test workers, Chromium) took more than 15 s."""
         proc = self.proc
         if proc is None:

@@ -39,7 +39,7 @@ MIN_VOLUME_BYTES = 4 << 30
 """A state dir's file system smaller than this gets no volume (an XFS log alone takes tens of MiB)."""
 _NO_REFLINK = (errno.EOPNOTSUPP, errno.EXDEV, errno.EINVAL, errno.ENOTTY)
 _TOOL_TIMEOUT_S = 60.0
-_DETACH_S = 30.0
+_DETACH_S = 45.0
 
 
 def clone(src: Path, dst: Path) -> bool:
