@@ -62,29 +62,95 @@ class Relay:
 
 
 async def splice(client: socket.socket, upstream: socket.socket) -> None:
-    """Copy bytes both ways until both sides are done; a side's end of input is passed on as a half-close."""
+    """Copy bytes both ways until both sides are done; a side's end of input is passed on as a half-close.
+
+    Each side is a bare protocol that writes what it receives straight into the other side's transport: one
+    loop callback per chunk and no stream objects or tasks between (a round trip through StreamReaders cost
+    two more loop turns per hop). Back-pressure is the transports' own: a side whose buffer fills pauses its
+    peer's reading until it drains."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    ends = [_Side(done), _Side(done)]
+    ends[0].peer, ends[1].peer = ends[1], ends[0]
     try:
-        c_reader, c_writer = await asyncio.open_connection(sock=client, limit=_CHUNK)
-        u_reader, u_writer = await asyncio.open_connection(sock=upstream, limit=_CHUNK)
+        for sock, end in zip((client, upstream), ends, strict=True):
+            await loop.connect_accepted_socket(end.itself, sock=sock)
     except OSError:
+        for end in ends:
+            end.abort()
         client.close()
         upstream.close()
         return
-    await asyncio.gather(_pump(c_reader, u_writer), _pump(u_reader, c_writer), return_exceptions=True)
-    for writer in (c_writer, u_writer):
-        writer.close()
+    for end in ends:  # both transports exist: now either may read (and write to the other)
+        if end.transport is not None and not end.transport.is_closing():
+            end.transport.resume_reading()
+    await done
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while chunk := await reader.read(_CHUNK):
-            writer.write(chunk)
-            await writer.drain()  # back-pressure: a slow reader slows the sender, nothing piles up here
-        if writer.can_write_eof():
-            writer.write_eof()
-    except (OSError, RuntimeError):
-        writer.close()  # one side broke: the whole connection ends
-        writer.transport.abort()
+class _Side(asyncio.Protocol):
+    """One socket of a splice: what it reads goes to its peer; both closed once both ended (or one broke)."""
+
+    def __init__(self, done: asyncio.Future[None]) -> None:
+        self.done = done
+        self.peer: _Side | None = None
+        self.transport: asyncio.Transport | None = None
+        self.ended = self.lost = False
+
+    def itself(self) -> _Side:
+        """The protocol factory of this side's transport."""
+        return self
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=_CHUNK)
+        transport.pause_reading()  # until the peer's transport exists too
+
+    def data_received(self, data: bytes) -> None:
+        peer = self.peer
+        if peer is not None and peer.transport is not None and not peer.transport.is_closing():
+            peer.transport.write(data)
+
+    def pause_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None and not self.peer.transport.is_closing():
+            self.peer.transport.resume_reading()
+
+    def eof_received(self) -> bool:
+        self.ended = True
+        peer = self.peer
+        if peer is None or peer.transport is None or peer.ended:
+            self._close_both()
+            return False
+        if peer.transport.can_write_eof():
+            peer.transport.write_eof()  # after what is buffered: the half-close is passed on in order
+        return True  # keep writing to this side until the peer ends too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if exc is not None:
+            self.abort_both()  # one side broke: the whole connection ends
+        else:
+            self._close_both()
+        if all(end.lost for end in (self, self.peer) if end is not None) and not self.done.done():
+            self.done.set_result(None)
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def abort_both(self) -> None:
+        for end in (self, self.peer):
+            if end is not None:
+                end.abort()
+
+    def _close_both(self) -> None:
+        for end in (self, self.peer):
+            if end is not None and end.transport is not None:
+                end.transport.close()  # what is buffered is still written first
 
 
 async def terminal(client: socket.socket, master: int, proc: subprocess.Popen[bytes]) -> None:
