@@ -4,6 +4,8 @@ queue-proxy and the activator both wrap their reverse proxy in ``pkg/http/handle
 the revision's ``timeoutSeconds``, ``responseStartTimeoutSeconds`` and ``idleTimeoutSeconds`` (the activator's
 in ``cmd/activator/main.go``, queue-proxy's in ``pkg/queue/sharedmain/handlers.go``): the clock starts when the
 request arrives at that hop, so at the activator a cold start counts against the response-start timeout.
+Upgraded connections (WebSocket, grove's tunnels) are passed through as the real hops pass them
+(:mod:`tests.support.knative_upgrades`), with the timeouts that apply to them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import aiohttp
 from aiohttp import web
 
 from tests.support.k8s_standin import Obj
+from tests.support.knative_upgrades import is_upgrade, pass_upgrade
 
 HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "content-length"}
 """Hop-by-hop headers no proxy passes on (Host is kept, as Go's ReverseProxy keeps the inbound Host)."""
@@ -45,6 +48,20 @@ async def timed_proxy(session: aiohttp.ClientSession, request: web.Request, targ
     def cut() -> None:
         if request.transport is not None and not request.transport.is_closing():
             on_cut()  # a caller that already left was cut by a hop in front of this one
+
+    if is_upgrade(request):
+        try:
+            if before is not None:
+                await asyncio.wait_for(before, first)
+            base = target()
+        except TimeoutError:
+            cut()
+            return web.Response(status=504, text=message)
+        except RuntimeError as exc:
+            return web.Response(status=503, text=str(exc))
+        # Nothing of an upgraded connection is written through the timeout handler's writer, so each of the
+        # three timeouts that is set ends it, counted from the request's arrival.
+        return await pass_upgrade(request, base, _headers(request, drop), lifetime=first, began=began, on_cut=cut)
 
     async def begin() -> tuple[aiohttp.ClientResponse, object]:
         if before is not None:
@@ -86,6 +103,8 @@ async def relay(session: aiohttp.ClientSession, request: web.Request, base: str,
                 extra: dict[str, str] | None = None) -> web.StreamResponse:
     """Pass ``request`` on to ``base`` and stream the answer back, adding ``extra`` headers (an ingress's)."""
     headers = {**_headers(request), **(extra or {})}
+    if is_upgrade(request):
+        return await pass_upgrade(request, base, headers)
     out: web.StreamResponse | None = None
     try:
         async with session.request(request.method, base + request.path_qs, headers=headers, auto_decompress=False,

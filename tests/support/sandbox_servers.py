@@ -125,21 +125,24 @@ MCP_SERVER = textwrap.dedent('''
 ''')
 
 
-def start_server(sandbox: Sandbox, script: str, port: int, libs: tuple[str, ...], timeout: float = 60.0) -> None:
-    """Upload ``libs`` and ``script``, start it in the background on ``port``, and wait until it listens."""
-    sandbox.upload(libs_dir(libs), LIBS)
-    sandbox.write_file(f"/opt/server-{port}.py", script)
-    started = sandbox.exec(f"cd /opt && PYTHONPATH={LIBS} setsid python3 server-{port}.py {port} "
-                           f"> /opt/server-{port}.log 2>&1 < /dev/null &")
+def start_server(sandbox: Sandbox, script: str, port: int, libs: tuple[str, ...], timeout: float = 60.0,
+                 home: str = "/opt") -> int:
+    """Upload ``libs`` and ``script`` under ``home`` (a path exec and the file API both see as the same: on the
+    Knative stand-in, whose pods share the host's root, a path relative to the workdir), start it in the
+    background on ``port``, and wait until it listens; its pid."""
+    sandbox.upload(libs_dir(libs), f"{home}/pylib")
+    sandbox.write_file(f"{home}/server-{port}.py", script)
+    started = sandbox.exec(f"cd {home} && {{ PYTHONPATH=$PWD/pylib setsid python3 server-{port}.py {port} "
+                           f"> server-{port}.log 2>&1 < /dev/null & echo $!; }}")
     assert started.exit_code == 0, started
     probe = ("import socket,sys; s=socket.socket(); s.settimeout(1); "
              f"sys.exit(s.connect_ex(('127.0.0.1', {port})))")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if sandbox.exec(["python3", "-c", probe]).exit_code == 0:
-            return
+            return int(started.stdout)
         time.sleep(0.2)
-    log = sandbox.read_file(f"/opt/server-{port}.log").decode(errors="replace")
+    log = sandbox.read_file(f"{home}/server-{port}.log").decode(errors="replace")
     raise AssertionError(f"the server on port {port} did not listen within {timeout}s:\n{log}")
 
 
