@@ -3,7 +3,7 @@
 ``GET /v1/ports/{port}/tunnel`` with ``Upgrade: grove-tunnel`` connects to ``127.0.0.1:{port}`` inside the
 sandbox and, once it answers ``101``, the connection is a plain byte stream to that port (HTTP, WebSocket, or
 anything else the client speaks over it). ``GET /v1/pty`` with ``Upgrade: grove-pty`` starts a shell on a
-terminal and relays it as frames (:mod:`executor.relay`). Both go through the executor's own port because a
+terminal and relays it as frames (:mod:`executor.terminals`). Both go through the executor's own port because a
 Knative Service exposes exactly one; the handshake is ordinary HTTP/1.1, which queue-proxy and the activator
 pass through as they do a WebSocket's. The request thread only does the handshake; the relay thread carries
 the connection from then on.
@@ -24,8 +24,9 @@ from typing import Any
 from flask import Blueprint, Response, request
 
 from executor import reaper
-from executor.relay import Relay, splice, terminal
+from executor.relay import Relay, splice
 from executor.served import Served
+from executor.terminals import Terminals
 from grove.core.errors import BadGateway, BadRequest, InternalError
 
 TUNNEL, PTY = "grove-tunnel", "grove-pty"
@@ -45,6 +46,7 @@ def ports_blueprint(served: Callable[[], Served]) -> Blueprint:
     """The routes, and the relay their connections go to (started by the first one)."""
     blueprint = Blueprint("ports", __name__)
     relay = Relay()
+    terminals = Terminals()
 
     @blueprint.get("/v1/ports/<int:port>/tunnel")
     def tunnel(port: int) -> Any:
@@ -57,10 +59,15 @@ def ports_blueprint(served: Callable[[], Served]) -> Blueprint:
 
     @blueprint.get("/v1/pty")
     def terminal_() -> Any:
+        """A new shell (``session=NAME`` keeps it across a dropped connection), or, with ``offset=``, the named
+        session's shell again, its output from that byte on (:mod:`executor.terminals`)."""
         _expect_upgrade(PTY)
-        cols, rows = _size(request.args.get("cols"), 80), _size(request.args.get("rows"), 24)
-        master, proc = _start_shell(served(), cols, rows)
-        relay.submit(terminal(_take_over(PTY), master, proc))
+        name, offset = request.args.get("session"), request.args.get("offset")
+        session = terminals.claim(name, offset)
+        if session is None:
+            cols, rows = _size(request.args.get("cols"), 80), _size(request.args.get("rows"), 24)
+            session = terminals.add(name, *_start_shell(served(), cols, rows))
+        relay.submit(terminals.serve(session, _take_over(PTY), int(offset or 0)))
         return _Upgraded()
 
     return blueprint

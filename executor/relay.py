@@ -10,22 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
-import fcntl
-import json
-import os
-import select
-import signal
 import socket
-import struct
-import subprocess
-import termios
 import threading
 from collections.abc import Coroutine
 from typing import Any
-
-from executor import reaper
-from grove.core.ptyframes import DATA, EXIT, HEADER, MAX_FRAME, RESIZE, frame, json_frame
 
 _CHUNK = 256 * 1024
 
@@ -151,83 +139,3 @@ class _Side(asyncio.Protocol):
         for end in (self, self.peer):
             if end is not None and end.transport is not None:
                 end.transport.close()  # what is buffered is still written first
-
-
-async def terminal(client: socket.socket, master: int, proc: subprocess.Popen[bytes]) -> None:
-    """Relay a terminal: frames from the client to the pty (input, resize), the pty's output back as frames,
-    and a last ``exit`` frame with the shell's exit code. A client gone hangs the shell up."""
-    reader, writer = await asyncio.open_connection(sock=client, limit=_CHUNK)
-    loop = asyncio.get_running_loop()
-    output: asyncio.Queue[bytes] = asyncio.Queue()
-
-    def readable() -> None:
-        try:
-            data = os.read(master, _CHUNK)
-        except BlockingIOError:
-            return
-        except OSError:  # EIO: the shell and all it started closed the terminal
-            data = b""
-        if not data:
-            loop.remove_reader(master)
-        output.put_nowait(data)
-
-    os.set_blocking(master, False)
-    loop.add_reader(master, readable)
-    inbound = asyncio.ensure_future(_terminal_input(reader, master, proc))
-    try:
-        while data := await output.get():
-            writer.write(frame(DATA, data))
-            await writer.drain()
-        code = await asyncio.to_thread(proc.wait)
-        writer.write(json_frame(EXIT, {"exit_code": code}))
-        await writer.drain()
-    except (OSError, RuntimeError):
-        pass
-    finally:
-        inbound.cancel()
-        loop.remove_reader(master)
-        await asyncio.to_thread(_hang_up, proc)
-        os.close(master)
-        writer.close()
-
-
-async def _terminal_input(reader: asyncio.StreamReader, master: int, proc: subprocess.Popen[bytes]) -> None:
-    try:
-        while True:
-            kind, size = HEADER.unpack(await reader.readexactly(HEADER.size))
-            if size > MAX_FRAME:
-                break
-            payload = await reader.readexactly(size)
-            if kind == DATA:
-                await asyncio.to_thread(_write_all, master, payload)
-            elif kind == RESIZE:
-                size_of = json.loads(payload)
-                fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", size_of["rows"], size_of["cols"], 0, 0))
-    except (asyncio.IncompleteReadError, OSError, ValueError, KeyError, TypeError, struct.error):
-        pass
-    # The client is gone (or spoke nonsense): the terminal is hung up, as a closed one would be.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGHUP)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """Write all of ``data`` to the (non-blocking) pty, waiting while the shell does not read (in a thread)."""
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view):]
-        except BlockingIOError:
-            select.select([], [fd], [], 1.0)
-
-
-def _hang_up(proc: subprocess.Popen[bytes]) -> None:
-    """End the shell's whole session: SIGHUP as a closed terminal would, SIGKILL for what ignores it."""
-    if proc.poll() is not None:
-        reaper.release(proc)
-        return
-    for sig in (signal.SIGHUP, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5)
-    reaper.release(proc)

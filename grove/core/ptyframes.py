@@ -11,8 +11,9 @@ import struct
 from typing import Any
 
 HEADER = struct.Struct(">cI")
-DATA, RESIZE, EXIT = b"d", b"r", b"x"
-"""Bytes for (or from) the terminal; ``{"cols", "rows"}``; ``{"exit_code"}`` (the executor's last frame)."""
+DATA, RESIZE, EXIT, HANGUP = b"d", b"r", b"x", b"h"
+"""Bytes for (or from) the terminal; ``{"cols", "rows"}``; ``{"exit_code"}`` (the executor's last frame); the
+client is done (empty: a named session ends now instead of waiting for a resume)."""
 MAX_FRAME = 1024 * 1024
 
 
