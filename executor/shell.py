@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from executor import reaper
 from executor.capture import OutputCapture
 from executor.proctree import kill_tree
+from executor.terminals import read_terminal
 
 _READ = 65536
 # Bytes held back from the output until we know they are not the start of a prompt or an expect match.
@@ -314,12 +315,9 @@ class ShellSession:
             ready, _, _ = select.select([self._fd], [], [], min(remaining, 1.0))
             if not ready:
                 continue
-            try:
-                chunk = os.read(self._fd, _READ)
-            except BlockingIOError:
+            chunk = read_terminal(self._fd, _READ)
+            if chunk is None:
                 continue
-            except OSError:  # EIO: the shell and everything holding the terminal are gone
-                chunk = b""
             if not chunk:
                 raise ShellExited(output(), self._exit_status())
             window += chunk

@@ -127,12 +127,9 @@ class Terminals:
         loop = asyncio.get_running_loop()
 
         def readable() -> None:
-            try:
-                data = os.read(session.master, _CHUNK)
-            except BlockingIOError:
+            data = read_terminal(session.master, _CHUNK)
+            if data is None:
                 return
-            except OSError:  # EIO: the shell and all it started closed the terminal
-                data = b""
             if data:
                 session.produced += len(data)
                 session.replay += data
@@ -193,6 +190,17 @@ async def _input(reader: asyncio.StreamReader, session: Session) -> bool:
                             struct.pack("HHHH", size_of["rows"], size_of["cols"], 0, 0))
     except (asyncio.IncompleteReadError, OSError, ValueError, KeyError, TypeError, struct.error):
         return False
+
+
+def read_terminal(fd: int, size: int) -> bytes | None:
+    """What a (non-blocking) pty's master has: None if nothing yet, ``b""`` once the shell and everything that
+    held the terminal are gone (EIO)."""
+    try:
+        return os.read(fd, size)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
 
 
 def _write_all(fd: int, data: bytes) -> None:

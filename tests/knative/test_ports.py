@@ -12,30 +12,16 @@ from typing import Any
 import aiohttp
 import pytest
 
-from artifacts.s3server import EmbeddedS3
 from grove.client import Sandbox
-from sandbox_image.bundle import Bundle
 from tests.conftest import free_tcp_port
 from tests.ports.test_pty import _read_until
-from tests.support.knative_fixtures import Cluster, knative_router_on, stand_in_cluster
+from tests.support.knative_fixtures import Cluster
 from tests.support.router_fixtures import RouterProcess
 from tests.support.sandbox_servers import AIOHTTP_SERVER, drop_libs_dirs, start_server
 
 HOME = "srv"
 """Where the server's files go: the stand-in's pods run commands on the host's root, so exec and the file API
 agree only on paths relative to the workdir."""
-
-
-@pytest.fixture(scope="module")
-def cluster(runtime_bundle: Bundle) -> Iterator[Cluster]:
-    with stand_in_cluster(runtime_bundle) as found:
-        yield found
-
-
-@pytest.fixture(scope="module")
-def knative_router(cluster: Cluster, s3_server: EmbeddedS3) -> Iterator[RouterProcess]:
-    with knative_router_on(cluster, s3_server) as router:
-        yield router
 
 
 @dataclass
@@ -58,9 +44,9 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-def served(knative_router: RouterProcess) -> Iterator[Served]:
+def served(module_knative_router: RouterProcess) -> Iterator[Served]:
     """A sandbox with the aiohttp server listening (the stand-in's pods share the host's loopback: a free port)."""
-    with knative_router.client() as grove:
+    with module_knative_router.client() as grove:
         found = Served(grove.create("python:3.11-slim", heartbeat=False), free_tcp_port())
         try:
             found.start()
@@ -86,42 +72,42 @@ async def _hello_and_echo(router: RouterProcess, sandbox_id: str, port: int) -> 
 
 
 def test_http_and_a_websocket_reach_the_pods_server_through_queue_proxy(
-        knative_router: RouterProcess, cluster: Cluster, served: Served) -> None:
+        module_knative_router: RouterProcess, module_cluster: Cluster, served: Served) -> None:
     sandbox, port = served.sandbox, served.port
-    before = cluster.knative.hops["queue-proxy"]
-    status, body, echoed = asyncio.run(_hello_and_echo(knative_router, sandbox.id, port))
+    before = module_cluster.knative.hops["queue-proxy"]
+    status, body, echoed = asyncio.run(_hello_and_echo(module_knative_router, sandbox.id, port))
     assert status == 200 and body["path"] == "/hello/there?x=1" and body["method"] == "GET"
     assert "Authorization" not in body["headers"]
     assert echoed == "through knative"
-    assert cluster.knative.hops["queue-proxy"] > before  # the tunnels went through queue-proxy's upgrade path
+    assert module_cluster.knative.hops["queue-proxy"] > before  # the tunnels went through queue-proxy's upgrade path
 
 
 def test_proxy_traffic_wakes_a_sandbox_at_zero_through_the_activator(
-        knative_router: RouterProcess, cluster: Cluster, served: Served) -> None:
+        module_knative_router: RouterProcess, module_cluster: Cluster, served: Served) -> None:
     """At zero the pod and its server are gone; the proxied request wakes the sandbox (through the activator,
     which passes the tunnel's upgrade on once the pod is up); the server the test starts again answers."""
     sandbox, port = served.sandbox, served.port
-    ks = cluster.knative.services[sandbox.id]
+    ks = module_cluster.knative.services[sandbox.id]
     served.stop()
-    cluster.knative.scale_to_zero(sandbox.id)
+    module_cluster.knative.scale_to_zero(sandbox.id)
     assert ks.pod is None
-    activations = cluster.knative.hops["activator"]
-    reply = knative_router.http("GET", f"/v1/sandboxes/{sandbox.id}/ports/{port}/hello")
+    activations = module_cluster.knative.hops["activator"]
+    reply = module_knative_router.http("GET", f"/v1/sandboxes/{sandbox.id}/ports/{port}/hello")
     # The request that woke the pod finds nothing listening yet (servers are the user's to start): a clear 502.
     assert reply.status == 502 and f"nothing listens on port {port}" in reply.json()["error"]["message"]
     assert ks.pod is not None and ks.starts == 2
-    assert cluster.knative.hops["activator"] > activations
+    assert module_cluster.knative.hops["activator"] > activations
     served.start()
-    status, body, echoed = asyncio.run(_hello_and_echo(knative_router, sandbox.id, port))
+    status, body, echoed = asyncio.run(_hello_and_echo(module_knative_router, sandbox.id, port))
     assert status == 200 and body["path"] == "/hello/there?x=1" and echoed == "through knative"
 
 
-def test_a_terminal_through_queue_proxy(knative_router: RouterProcess, served: Served) -> None:
+def test_a_terminal_through_queue_proxy(module_knative_router: RouterProcess, served: Served) -> None:
     sandbox = served.sandbox
 
     async def go() -> tuple[bytes, dict[str, Any]]:
-        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {knative_router.key}"}) as http, \
-                http.ws_connect(f"{knative_router.url}/v1/sandboxes/{sandbox.id}/pty") as ws:
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {module_knative_router.key}"}) as http, \
+                http.ws_connect(f"{module_knative_router.url}/v1/sandboxes/{sandbox.id}/pty") as ws:
             await ws.send_bytes(b"echo sum=$((40+2)); exit 4\n")
             seen = await _read_until(ws, b"sum=42")
             while True:
@@ -133,20 +119,22 @@ def test_a_terminal_through_queue_proxy(knative_router: RouterProcess, served: S
     assert b"sum=42" in seen and end == {"type": "exit", "exit_code": 4}
 
 
-def test_a_terminal_outlives_the_revision_timeout(knative_router: RouterProcess, cluster: Cluster) -> None:
+def test_a_terminal_outlives_the_revision_timeout(module_knative_router: RouterProcess,
+                                                  module_cluster: Cluster) -> None:
     """Every hop ends an upgraded connection at the revision's timeout (2 s here): the router resumes the
     executor's session, the output the shell wrote meanwhile is replayed, and the client's WebSocket never
     notices; the shell is the same one throughout."""
-    with knative_router.client() as grove:
+    with module_knative_router.client() as grove:
         sandbox = grove.create("python:3.11-slim", heartbeat=False)
         try:
-            spec = cluster.knative.services[sandbox.id].obj["spec"]["template"]["spec"]
+            spec = module_cluster.knative.services[sandbox.id].obj["spec"]["template"]["spec"]
             spec.update(timeoutSeconds=2, responseStartTimeoutSeconds=2, idleTimeoutSeconds=2)
-            cuts = cluster.knative.timeouts
+            cuts = module_cluster.knative.timeouts
 
             async def go() -> tuple[bytes, dict[str, Any]]:
-                async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {knative_router.key}"}) as http, \
-                        http.ws_connect(f"{knative_router.url}/v1/sandboxes/{sandbox.id}/pty") as ws:
+                key = {"Authorization": f"Bearer {module_knative_router.key}"}
+                async with aiohttp.ClientSession(headers=key) as http, \
+                        http.ws_connect(f"{module_knative_router.url}/v1/sandboxes/{sandbox.id}/pty") as ws:
                     await ws.send_bytes(b"echo first=$$; sleep 3; echo during=$((20+1)); sleep 2\n")
                     seen = await _read_until(ws, b"during=21")  # written while the first connection was gone
                     await ws.send_bytes(b"echo last=$$; exit 6\n")
@@ -162,8 +150,8 @@ def test_a_terminal_outlives_the_revision_timeout(knative_router: RouterProcess,
             pids = [line.split("=", 1)[1].strip() for line in text.splitlines()
                     if line.startswith(("first=", "last="))]
             assert len(pids) == 2 and pids[0] == pids[1], text  # one shell, across connections
-            assert cluster.knative.timeouts >= cuts + 2  # cut at least twice (5 s of session, 2 s per connection)
-            steps = knative_router.http("GET", f"/v1/sandboxes/{sandbox.id}/trajectory").json()["steps"]
+            assert module_cluster.knative.timeouts >= cuts + 2  # cut twice at least: 5 s of session, 2 s a connection
+            steps = module_knative_router.http("GET", f"/v1/sandboxes/{sandbox.id}/trajectory").json()["steps"]
             resumes = [s for s in steps if s.get("type") == "pty_resume"]
             assert len(resumes) >= 2 and resumes[0]["offset"] > 0
             assert [s for s in steps if s.get("type") == "pty_close"][-1]["exit_code"] == 6

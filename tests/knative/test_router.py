@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -20,25 +19,22 @@ from artifacts.s3server import EmbeddedS3
 from artifacts.store import ObjectStore
 from grove.core.errors import UpstreamTimeout
 from router.backends.knative.manifest import policy_name, secret_name, snapshot_key
-from sandbox_image.bundle import Bundle
-from tests.support.knative_fixtures import INSTANCE, NAMESPACE, PART_MIB, Cluster, knative_router_on, stand_in_cluster
+from tests.support.knative_fixtures import INSTANCE, NAMESPACE, PART_MIB, Cluster
 from tests.support.knative_standin import apply_defaults
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
 from tests.support.s3_fixtures import config_for
 
 
 @pytest.fixture(scope="module")
-def cluster(runtime_bundle: Bundle) -> Iterator[Cluster]:
-    """The module's stand-in cluster (fails the module if grove left anything in it)."""
-    with stand_in_cluster(runtime_bundle) as found:
-        yield found
+def cluster(module_cluster: Cluster) -> Cluster:
+    """The module's stand-in cluster."""
+    return module_cluster
 
 
 @pytest.fixture(scope="module")
-def knative_router(cluster: Cluster, s3_server: EmbeddedS3) -> Iterator[RouterProcess]:
+def knative_router(module_knative_router: RouterProcess) -> RouterProcess:
     """The module's router, in the default ``revision`` endpoint mode."""
-    with knative_router_on(cluster, s3_server) as router:
-        yield router
+    return module_knative_router
 
 
 def bucket_store(router: RouterProcess, s3: EmbeddedS3) -> ObjectStore:

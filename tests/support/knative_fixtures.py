@@ -157,6 +157,20 @@ def knative_router(cluster: Cluster, s3_server: EmbeddedS3) -> Iterator[RouterPr
         yield router
 
 
+@pytest.fixture(scope="module")
+def module_cluster(runtime_bundle: Bundle) -> Iterator[Cluster]:
+    """A stand-in cluster shared by a module's tests (fails the module if grove left anything in it)."""
+    with stand_in_cluster(runtime_bundle) as found:
+        yield found
+
+
+@pytest.fixture(scope="module")
+def module_knative_router(module_cluster: Cluster, s3_server: EmbeddedS3) -> Iterator[RouterProcess]:
+    """A router on the module's cluster, in the default ``revision`` endpoint mode."""
+    with knative_router_on(module_cluster, s3_server) as router:
+        yield router
+
+
 @pytest.fixture(scope="module", params=["local", "knative"])
 def any_router(
     request: pytest.FixtureRequest, runtime_bundle: Bundle, s3_server: EmbeddedS3
