@@ -17,8 +17,10 @@ from typing import Any
 import aiohttp
 
 
-async def measure(base: str, key: str | None, requests: int, messages: int, size: int) -> dict[str, Any]:
-    """Time requests, message round trips and one download against the server at ``base``."""
+async def measure(base: str, key: str | None, requests: int, messages: int, size: int,
+                  http_only: bool = False) -> dict[str, Any]:
+    """Time requests, message round trips and one download against the server at ``base`` (only the requests
+    with ``http_only``)."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     async with aiohttp.ClientSession(headers=headers) as http:
         for _ in range(20):  # warm-up: connections and tunnels made, code paths hot
@@ -31,6 +33,8 @@ async def measure(base: str, key: str | None, requests: int, messages: int, size
                 await resp.read()
                 assert resp.status == 200, resp.status
             http_s.append(time.perf_counter() - began)
+        if http_only:
+            return {"http_s": http_s}
         ws_s = []
         async with http.ws_connect(f"{base}/ws") as ws:
             for i in range(messages):
@@ -56,8 +60,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--messages", type=int, default=300)
     parser.add_argument("--bytes", type=int, default=200 * 1024 * 1024)
+    parser.add_argument("--http-only", action="store_true", help="only the requests (for CPU accounting)")
     args = parser.parse_args(argv)
-    print(json.dumps(asyncio.run(measure(args.base, args.key, args.requests, args.messages, args.bytes))))
+    print(json.dumps(asyncio.run(measure(args.base, args.key, args.requests, args.messages, args.bytes,
+                                         args.http_only))))
 
 
 if __name__ == "__main__":
