@@ -139,7 +139,9 @@ def _section(report: dict[str, Any], rows: list[Target]) -> str:
     lines = [SECTION, "", f"Measured {report['when']} on {machine_line(report['machine'])}; one run, "
              f"{t['requests']} requests and {t['messages']} WebSocket messages each way, {report['rounds']} downloads "
              f"of {report['mb']} MB; the same aiohttp client through grove and straight to the server from inside "
-             f"the sandbox's network namespace, alternating in {report['rounds']} rounds.", "",
+             f"the sandbox's network namespace, alternating in {report['rounds']} rounds; the machine's 1-minute load "
+             f"average {report['load_avg_1m'][0]} at the start and {report['load_avg_1m'][1]} at the end (shared with "
+             "other work: compare ratios, and CPU per request, not times).", "",
              "| figure | through grove | straight | ratio |", "|---|---|---|---|",
              f"| HTTP request p50 (ms) | {t['http_p50_ms']} | {s['http_p50_ms']} | {report['http_p50_ratio']}x |",
              f"| HTTP request p90 (ms) | {t['http_p90_ms']} | {s['http_p90_ms']} | |",
@@ -172,10 +174,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternations of the two clients")
     parser.add_argument("--cpu-requests", type=int, default=3000, help="requests of the CPU accounting runs")
     args = parser.parse_args(argv)
+    load = os.getloadavg()[0]
     with running_router() as router:
         measured = measure(router, args)
     report = {"name": NAME, "when": utc_now(), "code": code_version(), "machine": machine(), "mb": args.mb,
-              "rounds": args.rounds, **measured}
+              "rounds": args.rounds, "load_avg_1m": [round(load, 1), round(os.getloadavg()[0], 1)], **measured}
     ratio = report["http_p50_ratio"]
     rows = [Target("proxied HTTP request p50 over the same request straight to the server", f"{ratio}x", "<= 1.5x",
                    ratio <= 1.5),
