@@ -157,3 +157,37 @@ def test_a_terminal_outlives_the_revision_timeout(module_knative_router: RouterP
             assert [s for s in steps if s.get("type") == "pty_close"][-1]["exit_code"] == 6
         finally:
             sandbox.close()
+
+
+def test_a_ports_websocket_ends_at_the_revision_timeout_and_requests_go_on(
+        module_knative_router: RouterProcess, module_cluster: Cluster, served: Served) -> None:
+    """A WebSocket to the sandbox's own server is that server's protocol, which grove cannot resume: the hops
+    end it at the revision's timeout (2 s here) and its client sees it close; HTTP requests after the cut get
+    tunnels of their own."""
+    sandbox, port = served.sandbox, served.port
+    spec = module_cluster.knative.services[sandbox.id].obj["spec"]["template"]["spec"]
+    saved = {k: spec[k] for k in ("timeoutSeconds", "responseStartTimeoutSeconds", "idleTimeoutSeconds")}
+    spec.update(timeoutSeconds=2, responseStartTimeoutSeconds=2, idleTimeoutSeconds=2)
+    cuts = module_cluster.knative.timeouts
+
+    async def go() -> tuple[str, aiohttp.WSMsgType, list[int]]:
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {module_knative_router.key}"}) as http:
+            async with http.ws_connect(f"{_base(module_knative_router, sandbox.id, port)}/ws") as ws:
+                await ws.send_str("before the cut")
+                echoed = await ws.receive_str(timeout=30)
+                end = await ws.receive(timeout=30)  # nothing sent: what comes is the close at the cut
+            statuses = []
+            for _ in range(3):
+                async with http.get(f"{_base(module_knative_router, sandbox.id, port)}/hello") as resp:
+                    statuses.append(resp.status)
+                await asyncio.sleep(1)
+        return echoed, end.type, statuses
+
+    try:
+        echoed, end, statuses = asyncio.run(go())
+    finally:
+        spec.update(saved)
+    assert echoed == "before the cut"
+    assert end in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING)
+    assert module_cluster.knative.timeouts > cuts
+    assert statuses == [200, 200, 200]
