@@ -12,12 +12,12 @@ from router.api.appkeys import SERVICE
 from router.api.middleware import KEYS, MIDDLEWARES, SESSION_ROUTES
 from router.api.port_hosts import ports_context
 from router.api.routes import ROUTES
+from router.api.shards import PEERS
 from router.auth import KeyRing
 from router.backends.base import Backend
 from router.lifecycle.service import SandboxService
 from router.records.registry import Registry
 from router.settings import RouterSettings
-from router.shards.middleware import PEERS
 from router.shards.peers import Peers
 from router.storage import open_storage
 from router.trajectory.journal import Journal

@@ -22,8 +22,8 @@ from router.api.appkeys import KEYS as KEYS  # where the app and the viewer have
 from router.api.openapi import canonical_path
 from router.api.replies import error_of, reply
 from router.api.routes import ROUTES, Handler
+from router.api.shards import peer_auth_middleware, shards_middleware
 from router.records.registry import SAFE_ID_RE
-from router.shards.middleware import peer_auth_middleware, shards_middleware
 from router.upstream.proxy import StreamAborted
 
 
@@ -75,7 +75,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     """Every call but the public ones needs a valid API key, loopback included (on routes that name a
     ``key_header``, the key may come in that header instead of ``Authorization: Bearer``). The viewer's
     routes take a session cookie instead, and check it themselves. A call a peer router signed has its caller
-    already (router/shards/middleware.py)."""
+    already (router/api/shards.py)."""
     route = request.match_info.route.resource
     canonical = route.canonical if route is not None else request.path
     if CALLER not in request and (request.method, canonical) not in _NO_KEY and \

@@ -12,10 +12,10 @@ from grove.core.schema import parse
 from router.api.appkeys import SERVICE, in_view, project_of, sandbox_of, service_of
 from router.api.datapath import read_capped
 from router.api.replies import reply
+from router.api.shards import across_shards
 from router.lifecycle.keepwarm import keep_warm
 from router.models import CreateRequest, Empty
 from router.records.registry import SandboxRecord
-from router.shards.middleware import across_shards
 
 
 async def read_body(request: web.Request) -> Any:
