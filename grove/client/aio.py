@@ -277,8 +277,11 @@ class AsyncGrove:
         return AsyncSandbox(self, await self.request("GET", f"/v1/sandboxes/{sandbox_id}"))
 
     async def list(self, labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
-        """Live sandboxes, optionally filtered by metadata/labels."""
+        """Live sandboxes, optionally filtered by metadata/labels; given several routers, every shard's (a shard
+        that does not answer is left out: ``GET /v1/sandboxes?shards=all`` names it)."""
         params = [("label", f"{k}={v}") for k, v in (labels or {}).items()]
+        if len(self.routes.urls) > 1:
+            params.append(("shards", "all"))
         body = await self.request("GET", "/v1/sandboxes", params=params)
         return list(body["sandboxes"])
 

@@ -37,6 +37,9 @@ async def shards_middleware(request: web.Request, handler: Handler) -> web.Strea
     if sandbox_id is None or not request.path.startswith("/v1/sandboxes/") or \
             (owner := peers.owner(sandbox_id)) is None:
         return await handler(request)
+    if CALLER not in request:  # a route with its own credential (a signed port URL, an upload token)
+        raise Misdirected(f"sandbox {sandbox_id} is shard {owner}'s: send this call to its router, "
+                          f"{peers.url_of(owner, sandbox_id)} (calls without an API key are not passed on)")
     if signing.PEER in request.headers:
         raise Misdirected(f"sandbox {sandbox_id} is shard {owner}'s, not this router's ({peers.config.name}), and "
                           f"peer {request.headers[signing.PEER]!r} sent it here: the routers' --peers disagree")

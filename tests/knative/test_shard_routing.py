@@ -73,6 +73,12 @@ def test_a_call_for_the_other_shards_sandbox_reaches_it_through_either_router(
         frames = asyncio.run(_streamed(a.url, a.key, theirs.id))
         assert ("stdout", b"one\n") in frames and ("stderr", b"two\n") in frames and frames[-1][0] == "result"
 
+        # A WebSocket is not passed on: 421 naming the owner's URL, where the client opens it itself.
+        upgrade = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+                   "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+        misdirected = a.http("GET", f"/v1/sandboxes/{theirs.id}/pty", headers=upgrade)
+        assert misdirected.status == 421 and b.url in misdirected.json()["error"]["message"]
+
         # The owner enforces the caller's project: a member of another project, let in by a, gets b's 404.
         member = a.cli("key", "add", "--project", "other").stdout.decode().strip()
         reply = a.http("POST", f"/v1/sandboxes/{theirs.id}/exec", json_body={"command": "true"}, key=member)
@@ -101,6 +107,7 @@ def test_one_shard_down_is_a_503_naming_it_and_the_other_goes_on(cluster: Cluste
         made = [grove.create(IMAGE, heartbeat=False) for _ in range(2)]
         assert {shard_of(s.id) for s in made} == {"a", "b"}
         on_a, on_b = sorted(made, key=lambda s: str(shard_of(s.id)))
+        assert sorted(s["id"] for s in grove.list()) == sorted(s.id for s in made)  # every shard's
 
         a.stop()
         # The SDK sends b's sandbox's calls to b itself: with a (its first URL) down they still work.
