@@ -21,7 +21,7 @@ from router.projects.model import Caller
 from router.shards import signing
 from tests.conftest import free_tcp_port
 from tests.support.knative_fixtures import Cluster, knative_router_on
-from tests.support.router_fixtures import RouterProcess
+from tests.support.router_fixtures import RouterProcess, wait_for
 from tests.support.s3_fixtures import new_bucket
 
 IMAGE = "python:3.11-slim"
@@ -94,9 +94,14 @@ def test_a_call_for_the_other_shards_sandbox_reaches_it_through_either_router(
         fresh = signing.sign(secret.encode(), "a", "GET", path, admin)
         assert b.http("GET", path, auth=False, headers=fresh).json()["id"] == theirs.id
 
-        # A delete through the other router deletes it at its owner.
+        # A delete through the other router deletes it at its owner; its trajectory, stored by its owner in the
+        # shared bucket, is read through either router (trajectory queries read S3, not routers).
         grove_b.request("DELETE", f"/v1/sandboxes/{mine.id}")
         assert grove_a.list() == []
+        wait_for(lambda: b.http("GET", f"/v1/trajectories/{mine.id}").status == 200, 60, what="its trajectory")
+        reply = b.http("GET", f"/v1/trajectories/{mine.id}")
+        assert reply.json()["sandbox"]["id"] == mine.id
+        assert b"through-b.txt" in reply.body  # the write b passed on was recorded by its owner, a
         theirs.close()
 
 
