@@ -155,6 +155,10 @@ class AsyncGrove:
                         return body
                     return _decode(body, resp.content_type)
             except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+                refused = isinstance(exc, aiohttp.ClientConnectorError)  # nothing was sent
+                if refused and attempt + 1 < attempts and (other := self.routes.instead(method, path, base)):
+                    base = other  # a create another shard can take
+                    continue
                 if attempt + 1 >= attempts:
                     raise Unreachable(f"cannot reach the grove router at {base}: {exc}") from exc
                 await asyncio.sleep(0.2 * 2**attempt)

@@ -32,6 +32,9 @@ class ShardRoutes:
         self.urls = urls
         self._shards: dict[str, str] | None = None
         self._turn = itertools.count()
+        self._refused: set[str] = set()
+        """Routers that refused a create's connection: left out of creates (their sandboxes' calls still go
+        there)."""
         self._lock = asyncio.Lock()
 
     async def _learn(self, http: aiohttp.ClientSession) -> dict[str, str]:
@@ -53,9 +56,26 @@ class ShardRoutes:
         """The router to send ``method path`` to."""
         if len(self.urls) == 1:
             return self.urls[0]
-        if method == "POST" and path in ("/v1/sandboxes", "/v1/sandboxes/batch"):
-            live = list((await self._learn(http)).values()) or self.urls
-            return live[next(self._turn) % len(live)]
+        if _is_create(method, path):
+            await self._learn(http)
+            return self._next_for_creates() or self.urls[0]
         if (match := _SANDBOX_PATH.match(path)) is not None and (shard := shard_of(match.group(1))) is not None:
             return (await self._learn(http)).get(shard, self.urls[0])
         return self.urls[0]
+
+    def instead(self, method: str, path: str, refused: str) -> str | None:
+        """Another router for a create whose router refused the connection (nothing of it was sent, so no
+        shard made it), that router left out of creates from now on; None for any other call (a sandbox's
+        calls belong to its owner) or when no router is left."""
+        if len(self.urls) == 1 or not _is_create(method, path):
+            return None
+        self._refused.add(refused)
+        return self._next_for_creates()
+
+    def _next_for_creates(self) -> str | None:
+        live = [url for url in (self._shards or {}).values() if url not in self._refused]
+        return live[next(self._turn) % len(live)] if live else None
+
+
+def _is_create(method: str, path: str) -> bool:
+    return method == "POST" and path in ("/v1/sandboxes", "/v1/sandboxes/batch")

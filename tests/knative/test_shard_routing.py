@@ -135,6 +135,10 @@ def test_one_shard_down_is_a_503_naming_it_and_the_other_goes_on(cluster: Cluste
             except NotFound as exc:
                 assert "does not know" in exc.message
 
+        # The SDK's creates go to the shard that is up (a refused the connection: nothing of them reached it).
+        made += [grove.create(IMAGE, heartbeat=False) for _ in range(2)]
+        assert [shard_of(s.id) for s in made[2:]] == ["b", "b"]
+
         a.start()  # back from its own state dir: its sandbox is there again, through b too
         assert b.http("GET", f"/v1/sandboxes/{on_a.id}").json()["id"] == on_a.id
         assert on_a.exec("echo back").stdout == b"back\n"
