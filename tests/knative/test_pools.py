@@ -41,7 +41,8 @@ def _status(cluster: Cluster, sandbox_id: str, token: str) -> int:
     return int(cluster.api.run(call()))
 
 
-def test_a_claim_is_one_patch_of_its_secret_and_no_new_revision(knative_router: RouterProcess, cluster: Cluster) -> None:
+def test_a_claim_is_one_patch_of_its_secret_and_no_new_revision(
+        knative_router: RouterProcess, cluster: Cluster) -> None:
     with knative_router.client() as grove:
         grove.create_pool("kn", IMAGE, size=2, resources={"cpu": 0.5, "memory_mb": 256})
         wait_for(lambda: grove.pool("kn")["ready"] == 2, 120, what="two ready members")
