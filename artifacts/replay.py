@@ -21,7 +21,7 @@ clock times ``16:12``, ``16:12:26.123``      ``<time>``
 durations ``0.05s``, ``12 ms``               ``<duration>``
 addresses ``0x7f3a…``                         ``<addr>``
 process ids ``pid 4242``, ``pid=4242``       ``pid <pid>``
-sandbox ids ``sb-<16 hex>``                  ``<sandbox>``
+sandbox ids ``sb-[<shard>-]<16 hex>``        ``<sandbox>``
 ===========================================  =================
 
 An output the record holds only as a hash (truncated) is compared by its raw sha256.
@@ -56,7 +56,7 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds)\b"), "<duration>"),
     (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<addr>"),
     (re.compile(r"\b(pid)\b[ =:#]*\d+", re.IGNORECASE), r"\1 <pid>"),
-    (re.compile(r"\bsb-[0-9a-f]{16}\b"), "<sandbox>"),
+    (re.compile(r"\bsb-(?:[a-z0-9]{1,12}-)?[0-9a-f]{16}\b"), "<sandbox>"),
 )
 
 

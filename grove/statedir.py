@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grove.core.errors import Invalid
+from grove.core.sandbox_ids import LONGEST_ID
 
 SUN_PATH_MAX = 107
 """The longest Unix socket path Linux takes (``sun_path`` is 108 bytes, with the NUL)."""
-_SOCKET_TAIL = len("/sandboxes/sb-0123456789abcdef/executor.sock")
+_SOCKET_TAIL = len(f"/sandboxes/{LONGEST_ID}/executor.sock")
 
 
 @dataclass(frozen=True)

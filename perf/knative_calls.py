@@ -127,7 +127,7 @@ async def _lifecycles(cluster: Cluster, n: int) -> dict[str, Any]:
                 spec = dataclasses.replace(spec, token="tk-" + new_id(), env={"TASK": str(i)})
                 await backend.claim(spec, started.handle)
                 c_claimed = _snapshot(cluster)
-                phases["claim (a dry run, then the writes)"].append(_phase(c2, c_claimed, spec.id))
+                phases["claim (one patch of the Secret)"].append(_phase(c2, c_claimed, spec.id))
                 c2 = c_claimed
                 if i < 3:  # a few go through scale-to-zero and a cold start
                     await asyncio.sleep(IDLE_S * cluster.knative.time_scale + 1.0)

@@ -12,11 +12,13 @@ from router.api.appkeys import SERVICE
 from router.api.middleware import KEYS, MIDDLEWARES, SESSION_ROUTES
 from router.api.port_hosts import ports_context
 from router.api.routes import ROUTES
+from router.api.shards import PEERS
 from router.auth import KeyRing
 from router.backends.base import Backend
 from router.lifecycle.service import SandboxService
 from router.records.registry import Registry
 from router.settings import RouterSettings
+from router.shards.peers import Peers
 from router.storage import open_storage
 from router.trajectory.journal import Journal
 from router.trajectory.recorder import Recorder
@@ -46,6 +48,7 @@ def create_app(settings: RouterSettings, backend: Backend | None = None) -> web.
     app = web.Application(middlewares=MIDDLEWARES, client_max_size=settings.max_body_bytes)
     backend = backend or make_backend(settings)
     app[KEYS] = KeyRing(list(settings.api_keys), settings.layout.api_keys)
+    app[PEERS] = Peers(settings.shards)
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
     install_viewer(app, app[KEYS])
@@ -55,11 +58,13 @@ def create_app(settings: RouterSettings, backend: Backend | None = None) -> web.
         # The service is made once its storage is open: every collaborator in its constructor.
         async with open_storage(settings) as storage:
             recorder = Recorder(Journal(settings.state_dir), backend.name)
-            service = SandboxService(settings, backend, Registry(settings.state_dir), Upstreams(), recorder, storage)
+            registry = Registry(settings.state_dir, settings.shards.name)
+            service = SandboxService(settings, backend, registry, Upstreams(), recorder, storage)
             app[SERVICE] = service
             await service.start()
             yield
             await service.close()
+            await app[PEERS].close()
 
     app.cleanup_ctx.append(lifetime)
     app.cleanup_ctx.append(ports_context)  # after the service: its recorder counts the ports' traffic

@@ -13,6 +13,7 @@ from grove.core.errors import Invalid
 from grove.statedir import StateDir
 from router.backends.knative.options import KnativeOptions
 from router.backends.local.unpack_limits import UnpackLimits
+from router.shards.config import ShardConfig
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,8 @@ class RouterSettings:
     origin apart from the API and viewer: a sandbox's page never shares theirs); 0: any free port."""
     ports_domain: str = "localhost"
     """The domain under which those host names are served (``*.localhost`` reaches loopback in browsers)."""
+    shards: ShardConfig = dataclasses.field(default_factory=ShardConfig)
+    """This router's shard, its peers and their shared secret (the default: the only router)."""
 
     @property
     def layout(self) -> StateDir:

@@ -129,7 +129,7 @@ ROUTER_LAYERS: list[set[str]] = [
     {"settings"},                             # the router's configuration
     {"backends.local", "backends.knative"},   # each backend with its parts (never each other)
     {"backends"},                             # the protocol every backend implements, egress entries
-    {"auth"},                                 # API keys and the caller each stands for
+    {"auth", "shards"},                       # API keys and the caller each stands for; shards, peers, signing
     {"projects", "models", "logs", "connections"},  # leaves: projects, request models, the log, connection limits
 ]
 """``router``'s folders (and top-level modules) from the top down: each may import only what is below it."""

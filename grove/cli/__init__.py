@@ -40,8 +40,8 @@ def _common_options(default: object) -> argparse.ArgumentParser:
     common.add_argument("--state-dir", default=default,
                         help=f"router state (default $GROVE_STATE_DIR or {DEFAULT_STATE})")
     common.add_argument("--url", default=default,
-                        help="router URL (default $GROVE_URL, else the router running on the state dir, "
-                             "else http://127.0.0.1:8470)")
+                        help="router URL, or several routers' comma-separated (one per shard) (default $GROVE_URL, "
+                             "else the router running on the state dir, else http://127.0.0.1:8470)")
     return common
 
 

@@ -59,6 +59,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         disk_reserve_mb=args.disk_reserve_mb,
         ports_port=args.ports_port,
         ports_domain=args.ports_domain,
+        shards=_shards(args),
     ).with_env(os.environ)
     asyncio.run(serve(settings, new_key=new_key, ready_file=args.ready_file, sock=sock))
     return 0
@@ -75,6 +76,14 @@ def _days(value: int | None, env: str) -> int | None:
         return int(text)
     except ValueError:
         raise Invalid(f"{env} must be a whole number of days, got {text!r}") from None
+
+
+def _shards(args: argparse.Namespace) -> Any:
+    """``--shard`` and ``--peers``, with the peers' shared secret from ``GROVE_PEER_SECRET``."""
+    from router.shards.config import ShardConfig, parse_peers
+
+    secret = os.environ.get("GROVE_PEER_SECRET")
+    return ShardConfig(args.shard, parse_peers(args.peers or ""), secret.encode() if secret else None)
 
 
 def _knative_options(args: argparse.Namespace) -> Any:
@@ -292,6 +301,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     up.add_argument("--ports-domain", default="localhost",
                     help="the domain of those names (default localhost: *.localhost is loopback in browsers)")
     up.add_argument("--backend", default="local", choices=["local", "knative"])
+    up.add_argument("--shard", default="default", metavar="NAME",
+                    help="this router's shard, named in every sandbox id it makes (1-12 lower-case letters and "
+                         "digits; default: default, whose ids keep the shape of before sharding)")
+    up.add_argument("--peers", metavar="NAME=URL,...",
+                    help="the other shards' routers: calls for their sandboxes are passed on to them, signed with "
+                         "GROVE_PEER_SECRET (the same on every router)")
     up.add_argument("--s3", help="S3 endpoint URL (default: start an embedded S3 server on loopback)")
     up.add_argument("--s3-bucket", default="grove")
     up.add_argument("--s3-credentials", help='JSON file {"access_key": ..., "secret_key": ...}')

@@ -22,6 +22,7 @@ from grove.client.batch import batch_ask, stream_batch
 from grove.client.computer import AsyncComputer
 from grove.client.processes import AsyncProcesses
 from grove.client.results import ExecResult
+from grove.client.shards import ShardRoutes, split_urls
 from grove.client.upload import UPLOAD_MAX_BYTES, spool_tar
 from grove.core import wire
 from grove.core.api import FrameReader, exec_body
@@ -52,12 +53,14 @@ def _retry_after(header: str | None) -> float | None:
         return None
 
 
-def _resolve(url: str | None, api_key: str | None) -> tuple[str, str]:
-    url = url or os.environ.get("GROVE_URL") or DEFAULT_URL
+def _resolve(url: str | None, api_key: str | None) -> tuple[list[str], str]:
+    urls = split_urls(url or os.environ.get("GROVE_URL") or DEFAULT_URL)
     key = api_key or os.environ.get("GROVE_API_KEY")
     if not key:
         raise Invalid("no API key: pass api_key= or set GROVE_API_KEY (`grove up` prints it; it is in the state dir)")
-    return url.rstrip("/"), key
+    if not urls:
+        raise Invalid("no router URL: pass url= or set GROVE_URL (several, one per shard, comma-separated)")
+    return urls, key
 
 
 class AsyncGrove:
@@ -65,9 +68,13 @@ class AsyncGrove:
 
     def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout_s: float = 3600.0,
                  project: str | None = None) -> None:
-        """``project``: for an admin key, the project to act in (``"*"``: listings of every project); a project's
-        own key needs none (its project is the key's)."""
-        self.url, self._key = _resolve(url, api_key)
+        """``url``: the router's, or several routers' comma-separated (one per shard: each sandbox's calls then go
+        to the router its id names, creates to each in turn). ``project``: for an admin key, the project to act in
+        (``"*"``: listings of every project); a project's own key needs none (its project is the key's)."""
+        urls, self._key = _resolve(url, api_key)
+        self.url = urls[0]
+        """The (first) router's URL: calls that name no sandbox go there."""
+        self.routes = ShardRoutes(urls)
         self.project = project or os.environ.get("GROVE_PROJECT") or None
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
@@ -80,6 +87,10 @@ class AsyncGrove:
         """The headers that authenticate this client's calls, for a tool that calls the router itself (an MCP
         client of a published server)."""
         return {"Authorization": f"Bearer {self._key}", **({"X-Grove-Project": self.project} if self.project else {})}
+
+    async def base_url(self, method: str, path: str) -> str:
+        """The router a call goes to: the owner of the sandbox it names, given several (:mod:`grove.client.shards`)."""
+        return await self.routes.base(self._http(), method, path)
 
     async def __aenter__(self) -> AsyncGrove:
         return self
@@ -125,10 +136,11 @@ class AsyncGrove:
             data = msgpack.packb(msgpack_body, use_bin_type=True)
             headers["Content-Type"] = wire.MSGPACK
         attempts = _RETRIES if retry else 1
+        base = await self.base_url(method, path)
         for attempt in range(attempts):
             try:
                 async with self._http().request(
-                    method, self.url + path, json=json_body, params=params, data=data, headers=headers
+                    method, base + path, json=json_body, params=params, data=data, headers=headers
                 ) as resp:
                     body = await resp.read()
                     if resp.status >= 400:
@@ -143,10 +155,14 @@ class AsyncGrove:
                         return body
                     return _decode(body, resp.content_type)
             except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+                refused = isinstance(exc, aiohttp.ClientConnectorError)  # nothing was sent
+                if refused and attempt + 1 < attempts and (other := self.routes.instead(method, path, base)):
+                    base = other  # a create another shard can take
+                    continue
                 if attempt + 1 >= attempts:
-                    raise Unreachable(f"cannot reach the grove router at {self.url}: {exc}") from exc
+                    raise Unreachable(f"cannot reach the grove router at {base}: {exc}") from exc
                 await asyncio.sleep(0.2 * 2**attempt)
-        raise Unavailable(f"the grove router at {self.url} kept answering 503")
+        raise Unavailable(f"the grove router at {base} kept answering 503")
 
     @contextlib.asynccontextmanager
     async def stream(
@@ -162,7 +178,8 @@ class AsyncGrove:
             data = msgpack.packb(msgpack_body, use_bin_type=True)
             headers["Content-Type"] = wire.MSGPACK
         try:
-            async with self._http().request(method, self.url + path, params=params, data=data, headers=headers,
+            base = await self.base_url(method, path)
+            async with self._http().request(method, base + path, params=params, data=data, headers=headers,
                                             allow_redirects=allow_redirects) as resp:
                 if resp.status >= 400:
                     err = error_from_body(resp.status, _decode(await resp.read(), resp.content_type))
@@ -264,8 +281,11 @@ class AsyncGrove:
         return AsyncSandbox(self, await self.request("GET", f"/v1/sandboxes/{sandbox_id}"))
 
     async def list(self, labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
-        """Live sandboxes, optionally filtered by metadata/labels."""
+        """Live sandboxes, optionally filtered by metadata/labels; given several routers, every shard's (a shard
+        that does not answer is left out: ``GET /v1/sandboxes?shards=all`` names it)."""
         params = [("label", f"{k}={v}") for k, v in (labels or {}).items()]
+        if len(self.routes.urls) > 1:
+            params.append(("shards", "all"))
         body = await self.request("GET", "/v1/sandboxes", params=params)
         return list(body["sandboxes"])
 
@@ -446,7 +466,7 @@ class AsyncSandbox:
         headers = {"Accept": wire.MSGPACK, "Content-Type": wire.MSGPACK}
         try:
             async with http.post(
-                self.client.url + self._path("/exec"),
+                await self.client.base_url("POST", self._path("/exec")) + self._path("/exec"),
                 params={"stream": "1"},
                 data=msgpack.packb(body, use_bin_type=True),
                 headers=headers,

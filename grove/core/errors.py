@@ -89,6 +89,14 @@ class RangeNotSatisfiable(GroveError):
     status = 416
 
 
+class Misdirected(GroveError):
+    """Another router owns this sandbox and the call cannot be passed on to it (a WebSocket upgrade, a call that
+    came from a peer already): the message names the owner's URL."""
+
+    code = "misdirected"
+    status = 421
+
+
 class Invalid(GroveError):
     """Well-formed but semantically invalid (e.g. a negative timeout)."""
 
@@ -193,6 +201,7 @@ _BY_CODE: dict[str, type[GroveError]] = {
         Conflict,
         TooLarge,
         RangeNotSatisfiable,
+        Misdirected,
         Invalid,
         NoDisplay,
         ChecksumMismatch,  # before BadGateway: a bare 502 stays a BadGateway

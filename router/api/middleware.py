@@ -22,6 +22,7 @@ from router.api.appkeys import KEYS as KEYS  # where the app and the viewer have
 from router.api.openapi import canonical_path
 from router.api.replies import error_of, reply
 from router.api.routes import ROUTES, Handler
+from router.api.shards import peer_auth_middleware, shards_middleware
 from router.records.registry import SAFE_ID_RE
 from router.upstream.proxy import StreamAborted
 
@@ -73,10 +74,11 @@ router/ui/guard.py), set by the app that adds them; only matched ones skip the k
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every call but the public ones needs a valid API key, loopback included (on routes that name a
     ``key_header``, the key may come in that header instead of ``Authorization: Bearer``). The viewer's
-    routes take a session cookie instead, and check it themselves."""
+    routes take a session cookie instead, and check it themselves. A call a peer router signed has its caller
+    already (router/api/shards.py)."""
     route = request.match_info.route.resource
     canonical = route.canonical if route is not None else request.path
-    if (request.method, canonical) not in _NO_KEY and \
+    if CALLER not in request and (request.method, canonical) not in _NO_KEY and \
             (route is None or (request.method, canonical) not in request.app[SESSION_ROUTES]):
         header = request.headers.get("Authorization")
         alternative = _KEY_HEADERS.get((request.method, canonical))
@@ -125,4 +127,5 @@ async def projects_middleware(request: web.Request, handler: Handler) -> web.Str
     return await handler(request)
 
 
-MIDDLEWARES = [errors_middleware, auth_middleware, ids_middleware, projects_middleware]
+MIDDLEWARES = [errors_middleware, peer_auth_middleware, auth_middleware, shards_middleware, ids_middleware,
+               projects_middleware]

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from grove.core.errors import NotFound, Unauthorized
+from grove.core.sandbox_ids import ID_PATTERN
 from router.api.appkeys import CALLER, SERVICE, sandbox_of
 from router.api.middleware import KEYS, errors_middleware
 from router.api.port_proxy import TOKEN_COOKIE, TOKEN_PARAM, key_credential, parse_port, proxy
@@ -30,8 +31,8 @@ from router.ports.traffic import Traffic
 from router.ports.tunnels import PortClients
 from router.projects.model import Caller
 
-_NAME_RE = re.compile(r"^(sb-[a-z0-9]+)-([0-9]{1,5})\.(.+)$")
-_E2B_NAME_RE = re.compile(r"^([0-9]{1,5})-(sb-[a-z0-9]+)\.(.+)$")
+_NAME_RE = re.compile(rf"^({ID_PATTERN})-([0-9]{{1,5}})\.(.+)$")
+_E2B_NAME_RE = re.compile(rf"^([0-9]{{1,5}})-({ID_PATTERN})\.(.+)$")
 """E2B's order, ``{port}-{id}.<domain>``: what its SDK's ``get_host(port)`` builds."""
 
 

@@ -12,6 +12,7 @@ from grove.core.schema import parse
 from router.api.appkeys import SERVICE, in_view, project_of, sandbox_of, service_of
 from router.api.datapath import read_capped
 from router.api.replies import reply
+from router.api.shards import across_shards
 from router.lifecycle.keepwarm import keep_warm
 from router.models import CreateRequest, Empty
 from router.records.registry import SandboxRecord
@@ -51,7 +52,10 @@ async def list_sandboxes(request: web.Request) -> web.Response:
     live = service_of(request).registry.claimed()
     records = [r for r in live if in_view(request, r.project) and r.matches(labels)
                and (not status or r.status == status)]
-    return reply(request, {"sandboxes": [r.public() for r in sorted(records, key=lambda r: r.created_at)]})
+    rows = [r.public() for r in sorted(records, key=lambda r: r.created_at)]
+    if request.query.get("shards") == "all":  # every shard's, merged; the unreachable ones named
+        return reply(request, await across_shards(request, rows))
+    return reply(request, {"sandboxes": rows})
 
 
 async def get_sandbox(request: web.Request) -> web.Response:
@@ -82,4 +86,4 @@ async def healthz(request: web.Request) -> web.Response:
     concurrency by it: isolated grading holds two sandboxes per attempt while it grades)."""
     service = service_of(request)
     return reply(request, {"ok": True, "backend": service.backend.name, "sandboxes": len(service.registry.claimed()),
-                           "max_sandboxes": service.settings.max_sandboxes})
+                           "max_sandboxes": service.settings.max_sandboxes, "shard": service.registry.shard})

@@ -25,7 +25,7 @@ from router.models import CreateRequest
 from router.pools.warm import Pools
 from router.projects.model import DEFAULT
 from router.records.image_config import ImageRunConfig
-from router.records.registry import Registry, SandboxRecord, new_id
+from router.records.registry import Registry, SandboxRecord
 from router.records.statedisk import storage_error
 from router.settings import RouterSettings
 from router.trajectory.recorder import Recorder
@@ -95,8 +95,8 @@ class Starts(InFlight):
             raise Unavailable(f"this router already runs {service.settings.max_sandboxes} sandboxes", retry_after=5)
         if not req.workdir.startswith("/"):
             raise Invalid("'workdir' must be an absolute path")
-        record = SandboxRecord(id=new_id(), request=req, token=secrets.token_urlsafe(32), created_at=time.time(),
-                               project=project, lineage=lineage,
+        record = SandboxRecord(id=service.registry.new_id(), request=req, token=secrets.token_urlsafe(32),
+                               created_at=time.time(), project=project, lineage=lineage,
                                image_config=run_config.record() if run_config is not None else None)
         service.backend.check(record.spec())
         # The project's quotas and the host's room, checked and counted with no await in between: a burst's

@@ -21,7 +21,7 @@ from router.models import CreateRequest, PoolRequest
 from router.projects.files import ProjectFiles
 from router.projects.model import DEFAULT
 from router.records.image_config import run_config_of
-from router.records.registry import Registry, SandboxRecord, new_id
+from router.records.registry import Registry, SandboxRecord
 from router.settings import RouterSettings
 from router.trajectory.journal import Journal
 
@@ -116,10 +116,10 @@ class Filler:
         """Look at the pools now (one was defined, resized or claimed from)."""
         self._wake_event.set()
 
-    @staticmethod
-    def _member(pool: Pool) -> SandboxRecord:
-        return SandboxRecord(id=new_id(), request=made_with(pool.definition), token=secrets.token_urlsafe(32),
-                             created_at=time.time(), pool=pool.key, project=pool.project)
+    def _member(self, pool: Pool) -> SandboxRecord:
+        return SandboxRecord(id=self._service.registry.new_id(), request=made_with(pool.definition),
+                             token=secrets.token_urlsafe(32), created_at=time.time(), pool=pool.key,
+                             project=pool.project)
 
     def _wanting(self) -> Pool | None:
         """A pool short of members, if the router has room for another sandbox."""

@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import json
 import re
-import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -15,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grove.core import sandbox_ids
 from grove.core.errors import Conflict, GroveError, NotFound
+from grove.core.sandbox_ids import DEFAULT_SHARD, ID_PATTERN, ID_RE
 from grove.statedir import StateDir
 from router.backends.base import CheckpointSource, Endpoint, SandboxSpec
 from router.models import CreateRequest, LineageModel, Metadata, NetworkModel
@@ -24,16 +25,16 @@ from router.records import log as recordlog
 from router.records.cost import Spent
 from router.records.files import RecordFiles
 
-ID_RE = re.compile(r"^sb-[0-9a-f]{16}$")
-SAFE_ID_RE = re.compile(r"sb-[0-9a-z]{1,64}")
-"""What any id in a route or a file name must look like (``fullmatch``): the router makes ``sb-`` and 16 hex
-digits, records from elsewhere (imported, test samples) may carry other letters; none can hold a path."""
+SAFE_ID_RE = re.compile(ID_PATTERN)
+"""What any id in a route or a file name must look like (``fullmatch``): the router makes ``sb-``, its shard's
+name and ``-`` (none for the ``default`` shard) and 16 hex digits (:mod:`grove.core.sandbox_ids`), records from
+elsewhere (imported, test samples) may carry other letters; none can hold a path."""
 _TOMBSTONES = 10_000
 
 
-def new_id() -> str:
-    """A fresh sandbox id."""
-    return "sb-" + secrets.token_hex(8)
+def new_id(shard: str = DEFAULT_SHARD) -> str:
+    """A fresh sandbox id of ``shard`` (:func:`grove.core.sandbox_ids.new_id`)."""
+    return sandbox_ids.new_id(shard)
 
 
 @dataclass
@@ -173,7 +174,9 @@ _DISK_FIELDS = tuple(f for f in dataclasses.fields(SandboxRecord) if f.name not 
 class Registry:
     """id → record, persisted one JSON file per sandbox under ``<state>/records``."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, shard: str = DEFAULT_SHARD) -> None:
+        self.shard = shard
+        """The router's shard: the one every id it makes names."""
         self._dir = StateDir(state_dir).records
         self._dir.mkdir(parents=True, exist_ok=True)
         self._files = RecordFiles(self._dir)  # replays the log a crash left: the files as last written
@@ -277,6 +280,10 @@ class Registry:
         self._ended[record.id] = record
         while len(self._ended) > _TOMBSTONES:
             self._ended.popitem(last=False)
+
+    def new_id(self) -> str:
+        """A fresh id of this router's shard."""
+        return new_id(self.shard)
 
     def get(self, sandbox_id: str, *, pooled: bool = False) -> SandboxRecord:
         """A live record; ``NotFound`` for unknown or malformed ids (and unclaimed pool members, unless

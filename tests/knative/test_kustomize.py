@@ -76,8 +76,8 @@ def test_rbac_is_least_privilege() -> None:
     granted = role_rules()
     assert ("get", "secrets") not in granted and ("create", "pods") not in granted
     assert not any(verb in ("*", "update", "deletecollection") for verb, _ in granted)
-    # Patch only where a warm-pool claim needs it: a Service's labels, its Secret's token and env.
-    assert {res for verb, res in granted if verb == "patch"} == {"services", "secrets"}
+    # Patch only where a warm-pool claim needs it: its Secret's token, env and labels (never the Service).
+    assert {res for verb, res in granted if verb == "patch"} == {"secrets"}
     account = next(d for d in docs if d["kind"] == "ServiceAccount")
     named = {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")) for d in docs}
     bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]

@@ -41,7 +41,8 @@ def _status(cluster: Cluster, sandbox_id: str, token: str) -> int:
     return int(cluster.api.run(call()))
 
 
-def test_a_claim_is_two_patches_and_no_new_revision(knative_router: RouterProcess, cluster: Cluster) -> None:
+def test_a_claim_is_one_patch_of_its_secret_and_no_new_revision(
+        knative_router: RouterProcess, cluster: Cluster) -> None:
     with knative_router.client() as grove:
         grove.create_pool("kn", IMAGE, size=2, resources={"cpu": 0.5, "memory_mb": 256})
         wait_for(lambda: grove.pool("kn")["ready"] == 2, 120, what="two ready members")
@@ -55,14 +56,17 @@ def test_a_claim_is_two_patches_and_no_new_revision(knative_router: RouterProces
         assert sb.exec("echo $TASK_VAR").stdout == b"claimed\n"
         made = {f"{verb} {plural}": n - before.get((owner, verb, plural), 0)
                 for (owner, verb, plural), n in cluster.api.calls.items() if owner == sb.id}
-        # The Service's patch is made twice: a dry run first, which shows the template stays as it is.
-        assert {k: v for k, v in made.items() if v} == {"patch secrets": 1, "patch services": 2}
+        # Only the Secret is written: the Service (and so its Configuration, Route and KIngress) is not.
+        assert {k: v for k, v in made.items() if v} == {"patch secrets": 1}
 
         # No new revision: the Service's spec (and so its generation) is as the pool made it; same pod.
         ks = cluster.knative.services[sb.id]
         service = cluster.api.objects[("services", NAMESPACE)][sb.id]
         assert service["metadata"]["generation"] == 1 and ks.starts == 1
-        assert any(v == "kn-task" for v in service["metadata"]["labels"].values())
+        # The claim's metadata labels are on the Secret, which Knative copies nowhere.
+        secret_labels = cluster.api.objects[("secrets", NAMESPACE)][secret_name(sb.id)]["metadata"]["labels"]
+        assert secret_labels["grove.dev/task-id"] == "kn-task"
+        assert "grove.dev/task-id" not in service["metadata"]["labels"]
 
         token = json.loads(knative_router.layout.record(sb.id).read_text())["token"]
         assert _status(cluster, sb.id, members[sb.id]["token"]) == 401

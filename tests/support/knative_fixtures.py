@@ -115,21 +115,23 @@ def stand_in_cluster(bundle: Bundle) -> Iterator[Cluster]:
 
 @contextlib.contextmanager
 def knative_router_on(
-    cluster: Cluster, s3: EmbeddedS3, *more_args: str, mode: str = "revision", bucket: str | None = None
+    cluster: Cluster, s3: EmbeddedS3, *more_args: str, mode: str = "revision", bucket: str | None = None,
+    port: int | None = None, key: str | None = None, env: dict[str, str] | None = None,
 ) -> Iterator[RouterProcess]:
     """``grove up --backend knative [more_args]`` against the stand-in for the block, with the real S3 server, in
     endpoint mode ``mode``, on ``bucket`` (None: a new bucket of its own); it runs with the cluster's DNS, so
-    revision URLs resolve to their Services' ClusterIPs."""
+    revision URLs resolve to their Services' ClusterIPs. ``port``, ``key`` (None: a free one, a new one) and
+    ``env`` for routers that must know each other before they start (shards)."""
     state = Path(os.path.realpath(tempfile.mkdtemp(prefix="gkr-")))
-    port = free_tcp_port()
+    port = port or free_tcp_port()
     router = RouterProcess(
-        state, key="gk-" + secrets.token_hex(16), port=port,
+        state, key=key or "gk-" + secrets.token_hex(16), port=port,
         # Executors reach the router on loopback for their snapshot uploads, in parts of S3's smallest size
         # (5 MiB), so a few tens of MiB of workspace make a snapshot of several parts.
         up_args=("--backend", "knative", "--namespace", NAMESPACE, "--kubeconfig", str(cluster.kubeconfig),
                  "--endpoint-mode", mode, "--s3", s3.endpoint, "--s3-bucket", bucket or new_bucket(),
                  "--router-url", f"http://127.0.0.1:{port}", "--snapshot-part-mib", str(PART_MIB), *more_args),
-        extra_env={"GROVE_S3_ACCESS_KEY": s3.access_key, "GROVE_S3_SECRET_KEY": s3.secret_key},
+        extra_env={"GROVE_S3_ACCESS_KEY": s3.access_key, "GROVE_S3_SECRET_KEY": s3.secret_key, **(env or {})},
         backend="knative", launcher=cluster.knative.network.wrap(),
     )
     try:

@@ -223,37 +223,18 @@ class KnativeBackend:
         await self._remove(sandbox_id, cleanup=kinds)
 
     async def claim(self, spec: SandboxSpec, handle: dict[str, Any]) -> dict[str, str]:
-        """Two merge patches: the Secret (token, env and a fresh snapshot URL a restarted pod reads) and the
-        Service's labels — after a dry run of the second. Knative's webhook defaults the template on every
-        write, so with its defaults changed since the member was made (an upgrade, an edited config) the
-        "label-only" patch would change the template: a new revision, a cold pod, the wait a pool is for.
-        Such a member is recycled instead: made again, as the claimant's, with today's defaults."""
+        """One merge patch of the member's Secret: the claimant's token, env, a fresh snapshot URL a restarted
+        pod reads, and the claim's metadata labels. The Service is not written (:func:`manifest.claim_patch`
+        says why): no relabelling of its Configuration, Route and KIngress, and no revision, whatever Knative's
+        defaults became since the member was made."""
         kube, ns, services = self._api(spec.id)
         secret_name = manifest.secret_name(spec.id)
         access = await self.snapshots.access(spec.id, spec.ttl_s, spec.disk_mb) if self.snapshots else None
-        secret, service = manifest.claim_patches(spec, access)
-        patch_service = functools.partial(
-            kube.custom.patch_namespaced_custom_object, _GROUP, _VERSION, ns, "services", spec.id, service,
-            _content_type="application/merge-patch+json")
-        made = services.objects.get(spec.id, {}).get("metadata", {}).get("generation")
-        would = await kube.call("patch", "services.serving.knative.dev", spec.id, patch_service, dry_run="All",
-                                namespace=ns)
-        if made is not None and would.get("metadata", {}).get("generation") != made:
-            log.warning("claiming %s would change its revision template (Knative's defaults changed since it was "
-                        "made): recycling it", spec.id)
-            await self._recycle(spec)
-        else:
-            await kube.call("patch", "secrets", secret_name, kube.core.patch_namespaced_secret, secret_name, ns,
-                            secret, _content_type="application/merge-patch+json", namespace=ns)
-            await kube.call("patch", "services.serving.knative.dev", spec.id, patch_service, namespace=ns)
+        made_with = services.objects.get(spec.id, {}).get("metadata", {}).get("labels", {})
+        patch = manifest.claim_patch(spec, made_with, access)
+        await kube.call("patch", "secrets", secret_name, kube.core.patch_namespaced_secret, secret_name, ns,
+                        patch, _content_type="application/merge-patch+json", namespace=ns)
         return dict(json.loads(manifest.executor_env(spec)))
-
-    async def _recycle(self, spec: SandboxSpec) -> None:
-        """Delete the member's objects, wait for its Service to be gone, and make them again for ``spec``."""
-        _, _, services = self._api(spec.id)
-        await self._remove(spec.id, cleanup=["Service", "Secret", "NetworkPolicy"], keep_snapshot=True)
-        await services.wait_for(spec.id, lambda obj: True if obj is None else None, self.options.ready_timeout_s)
-        await self._create_all(spec, keep_snapshot=True)
 
     async def is_running(self, sandbox_id: str, handle: dict[str, Any]) -> bool:
         """From the watch cache (no API call): the Service exists and is not failed; in pod mode, the
@@ -439,7 +420,7 @@ class KnativeBackend:
         if "Service" in cleanup and self.snapshots is not None:  # a deleted sandbox's checkpoints go with it
             await self.snapshots.remove_checkpoints(sandbox_id)
         if keep_snapshot:
-            return  # made again next (resume, recycle): in the same namespace
+            return  # made again next (a resume): in the same namespace
         self._placed.pop(sandbox_id, None)  # its watch still counts it until the Service is gone
         if self.snapshots is not None and "Service" in cleanup:
             gone = functools.partial(services.wait_for, sandbox_id, lambda obj: True if obj is None else None,

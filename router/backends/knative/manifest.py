@@ -10,6 +10,7 @@ the Secret.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -86,7 +87,7 @@ def build(
         secret={
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": meta(secret_name(spec.id), {}),
+            "metadata": meta(secret_name(spec.id), L.metadata_labels(spec.labels)),
             "type": "Opaque",
             "stringData": _secret_data(spec, snapshot_access),
         },
@@ -95,19 +96,30 @@ def build(
     )
 
 
-def claim_patches(spec: SandboxSpec, snapshot_access: tuple[str, str] | None = None
-                  ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Merge patches that make a pool member's Secret and Service the claim's: the token, env and a snapshot
-    GET URL as fresh as the claim (the member's was signed when the pool made it) its pods start with, the
-    Service's metadata labels. Neither touches the revision template, so Knative makes no new revision and
-    the running pod keeps serving."""
-    secret = {"stringData": _secret_data(spec, snapshot_access)}
-    return secret, {"metadata": {"labels": _service_labels(spec)}}
+def claim_patch(spec: SandboxSpec, made_with: Mapping[str, str],
+                snapshot_access: tuple[str, str] | None = None) -> dict[str, Any]:
+    """The merge patch that makes a pool member's Secret the claim's: the token, env and a snapshot GET URL as
+    fresh as the claim (the member's was signed when the pool made it) its pods start with, and the claim's
+    metadata labels in place of the pool's (``made_with``: the member's labels when it was made).
+
+    The claim writes nothing else. Knative copies a Service's labels and annotations to its Configuration and
+    Route (``MakeConfigurationFromExisting``, ``MakeRoute``), and the Route's on to the KIngress, so a label
+    or annotation on the Service would cost those three writes on every claim; and its webhook defaults the
+    template on every Service write, so with defaults changed since the member was made even a label patch
+    would make a new revision. The Secret is grove's own: nothing copies it, and no write of it can start a
+    pod. The Service keeps the labels it was made with (the pool's, for a member)."""
+    labels: dict[str, str | None] = {key: None for key in made_with if key not in _FIXED_LABELS}
+    labels.update(L.metadata_labels(spec.labels))
+    return {"metadata": {"labels": labels}, "stringData": _secret_data(spec, snapshot_access)}
 
 
 def executor_env(spec: SandboxSpec) -> str:
     """The executor's environment, as its Secret holds it (JSON)."""
     return json.dumps({**DEFAULT_ENV, **spec.env}, sort_keys=True)
+
+
+_FIXED_LABELS = frozenset((L.MANAGED_BY, L.INSTANCE, L.SANDBOX, L.EGRESS, L.ROLE, L.VISIBILITY))
+"""The labels of a sandbox's objects that are not its metadata's (a claim keeps them)."""
 
 
 def _service_labels(spec: SandboxSpec) -> dict[str, str]:
