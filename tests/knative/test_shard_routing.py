@@ -80,7 +80,7 @@ def test_a_call_for_the_other_shards_sandbox_reaches_it_through_either_router(
         assert misdirected.status == 421 and b.url in misdirected.json()["error"]["message"]
 
         # The owner enforces the caller's project: a member of another project, let in by a, gets b's 404.
-        member = a.cli("key", "add", "--project", "other").stdout.decode().strip()
+        member = a.member_key("other")
         reply = a.http("POST", f"/v1/sandboxes/{theirs.id}/exec", json_body={"command": "true"}, key=member)
         assert reply.status == 404, reply.body[:300]
 

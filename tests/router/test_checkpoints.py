@@ -150,10 +150,7 @@ def test_bad_input(ck_router: RouterProcess, client: Grove) -> None:
     reply = ck_router.http("POST", "/v1/sandboxes", json_body={"checkpoint": made["id"], "image": "nope"})
     assert reply.status == 422 and "leave 'image' out" in error_of(reply)["message"]
     # Another project's checkpoint is unknown, exactly as one never taken.
-    done = ck_router.cli("key", "add", "other-user", "--project", "other")
-    assert done.returncode == 0, done.stderr.decode()
-    other = done.stdout.decode().strip()
-    wait_for(lambda: ck_router.http("GET", "/v1/projects", key=other).status == 200, 5, what="the new key taken")
+    other = ck_router.member_key("other", "other-user")
     reply = ck_router.http("POST", "/v1/sandboxes", json_body={"checkpoint": made["id"]}, key=other)
     assert reply.status == 404 and "no checkpoint" in error_of(reply)["message"]
     reply = ck_router.http("GET", f"/v1/sandboxes/{parent.id}/checkpoints/{made['id']}", key=other)

@@ -24,11 +24,7 @@ SMALL = {"cpu": 0.25, "memory_mb": 256, "disk_mb": 256}
 
 def _key(router: RouterProcess, project: str) -> str:
     """A new member key of ``project``, once the router takes it (it re-reads the key file at most once a second)."""
-    done = router.cli("key", "add", f"{project}-user", "--project", project)
-    assert done.returncode == 0, done.stderr.decode()
-    key = done.stdout.decode().strip()
-    wait_for(lambda: router.http("GET", "/v1/projects", key=key).status == 200, 5, what="the new key taken")
-    return key
+    return router.member_key(project, f"{project}-user")
 
 
 def _project(router: RouterProcess, verb: str, name: str, *flags: str) -> None:

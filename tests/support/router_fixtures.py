@@ -451,6 +451,15 @@ class RouterProcess:
             env=env, capture_output=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL,
         )
 
+    def member_key(self, project: str, label: str = "member") -> str:
+        """A new member key of ``project`` made by ``grove key add``, returned once the router takes it (it
+        re-reads its key file at most once a second, so a key used at once can still be refused)."""
+        done = self.cli("key", "add", label, "--project", project)
+        assert done.returncode == 0, done.stderr.decode()
+        key = done.stdout.decode().strip()
+        wait_for(lambda: self.http("GET", "/v1/projects", key=key).status == 200, 30, what="the new key taken")
+        return key
+
     def live_ids(self) -> set[str]:
         """Ids of the router's live sandboxes, of every project (the router's key is an admin's)."""
         reply = self.http("GET", "/v1/sandboxes", headers={"X-Grove-Project": "*"})
