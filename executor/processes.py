@@ -207,8 +207,11 @@ class Processes:
         process = self.running(pid)
         if process.output is not None:
             return process.output.attach()
-        follow = self.logs(pid, os.lstat(self._paths.resolve(process.log)).st_size, True)
-        return self._logged(process, follow)
+        try:
+            end = os.lstat(self._paths.resolve(process.log)).st_size
+        except OSError:
+            end = 0  # the sandbox removed it: logs() names that below
+        return self._logged(process, self.logs(pid, end, True))
 
     @staticmethod
     def _logged(process: Process, follow: Iterator[bytes]) -> Iterator[Event]:
