@@ -3,7 +3,7 @@
 ``python -m perf.bench_compat [--execs 200 --runs 64 --concurrency 8]`` starts one router and measures:
 
 - E2B: ``commands.run("true")`` through the real ``e2b`` SDK (a Connect stream through ``/e2b/sandbox``, the
-  process started by the executor's E2B process table) against grove's own SDK ``exec("true")``, on one sandbox
+  process started on the sandbox's one process table) against grove's own SDK ``exec("true")``, on one sandbox
   each, alternating, ``--execs`` calls each; p50 and p99 and their ratio.
 - SandboxFusion: ``--runs`` ``run_code`` requests of ``print(1)`` (verl's request shape), ``--concurrency`` at a
   time, on a warm pool of that many sandboxes: throughput and p50 latency, against a bare
