@@ -15,7 +15,7 @@ from e2b.exceptions import SandboxException
 from tests.integrations.test_e2b import steps_of
 from tests.support.imagetools import make_busybox_rootfs, tar_directory
 from tests.support.registry import registry_server, write_oci_layout
-from tests.support.router_fixtures import RouterProcess
+from tests.support.router_fixtures import RouterProcess, wait_for
 
 SERVED = """\
 FROM {base}
@@ -73,3 +73,23 @@ def test_a_start_command_that_fails_fails_the_create_with_its_words(router: Rout
         Sandbox.create("broken", timeout=120)
     assert "no server here" in str(failed.value)
     assert router.live_ids() == before  # the sandbox went with its failed create
+
+
+def test_a_template_served_by_a_warm_pool_starts_its_command_on_the_claimed_sandbox(
+        router: RouterProcess, e2b_env: None, templates: None) -> None:
+    # A pool named for the template: E2B's create claims from it, and the command starts after the claim (a pool's
+    # idle members run nothing but their executor).
+    made = router.http("POST", "/v1/pools", json_body={"name": "served-pool", "image": "served", "size": 1})
+    assert made.status == 201, made.body
+    try:
+        wait_for(lambda: router.http("GET", "/v1/pools/served-pool").json()["ready"] == 1, timeout=120,
+                 what="a ready member of the pool")
+        sbx = Sandbox.create("served-pool", timeout=120)
+        assert router.http("GET", "/v1/pools/served-pool").json()["claims"] == 1
+        with router.client() as client:
+            sandbox = client.attach(sbx.sandbox_id)
+            assert sandbox.exec("wget -qO- http://127.0.0.1:8099/index.html").stdout == b"served\n"
+            assert [p.command[:2] for p in sandbox.processes.list()] == [["/bin/busybox", "httpd"]]
+        sbx.kill()
+    finally:
+        router.http("DELETE", "/v1/pools/served-pool")
