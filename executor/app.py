@@ -251,7 +251,7 @@ def app_shell(root: str) -> Flask:
     # The SWE-ReX remote-runtime protocol (SWE-agent's), behind the same bearer token.
     app.register_blueprint(swerex_blueprint(slot.get), url_prefix="/swerex")
     app.register_blueprint(processes_blueprint(slot.get), url_prefix="/v1/processes")
-    # Long-lived processes for the router's E2B layer (private to it: envd's shapes, not grove's API).
+    # envd's process service for the router's E2B layer (private to it: envd's shapes) on the same process table.
     app.register_blueprint(e2b_blueprint(slot.get), url_prefix="/e2b")
     # Ports and the terminal: connections upgraded, then carried by a relay thread (executor.ports).
     app.register_blueprint(ports_blueprint(slot.get))

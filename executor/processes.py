@@ -7,6 +7,11 @@ hands it back to the reaper. The count of running ones is capped: a sandbox is n
 unbounded fleet. They end with the sandbox — its namespace's PID 1 takes them down on the local backend, the
 pod's end on Knative — and nothing restarts them.
 
+E2B's process service (:mod:`executor.e2b_processes`) runs on this same table: its processes are started
+*attached* — stdin a pipe if asked for, stdout and stderr pipes whose pumps append to the same log and hand each
+chunk to the attached streams (:mod:`executor.process_output`) — and carry E2B's ``tag``. Any process can be
+attached to later: a piped one's streams get its output from then on, a logged one's the log from its end on.
+
 Exits are also queued for the router (:meth:`Processes.exits`), which records each one as a trajectory step.
 """
 
@@ -26,6 +31,7 @@ from typing import Any
 
 from executor import reaper
 from executor.paths import PathResolver
+from executor.process_output import Event, Fanout, pumps
 from executor.proctree import kill_tree
 from executor.runner import Runner
 from executor.settings import ExecutorSettings
@@ -59,13 +65,25 @@ class Process:
     signalled: str | None = None
     """The last signal a caller sent, by name."""
     done: threading.Event = field(default_factory=threading.Event, repr=False)
+    env: dict[str, str] = field(default_factory=dict, repr=False)
+    """The environment it was started with over the sandbox's (E2B's ``List`` answers it)."""
+    tag: str | None = None
+    """A name the starter gave it (E2B's ``tag``), or None."""
+    exit_signal: int | None = None
+    """The signal that ended it, or None."""
+    output: Fanout | None = field(default=None, repr=False)
+    """Its attached streams, for one started attached (its outputs piped through the executor); else None."""
 
     def view(self) -> dict[str, Any]:
         """What the API answers about it."""
         return {"pid": self.pid, "command": self.argv, "cwd": self.cwd, "user": self.user,
                 "status": "exited" if self.done.is_set() else "running", "exit_code": self.exit_code,
                 "started_at": self.started_at, "ended_at": self.ended_at, "signalled": self.signalled,
-                "log": self.log}
+                "log": self.log, "tag": self.tag}
+
+    def ended(self) -> dict[str, Any]:
+        """How it ended, as an attached stream's last event carries it."""
+        return {"exit_code": self.exit_code, "signal": self.exit_signal}
 
 
 class Processes:
@@ -81,6 +99,18 @@ class Processes:
 
     def start(self, argv: list[str], cwd: str | None, user: str | None, env: dict[str, str]) -> dict[str, Any]:
         """Start one; Conflict past the cap (naming how to make room)."""
+        return self._spawn(argv, cwd, user, env, tag=None, stdin=False, attached=False)[0].view()
+
+    def start_attached(self, argv: list[str], cwd: str | None, env: dict[str, str], *, tag: str | None,
+                       stdin: bool) -> tuple[Process, Iterator[Event]]:
+        """Start one with its outputs piped and a stream attached from birth (E2B's ``Start``), stdin a pipe
+        when ``stdin``. Its starter records its end (from the stream), so its exit is not queued for the router."""
+        process, stream = self._spawn(argv, cwd, None, env, tag=tag, stdin=stdin, attached=True)
+        assert stream is not None
+        return process, stream
+
+    def _spawn(self, argv: list[str], cwd: str | None, user: str | None, env: dict[str, str], *, tag: str | None,
+               stdin: bool, attached: bool) -> tuple[Process, Iterator[Event] | None]:
         with self._lock:
             running = [p.pid for p in self._table.values() if not p.done.is_set()]
             if len(running) >= self._max_running:
@@ -92,20 +122,26 @@ class Processes:
             pending = os.path.join(out_dir, f"proc-starting-{threading.get_ident()}.log")
             fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW,
                          0o600)
+            outputs = subprocess.PIPE if attached else fd  # attached: the pumps write the log (and the streams)
             try:
-                popen = self._runner.launch(argv, cwd, user, env, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd)
+                popen = self._runner.launch(argv, cwd, user, env, stdin=subprocess.PIPE if stdin else
+                                            subprocess.DEVNULL, stdout=outputs, stderr=outputs)
             except BaseException:
+                os.close(fd)
                 os.unlink(pending)
                 raise
-            finally:
+            if not attached:
                 os.close(fd)
             os.replace(pending, os.path.join(out_dir, f"proc-{popen.pid}.log"))
             log = f"{self._settings.output_dir.rstrip('/')}/proc-{popen.pid}.log"
-            process = Process(popen.pid, argv, cwd, user, log, time.time(), popen)
+            process = Process(popen.pid, argv, cwd, user, log, time.time(), popen, env=dict(env), tag=tag,
+                              output=Fanout() if attached else None)
+            stream = process.output.attach() if process.output is not None else None
             self._table[popen.pid] = process
             self._forget_oldest()
-        threading.Thread(target=self._watch, args=(process,), name=f"grove-proc-{popen.pid}", daemon=True).start()
-        return process.view()
+        threading.Thread(target=self._watch, args=(process, fd if attached else None), name=f"grove-proc-{popen.pid}",
+                         daemon=True).start()
+        return process, stream
 
     def list(self) -> builtins.list[dict[str, Any]]:
         """Every remembered process, oldest first."""
@@ -152,6 +188,57 @@ class Processes:
                            "the sandbox replaced it")
         return self._read(fd, process, offset, follow)
 
+    def running(self, pid: int) -> Process:
+        """A running process; NotFound for one that ended or never was (how E2B names both)."""
+        with self._lock:
+            process = self._table.get(pid)
+        if process is None or process.done.is_set():
+            raise NotFound(f"process with pid {pid} not found (it ended, or never ran in this sandbox)")
+        return process
+
+    def running_ones(self) -> builtins.list[Process]:
+        """The running processes, oldest first."""
+        with self._lock:
+            return [p for p in self._table.values() if not p.done.is_set()]
+
+    def attach(self, pid: int) -> Iterator[Event]:
+        """A running process's events from now on (E2B's ``Connect``): an attached one's outputs apart, a logged
+        one's log from its present end as stdout; then its end. Closing the iterator detaches."""
+        process = self.running(pid)
+        if process.output is not None:
+            return process.output.attach()
+        try:
+            end = os.lstat(self._paths.resolve(process.log)).st_size
+        except OSError:
+            end = 0  # the sandbox removed it: logs() names that below
+        return self._logged(process, self.logs(pid, end, True))
+
+    @staticmethod
+    def _logged(process: Process, follow: Iterator[bytes]) -> Iterator[Event]:
+        try:
+            for chunk in follow:
+                yield "stdout", chunk
+        finally:
+            close = getattr(follow, "close", None)
+            if close is not None:
+                close()
+        process.done.wait()
+        yield "end", process.ended()
+
+    def write(self, pid: int, data: bytes, *, close: bool = False) -> None:
+        """Feed a running process's stdin, or close it; Conflict if it has none or reads it no more."""
+        stdin = self.running(pid).popen.stdin
+        if stdin is None:
+            raise Conflict(f"process {pid} was started without stdin")
+        try:
+            if close:
+                stdin.close()
+            else:
+                stdin.write(data)
+                stdin.flush()
+        except (BrokenPipeError, ValueError) as exc:
+            raise Conflict(f"process {pid} no longer reads its stdin") from exc
+
     def exits(self) -> builtins.list[dict[str, Any]]:
         """The exits not handed out yet (for the router's record), each once."""
         with self._lock:
@@ -185,13 +272,28 @@ class Processes:
         while len(self._table) > MAX_KEPT and ended:
             del self._table[ended.pop(0)]
 
-    def _watch(self, process: Process) -> None:
-        code = process.popen.wait()
-        reaper.release(process.popen)
+    def _watch(self, process: Process, log_fd: int | None) -> None:
+        popen, output = process.popen, process.output
+        copying = []
+        if output is not None and log_fd is not None and popen.stdout is not None and popen.stderr is not None:
+            copying = pumps(popen.stdout, popen.stderr, log_fd, output, process.pid)
+        code = popen.wait()
+        reaper.release(popen)
         process.exit_code = 128 - code if code < 0 else code
+        process.exit_signal = -code if code < 0 else None
         process.ended_at = time.time()
+        for pump in copying:  # its output all read before its end is told (as envd's streams end)
+            pump.join()
+        if log_fd is not None:
+            os.close(log_fd)
+        if popen.stdin is not None:
+            with contextlib.suppress(OSError):
+                popen.stdin.close()
         with self._lock:
             process.done.set()
-            self._exits.append({"pid": process.pid, "command": process.argv, "exit_code": process.exit_code,
-                                "signalled": process.signalled, "ended_at": process.ended_at,
-                                "duration_s": round(process.ended_at - process.started_at, 3)})
+            if output is None:
+                self._exits.append({"pid": process.pid, "command": process.argv, "exit_code": process.exit_code,
+                                    "signalled": process.signalled, "ended_at": process.ended_at,
+                                    "duration_s": round(process.ended_at - process.started_at, 3)})
+        if output is not None:
+            output.end(process.ended())

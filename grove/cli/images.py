@@ -198,8 +198,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     deb = isub.add_parser("build-debian", parents=[common], help="build a Debian image with mmdebstrap")
     deb.add_argument("name")
     deb.add_argument("--preset", default="minbase",
-                     help="the package set to start from: minbase (Debian's minimal base) or desktop (Xvfb, "
-                          "xdotool, a window manager and Chromium: a screen for computer use)")
+                     help="the package set to start from: minbase (Debian's minimal base), desktop (Xvfb, "
+                          "xdotool, a window manager and Chromium: a screen for computer use) or code-interpreter "
+                          "(grove's E2B code interpreter server on Jupyter, started on an E2B create: name the "
+                          "image code-interpreter-v1, the SDK's default template)")
     deb.add_argument("--packages", default="", help="comma-separated packages to include (added to the preset), "
                                                     "e.g. python3,git")
     deb.add_argument("--suite", default="bookworm")

@@ -3,8 +3,9 @@ its contexts calls send to port 49999), on Jupyter's own kernel machinery: ``jup
 ``ipykernel`` per context, so a context keeps its state between calls as in E2B's server.
 
 It runs inside a sandbox (``python3 -m grove.integrations.e2b_interpreter [PORT]``, or this file on its
-own: it needs only ``aiohttp``, ``jupyter_client`` and ``ipykernel``), and E2B's SDK reaches it through grove's
-E2B endpoint, ``E2b-Sandbox-Port: 49999``.
+own: it needs only ``aiohttp`` (3.8, Debian bookworm's, will do), ``jupyter_client`` and ``ipykernel``), and E2B's
+SDK reaches it through grove's E2B endpoint, ``E2b-Sandbox-Port: 49999``. The image ``grove image build-debian
+--preset code-interpreter`` makes carries it and starts it (the image's ``Cmd``) on an E2B create.
 
 ``POST /execute {code, context_id, language, env_vars}`` answers a stream of JSON lines, E2B's: ``stdout`` and
 ``stderr`` (``text``, ``timestamp``), ``result`` (the MIME bundle as ``text``, ``html``, ``png``..., and
@@ -61,10 +62,6 @@ class Context:
 
     def body(self) -> dict[str, str]:
         return {"id": self.id, "language": LANGUAGE, "cwd": self.cwd}
-
-
-CONTEXTS = web.AppKey("contexts", dict[str, Context])
-CWD = web.AppKey("cwd", str)
 
 
 async def start_context(cwd: str, context_id: str | None = None) -> Context:
@@ -150,93 +147,97 @@ def _language(body: dict[str, Any]) -> None:
         raise Refused(400, f"language {language!r} is not supported by grove's code interpreter: only python")
 
 
-def _context(request: web.Request, context_id: str) -> Context:
-    context = request.app[CONTEXTS].get(context_id)
-    if context is None:
-        raise Refused(404, f"context {context_id[:80]!r} not found")
-    return context
+class Server:
+    """The contexts of one server and its routes (state kept here, not in app keys: aiohttp 3.8 has none)."""
 
+    def __init__(self, cwd: str) -> None:
+        self.cwd = cwd
+        self.contexts: dict[str, Context] = {}
 
-async def execute(request: web.Request) -> web.StreamResponse:
-    """``POST /execute``: one cell in a context (the default one unless ``context_id`` names another)."""
-    body = await _body(request)
-    code, env = body.get("code"), body.get("env_vars") or {}
-    if not isinstance(code, str):
-        raise Refused(400, "code must be a string")
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise Refused(400, "env_vars must be a map of strings to strings")
-    if body.get("context_id") and body.get("language"):
-        raise Refused(400, "give context_id or language, not both")
-    _language(body)
-    context = _context(request, body.get("context_id") or "default")
-    response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-    await response.prepare(request)
-    async with context.lock:
-        if env:
-            await _silent(context, _ENV_SET % (list(env), env))
-        try:
-            async for line in run_cell(context, code):
-                await response.write(line)
-        except (asyncio.CancelledError, ConnectionResetError):
-            await context.kernel.interrupt_kernel()  # the client left (its timeout): the cell stops too
-            raise
-        finally:
+    def context(self, context_id: str) -> Context:
+        """A context by id; 404 naming it if there is none."""
+        context = self.contexts.get(context_id)
+        if context is None:
+            raise Refused(404, f"context {context_id[:80]!r} not found")
+        return context
+
+    async def execute(self, request: web.Request) -> web.StreamResponse:
+        """``POST /execute``: one cell in a context (the default one unless ``context_id`` names another)."""
+        body = await _body(request)
+        code, env = body.get("code"), body.get("env_vars") or {}
+        if not isinstance(code, str):
+            raise Refused(400, "code must be a string")
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise Refused(400, "env_vars must be a map of strings to strings")
+        if body.get("context_id") and body.get("language"):
+            raise Refused(400, "give context_id or language, not both")
+        _language(body)
+        context = self.context(body.get("context_id") or "default")
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        async with context.lock:
             if env:
-                await _silent(context, _ENV_RESTORE)
-    await response.write_eof()
-    return response
+                await _silent(context, _ENV_SET % (list(env), env))
+            try:
+                async for line in run_cell(context, code):
+                    await response.write(line)
+            except (asyncio.CancelledError, ConnectionResetError):
+                await context.kernel.interrupt_kernel()  # the client left (its timeout): the cell stops too
+                raise
+            finally:
+                if env:
+                    await _silent(context, _ENV_RESTORE)
+        await response.write_eof()
+        return response
 
+    async def create_context(self, request: web.Request) -> web.Response:
+        """``POST /contexts {language, cwd}``."""
+        body = await _body(request)
+        _language(body)
+        context = await start_context(str(body.get("cwd") or self.cwd))
+        self.contexts[context.id] = context
+        return web.json_response(context.body())
 
-async def create_context(request: web.Request) -> web.Response:
-    """``POST /contexts {language, cwd}``."""
-    body = await _body(request)
-    _language(body)
-    context = await start_context(str(body.get("cwd") or request.app[CWD]))
-    request.app[CONTEXTS][context.id] = context
-    return web.json_response(context.body())
+    async def list_contexts(self, request: web.Request) -> web.Response:
+        """``GET /contexts``."""
+        return web.json_response([c.body() for c in self.contexts.values()])
 
+    async def remove_context(self, request: web.Request) -> web.Response:
+        """``DELETE /contexts/{id}``."""
+        context = self.context(request.match_info["id"])
+        del self.contexts[context.id]
+        await stop_context(context)
+        return web.Response(status=204)
 
-async def list_contexts(request: web.Request) -> web.Response:
-    """``GET /contexts``."""
-    return web.json_response([c.body() for c in request.app[CONTEXTS].values()])
+    async def restart_context(self, request: web.Request) -> web.Response:
+        """``POST /contexts/{id}/restart``: the same context, its state gone."""
+        context = self.context(request.match_info["id"])
+        async with context.lock:
+            await context.kernel.restart_kernel(now=True)
+            await context.client.wait_for_ready(timeout=60)
+        return web.Response(status=204)
 
-
-async def remove_context(request: web.Request) -> web.Response:
-    """``DELETE /contexts/{id}``."""
-    context = _context(request, request.match_info["id"])
-    del request.app[CONTEXTS][context.id]
-    await stop_context(context)
-    return web.Response(status=204)
-
-
-async def restart_context(request: web.Request) -> web.Response:
-    """``POST /contexts/{id}/restart``: the same context, its state gone."""
-    context = _context(request, request.match_info["id"])
-    async with context.lock:
-        await context.kernel.restart_kernel(now=True)
-        await context.client.wait_for_ready(timeout=60)
-    return web.Response(status=204)
+    async def kernels(self, app: web.Application) -> AsyncIterator[None]:
+        """The default context for the server's life; every kernel ends with it."""
+        self.contexts["default"] = await start_context(self.cwd, "default")
+        yield
+        await asyncio.gather(*(stop_context(c) for c in self.contexts.values()))
 
 
 async def health(request: web.Request) -> web.Response:
+    """``GET /health``: the server is up (its default kernel ready: it starts before the server listens)."""
     return web.Response(text="OK")
 
 
 def make_app(cwd: str) -> web.Application:
     """The server's app; the default context starts with it and every kernel ends with it."""
+    server = Server(cwd)
     app = web.Application(client_max_size=64 * 1024 * 1024)
-    app[CWD] = cwd
-    app[CONTEXTS] = {}
-
-    async def kernels(app: web.Application) -> AsyncIterator[None]:
-        app[CONTEXTS]["default"] = await start_context(cwd, "default")
-        yield
-        await asyncio.gather(*(stop_context(c) for c in app[CONTEXTS].values()))
-
-    app.cleanup_ctx.append(kernels)
-    app.add_routes([web.get("/health", health), web.post("/execute", execute), web.get("/contexts", list_contexts),
-                    web.post("/contexts", create_context), web.delete("/contexts/{id}", remove_context),
-                    web.post("/contexts/{id}/restart", restart_context)])
+    app.cleanup_ctx.append(server.kernels)
+    app.add_routes([web.get("/health", health), web.post("/execute", server.execute),
+                    web.get("/contexts", server.list_contexts), web.post("/contexts", server.create_context),
+                    web.delete("/contexts/{id}", server.remove_context),
+                    web.post("/contexts/{id}/restart", server.restart_context)])
     return app
 
 

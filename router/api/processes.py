@@ -28,13 +28,18 @@ async def start_process(request: web.Request) -> web.Response:
     """POST /v1/sandboxes/{id}/processes — ``{command, env?, cwd?, user?}``; 201 with the process (``pid``)."""
     body = await _body(request)
     service, record = service_of(request), sandbox_of(request, request.match_info["id"])
+    return _reply(service, record, await start_recorded(service, record, body), status=201)
+
+
+async def start_recorded(service: SandboxService, record: SandboxRecord, body: dict[str, Any]) -> dict[str, Any]:
+    """Start one (``body`` as the API takes it) and record its start; the executor's answer, ``exits`` and all."""
     answer = await call(service, record, "POST", "/v1/processes", body)
     env = body.get("env")
     service.recorder.step(record, {
         "type": "process", "event": "start", "t": answer.get("started_at", time.time()), "pid": answer.get("pid"),
         "command": answer.get("command"), "cwd": answer.get("cwd"), "user": answer.get("user"),
         "env_keys": sorted(env) if isinstance(env, dict) else []})
-    return _reply(service, record, answer, status=201)
+    return answer
 
 
 async def list_processes(request: web.Request) -> web.Response:
@@ -99,3 +104,10 @@ async def _body(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     return body
+
+
+def without_exits(service: SandboxService, record: SandboxRecord, answer: dict[str, Any]) -> dict[str, Any]:
+    """``answer`` less the executor's ``exits``, each recorded as a step as every API answer's are (for the
+    router's own calls: an E2B template's start command)."""
+    _reply(service, record, answer)  # pops and records them; its response is the API's, not wanted here
+    return answer

@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from grove.core.errors import Invalid
-from router.backends.local.debian import PRESETS, build_debian, host_mirror, preset_packages
+from router.backends.local.debian import (
+    INTERPRETER_PATH,
+    PRESETS,
+    build_debian,
+    host_mirror,
+    preset_packages,
+    preset_setup,
+)
 from router.backends.local.images import ImageStore
 
 pytestmark = pytest.mark.fast
@@ -53,3 +60,13 @@ def test_a_preset_is_a_base_the_requested_packages_add_to() -> None:
 def test_the_mirror_is_the_hosts_own() -> None:
     mirror = host_mirror()
     assert mirror.startswith(("http://", "https://")) and "security" not in mirror
+
+
+def test_the_code_interpreter_preset_carries_the_server_and_says_how_to_start_it() -> None:
+    setup = preset_setup("code-interpreter")
+    [(source, target)] = setup.files.items()
+    assert target == INTERPRETER_PATH and Path(source).name == "e2b_interpreter.py"
+    assert "def make_app" in Path(source).read_text()  # grove's own server, from this checkout
+    assert setup.config["Cmd"] == ["python3", INTERPRETER_PATH, "49999"] and "49999/tcp" in setup.config["ExposedPorts"]
+    assert {"python3-jupyter-client", "python3-ipykernel", "python3-aiohttp"} <= set(PRESETS["code-interpreter"])
+    assert preset_setup("desktop").files == {} and preset_setup("minbase").config == {}

@@ -6,16 +6,22 @@ the image records in its ``image.json`` (``debian.packages``) so that a trajecto
 to exactly what was installed. The tarball is then imported like any rootfs tarball (one layer).
 
 A preset is a named package set the build starts from, ``--packages`` adding to it: ``minbase`` (nothing but
-Debian's minimal base, the default) and ``desktop`` (a screen for computer use: Xvfb, xdotool, a window manager
-and Chromium, what :mod:`executor.computer` drives).
+Debian's minimal base, the default), ``desktop`` (a screen for computer use: Xvfb, xdotool, a window manager
+and Chromium, what :mod:`executor.computer` drives) and ``code-interpreter`` (grove's server of E2B's code
+interpreter protocol, :mod:`grove.integrations.e2b_interpreter`, on Debian's ``jupyter_client``, ``ipykernel`` and
+``aiohttp``; the image's ``Cmd`` starts it on port 49999 and its ``ExposedPorts`` says so: an E2B create of a
+template of this image starts it and waits for the port, as E2B's ``code-interpreter-v1`` does).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from grove.core.errors import GroveError, Invalid
 from router.backends.local.images import Image, ImageStore
@@ -31,8 +37,43 @@ PRESETS: dict[str, tuple[str, ...]] = {
     # draw pages in. Recommends stay out (mmdebstrap's default): Chromium runs headful in Xvfb without them.
     # ca-certificates: the browser and a task's own tools reach https sites.
     "desktop": ("xvfb", "xdotool", "matchbox-window-manager", "chromium", "fonts-dejavu-core", "ca-certificates"),
+    # What grove.integrations.e2b_interpreter imports (bookworm's aiohttp 3.8 serves it: no app keys used).
+    "code-interpreter": ("python3-jupyter-client", "python3-ipykernel", "python3-aiohttp"),
 }
 """The package sets a build can start from (``--preset``), by name."""
+INTERPRETER_PATH = "/opt/grove/e2b_interpreter.py"
+"""Where the ``code-interpreter`` preset puts grove's interpreter server in the image."""
+INTERPRETER_PORT = 49999
+"""The port it listens on: E2B's code interpreter SDK's."""
+
+
+@dataclass(frozen=True)
+class PresetSetup:
+    """What a preset adds beyond packages: files copied in, and the image's OCI config."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    """Host file → absolute path in the image."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """The image config (``Cmd``, ``Env``, ``ExposedPorts``...) its ``image.json`` records."""
+
+
+def _module_file(module: str) -> str:
+    spec = importlib.util.find_spec(module)  # its path only: the router imports none of its libraries
+    if spec is None or spec.origin is None:
+        raise GroveError(f"{module} is not installed with this grove")
+    return spec.origin
+
+
+def preset_setup(preset: str) -> PresetSetup:
+    """The files and config of ``preset`` (none for a packages-only preset)."""
+    if preset != "code-interpreter":
+        return PresetSetup()
+    # Started on the interpreter's loopback: the port proxy reaches it there. PYDEVD_DISABLE_FILE_VALIDATION quiets
+    # ipykernel's debugger warning on every kernel start.
+    return PresetSetup(
+        files={_module_file("grove.integrations.e2b_interpreter"): INTERPRETER_PATH},
+        config={"Cmd": ["python3", INTERPRETER_PATH, str(INTERPRETER_PORT)],
+                "Env": ["PYDEVD_DISABLE_FILE_VALIDATION=1"], "ExposedPorts": {f"{INTERPRETER_PORT}/tcp": {}}})
 
 
 def build_debian(
@@ -55,6 +96,10 @@ def build_debian(
         out, versions = Path(tmp) / "rootfs.tar", Path(tmp) / "versions"
         hook = f"chroot \"$1\" dpkg-query -W -f='${{Package}}\\t${{Version}}\\n' > {versions}"
         argv = ["mmdebstrap", "--variant=minbase", "--quiet", f"--customize-hook={hook}"]
+        setup = preset_setup(preset)
+        for source, target in setup.files.items():
+            parent = target.rpartition("/")[0]
+            argv += [f"--customize-hook=mkdir -p \"$1{parent}\"", f"--customize-hook=copy-in {source} {parent}"]
         included = preset_packages(preset, packages)
         if included:
             argv.append(f"--include={','.join(included)}")
@@ -71,8 +116,10 @@ def build_debian(
         installed = dict(
             line.split("\t", 1) for line in versions.read_text().splitlines() if "\t" in line
         )
-        extra = {"debian": {"suite": suite, "mirror": mirror, "preset": preset, "requested": packages,
-                            "packages": installed}}
+        extra: dict[str, Any] = {"debian": {"suite": suite, "mirror": mirror, "preset": preset,
+                                            "requested": packages, "packages": installed}}
+        if setup.config:
+            extra["config"] = setup.config
         named = [preset] if preset != "minbase" else []
         label = f"debian:{suite} ({','.join(named + packages) or 'minbase'})"
         return store.import_image(name, out, force=True, extra=extra, label=label)

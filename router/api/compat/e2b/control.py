@@ -2,7 +2,10 @@
 ``X-API-KEY`` header and acts as that grove key (its project); a sandbox is a grove sandbox, its id grove's.
 
 Templates: ``base`` (E2B's default) is grove's ``default`` image; any other name is the caller's project's warm
-pool of that name if there is one, else the image of that name (``grove image ls``). E2B's ``timeout`` (seconds
+pool of that name if there is one, else the image of that name (``grove image ls``): ``code-interpreter-v1``, the
+code interpreter SDK's default, is the image ``grove image build-debian code-interpreter-v1 --preset
+code-interpreter`` makes. An image that records a start command has it started, and its ports waited for, before
+create answers (:mod:`.template_start`). E2B's ``timeout`` (seconds
 until the sandbox is killed, reset by ``set_timeout`` and ``connect``) becomes the sandbox's lifetime; as an E2B
 client sends no heartbeats, the heartbeat and idle timeouts follow it. The envd access token handed back is the
 caller's key (the traffic access token too): the sandbox side accepts it in ``X-Access-Token``, for this
@@ -21,6 +24,7 @@ from aiohttp import web
 
 from grove.core.errors import BadRequest, Conflict, Invalid, NotFound
 from router.api.appkeys import project_of, sandbox_of, service_of
+from router.api.compat.e2b.template_start import start_template
 from router.api.compat.e2b.wire import ENVD_VERSION
 from router.api.sandboxes import read_body
 from router.models import DAY, CreateRequest, Metadata, NetworkModel
@@ -113,7 +117,13 @@ async def create(request: web.Request) -> web.Response:
         raise BadRequest("the body must be a JSON object")
     req = _create_request(request, body)
     given = frozenset({"pool", "metadata", "env", "ttl_s", "heartbeat_timeout_s", "idle_timeout_s", "request_id"})
-    record = await service_of(request).create(req, given, project_of(request))
+    service = service_of(request)
+    record = await service.create(req, given, project_of(request))
+    try:
+        await start_template(service, record)
+    except BaseException:
+        await service.delete(record.id, reason="its template's start command did not come up")
+        raise
     return web.json_response(sandbox_body(request, record), status=201)
 
 
