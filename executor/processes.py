@@ -7,7 +7,10 @@ hands it back to the reaper. The count of running ones is capped: a sandbox is n
 unbounded fleet. They end with the sandbox — its namespace's PID 1 takes them down on the local backend, the
 pod's end on Knative — and nothing restarts them.
 
-Exits are also queued for the router (:meth:`Processes.exits`), which records each one as a trajectory step.
+Exits are also queued for the router, which records each one as a trajectory step: handed out with any answer
+(:meth:`Processes.exits`), to the router's one long poll per sandbox as they happen (:meth:`Processes.next_exits`),
+and by :meth:`Processes.end_all` before the sandbox stops. The queue hands each exit out once, whichever of them
+takes it, so an exit is never recorded twice.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ MAX_RUNNING = 16
 """Background processes a sandbox may have running at once."""
 MAX_KEPT = 256
 """Processes remembered, running or not: the oldest ended ones are forgotten first (their logs stay on disk)."""
+END_GRACE_S = 2.0
+"""How long :meth:`Processes.end_all` gives processes after SIGTERM before it kills what is left."""
 _FOLLOW_POLL_S = 0.1
 _READ = 65536
 SIGNALS = {name: int(getattr(signals, name)) for name in ("SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "SIGQUIT",
@@ -78,6 +83,9 @@ class Processes:
         self._lock = threading.Lock()
         self._table: dict[int, Process] = {}
         self._exits: list[dict[str, Any]] = []
+        self._changed = threading.Condition(self._lock)
+        """Notified when an exit is queued, or when :meth:`end_all` ends every process (long polls return)."""
+        self._ending = False
 
     def start(self, argv: list[str], cwd: str | None, user: str | None, env: dict[str, str]) -> dict[str, Any]:
         """Start one; Conflict past the cap (naming how to make room)."""
@@ -103,6 +111,7 @@ class Processes:
             log = f"{self._settings.output_dir.rstrip('/')}/proc-{popen.pid}.log"
             process = Process(popen.pid, argv, cwd, user, log, time.time(), popen)
             self._table[popen.pid] = process
+            self._ending = False
             self._forget_oldest()
         threading.Thread(target=self._watch, args=(process,), name=f"grove-proc-{popen.pid}", daemon=True).start()
         return process.view()
@@ -158,6 +167,39 @@ class Processes:
             taken, self._exits = self._exits, []
         return taken
 
+    def next_exits(self, timeout_s: float) -> dict[str, Any]:
+        """Block until an exit is queued (or ``timeout_s`` passes, or :meth:`end_all` runs); the exits, each
+        once, and how many processes still run (the router's watch polls again while any do)."""
+        with self._changed:
+            if not self._ending:
+                self._changed.wait_for(lambda: bool(self._exits) or self._ending, timeout_s)
+            taken, self._exits = self._exits, []
+            running = sum(not p.done.is_set() for p in self._table.values())
+        return {"exits": taken, "running": running}
+
+    def end_all(self, grace_s: float = END_GRACE_S) -> builtins.list[dict[str, Any]]:
+        """End every running process (SIGTERM to its group, SIGKILL to what is left after ``grace_s``) and wait
+        for their exits; the exits not handed out yet, each once. Run before the sandbox stops, so that each
+        exit is recorded with the signal that ended it before the sandbox's record is closed."""
+        with self._lock:
+            running = [p for p in self._table.values() if not p.done.is_set()]
+        for process in running:
+            process.signalled = "SIGTERM"
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signals.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for process in running:
+            if not process.done.wait(max(0.0, deadline - time.monotonic())):
+                process.signalled = "SIGKILL"
+                kill_tree(process.pid)
+        for process in running:
+            process.done.wait(grace_s)
+        with self._changed:
+            self._ending = True  # the router's long poll answers now rather than at its timeout
+            self._changed.notify_all()
+            taken, self._exits = self._exits, []
+        return taken
+
     def _read(self, fd: int, process: Process, offset: int, follow: bool) -> Iterator[bytes]:
         try:
             os.lseek(fd, offset, os.SEEK_SET)
@@ -190,8 +232,9 @@ class Processes:
         reaper.release(process.popen)
         process.exit_code = 128 - code if code < 0 else code
         process.ended_at = time.time()
-        with self._lock:
+        with self._changed:
             process.done.set()
             self._exits.append({"pid": process.pid, "command": process.argv, "exit_code": process.exit_code,
                                 "signalled": process.signalled, "ended_at": process.ended_at,
                                 "duration_s": round(process.ended_at - process.started_at, 3)})
+            self._changed.notify_all()

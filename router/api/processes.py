@@ -2,8 +2,9 @@
 
 The executor does the work (:mod:`executor.processes`); the router relays and records. A start is a step
 (``{"type": "process", "event": "start"}``: the command, its place, its user, the names of its variables) and
-so is each exit the executor reports with any answer (``"event": "exit"``: the exit code, the last signal sent,
-how long it ran). A log read is not recorded (its bytes are the process's, read as often as anyone likes).
+so is each exit (``"event": "exit"``: the exit code, the last signal sent, how long it ran), recorded when it
+happens or before the sandbox stops (:mod:`router.lifecycle.process_exits`), or with any answer here. A log
+read is not recorded (its bytes are the process's, read as often as anyone likes).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ async def start_process(request: web.Request) -> web.Response:
         "type": "process", "event": "start", "t": answer.get("started_at", time.time()), "pid": answer.get("pid"),
         "command": answer.get("command"), "cwd": answer.get("cwd"), "user": answer.get("user"),
         "env_keys": sorted(env) if isinstance(env, dict) else []})
+    service.process_exits.started(record)
     return _reply(service, record, answer, status=201)
 
 
@@ -79,12 +81,7 @@ async def _relay(request: web.Request, method: str, path: str, body: dict[str, A
 
 def _reply(service: SandboxService, record: SandboxRecord, answer: dict[str, Any], status: int = 200) -> web.Response:
     """The answer without the executor's ``exits``, each of which becomes a step."""
-    for ended in answer.pop("exits", None) or []:
-        if isinstance(ended, dict):
-            service.recorder.step(record, {
-                "type": "process", "event": "exit", "t": ended.get("ended_at"), "pid": ended.get("pid"),
-                "command": ended.get("command"), "exit_code": ended.get("exit_code"),
-                "signalled": ended.get("signalled"), "duration_s": ended.get("duration_s")})
+    service.process_exits.record(record, answer.pop("exits", None))
     return web.json_response(answer, status=status)
 
 
