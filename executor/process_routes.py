@@ -21,7 +21,7 @@ from executor.served import Served
 from grove.core import wire
 from grove.core.errors import BadRequest, Invalid
 
-START_FIELDS = frozenset({"command", "env", "cwd", "user"})
+START_FIELDS = frozenset({"command", "env", "cwd", "user", "stdio"})
 MAX_WAIT_S = 280.0
 """The longest one wait call blocks (under the router's call timeout); the caller waits again after it."""
 
@@ -55,8 +55,12 @@ def processes_blueprint(served: Callable[[], Served]) -> Blueprint:
         if unknown:
             allowed = ", ".join(sorted(START_FIELDS))
             raise BadRequest(f"unknown field(s) {', '.join(map(repr, unknown))}; allowed: {allowed}")
-        req = ExecRequest.parse(given, served().settings)  # the same checks as an exec's command, env, cwd, user
-        return reply(table().start(req.argv, req.cwd, req.user, req.env))
+        stdio = given.get("stdio", False)
+        if not isinstance(stdio, bool):
+            raise BadRequest("'stdio' must be true or false")
+        fields = {k: v for k, v in given.items() if k != "stdio"}
+        req = ExecRequest.parse(fields, served().settings)  # the same checks as an exec's command, env, cwd, user
+        return reply(table().start(req.argv, req.cwd, req.user, req.env, stdio=stdio))
 
     @bp.get("")
     def list_() -> Response:

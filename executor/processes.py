@@ -87,8 +87,10 @@ class Processes:
         """Notified when an exit is queued, or when :meth:`end_all` ends every process (long polls return)."""
         self._ending = False
 
-    def start(self, argv: list[str], cwd: str | None, user: str | None, env: dict[str, str]) -> dict[str, Any]:
-        """Start one; Conflict past the cap (naming how to make room)."""
+    def start(self, argv: list[str], cwd: str | None, user: str | None, env: dict[str, str],
+              stdio: bool = False) -> dict[str, Any]:
+        """Start one; Conflict past the cap (naming how to make room). ``stdio``: its stdin and stdout are pipes
+        for one client to attach to (:meth:`take_stdio`; a stdio MCP server), only stderr goes to its log."""
         with self._lock:
             running = [p.pid for p in self._table.values() if not p.done.is_set()]
             if len(running) >= self._max_running:
@@ -101,7 +103,9 @@ class Processes:
             fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW,
                          0o600)
             try:
-                popen = self._runner.launch(argv, cwd, user, env, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd)
+                pipe_or = subprocess.PIPE if stdio else None
+                popen = self._runner.launch(argv, cwd, user, env, stdin=pipe_or or subprocess.DEVNULL,
+                                            stdout=pipe_or or fd, stderr=fd)
             except BaseException:
                 os.unlink(pending)
                 raise
@@ -140,6 +144,24 @@ class Processes:
             with contextlib.suppress(ProcessLookupError):  # it exited just now: its watcher records it
                 os.killpg(pid, number)
         return process.view()
+
+    def take_stdio(self, pid: int) -> tuple[int, int]:
+        """The stdin and stdout pipes of a process started with ``stdio`` (the caller owns and closes them):
+        handed out once, as a stdio server serves one client."""
+        process = self._find(pid)
+        with self._lock:
+            stdin, stdout = process.popen.stdin, process.popen.stdout
+            if stdin is None or stdout is None:
+                raise Conflict(f"process {pid} has no stdio to attach to: it was not started for it, or its stdio "
+                               "was taken already")
+            process.popen.stdin = process.popen.stdout = None
+        try:
+            if process.done.is_set():
+                raise Conflict(f"process {pid} has already exited (exit code {process.exit_code})")
+            return os.dup(stdin.fileno()), os.dup(stdout.fileno())
+        finally:
+            stdin.close()
+            stdout.close()
 
     def wait(self, pid: int, timeout_s: float) -> dict[str, Any]:
         """Block until the process exits or ``timeout_s`` passes; its state either way (``status`` tells)."""

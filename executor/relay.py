@@ -75,6 +75,30 @@ async def splice(client: socket.socket, upstream: socket.socket) -> None:
         writer.close()
 
 
+async def pipes(client: socket.socket, stdin: int, stdout: int) -> None:
+    """Relay a process's stdio: the client's bytes to its stdin, its stdout to the client. Its stdout's end is
+    passed on as a half-close; the client's end closes its stdin (a stdio server then exits, as it would when
+    the client that started it went away)."""
+    loop = asyncio.get_running_loop()
+    try:
+        c_reader, c_writer = await asyncio.open_connection(sock=client, limit=_CHUNK)
+        out_reader = asyncio.StreamReader(limit=_CHUNK, loop=loop)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(out_reader, loop=loop),
+                                     os.fdopen(stdout, "rb", buffering=0))
+        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
+                                                            os.fdopen(stdin, "wb", buffering=0))
+    except OSError:
+        client.close()
+        for fd in (stdin, stdout):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        return
+    in_writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    await asyncio.gather(_pump(c_reader, in_writer), _pump(out_reader, c_writer), return_exceptions=True)
+    for writer in (c_writer, in_writer):
+        writer.close()
+
+
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while chunk := await reader.read(_CHUNK):

@@ -28,15 +28,21 @@ MAX_BODY = 1024 * 1024
 async def start_process(request: web.Request) -> web.Response:
     """POST /v1/sandboxes/{id}/processes — ``{command, env?, cwd?, user?}``; 201 with the process (``pid``)."""
     body = await _body(request)
+    if "stdio" in body:
+        raise BadRequest("'stdio' is for MCP servers: PUT /v1/sandboxes/{id}/mcp/{name} with their command")
     service, record = service_of(request), sandbox_of(request, request.match_info["id"])
     answer = await call(service, record, "POST", "/v1/processes", body)
-    env = body.get("env")
+    started(service, record, answer, body.get("env"))
+    return _reply(service, record, answer, status=201)
+
+
+def started(service: SandboxService, record: SandboxRecord, answer: dict[str, Any], env: Any) -> None:
+    """A process the executor started: its ``start`` step, and its exit watched for."""
     service.recorder.step(record, {
         "type": "process", "event": "start", "t": answer.get("started_at", time.time()), "pid": answer.get("pid"),
         "command": answer.get("command"), "cwd": answer.get("cwd"), "user": answer.get("user"),
         "env_keys": sorted(env) if isinstance(env, dict) else []})
     service.process_exits.started(record)
-    return _reply(service, record, answer, status=201)
 
 
 async def list_processes(request: web.Request) -> web.Response:
