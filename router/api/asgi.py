@@ -40,6 +40,15 @@ async def serve_asgi(request: web.Request, app: ASGIApp, body: bytes) -> web.Str
 
     async def send(message: Message) -> None:
         nonlocal response
+        if finished.is_set():
+            return  # the client left (an MCP client stops reading once it holds its answer): nothing to write to
+        try:
+            await _send(message)
+        except ConnectionResetError:
+            finished.set()  # the next receive tells the app the client disconnected
+
+    async def _send(message: Message) -> None:
+        nonlocal response
         if message["type"] == "http.response.start":
             response = web.StreamResponse(status=message["status"])
             for key, value in message.get("headers", []):

@@ -39,6 +39,7 @@ from grove.core.errors import BadGateway
 log = logging.getLogger("grove.router")
 MAX_LINE = 16 * 1024 * 1024
 """Longest JSON-RPC line read from the server (a longer one ends the bridge: the stream cannot be resynced)."""
+_DRAIN_S = 10.0
 EXITED_CODE = -32000
 """The JSON-RPC error code of a request the server exited without answering (implementation-defined range)."""
 
@@ -69,6 +70,9 @@ class StdioMcp:
         self._calls: dict[Any, tuple[str, Any, float]] = {}
         self._waiting: set[Any] = set()
         self._connected = asyncio.Event()
+        self._posts = 0
+        self._no_posts = asyncio.Event()
+        self._no_posts.set()
         self._task: asyncio.Task[None] | None = None
         self.exited = False
         self._exit_reason: str | None = None
@@ -88,24 +92,44 @@ class StdioMcp:
                 self._exit_reason = await self._why_exited()
             raise ServerExited(f"the stdio MCP server {self.name!r} (pid {self.pid}) exited: "
                                f"{self._exit_reason}; publish it again to start it anew")
-        await self._transport.handle_request(scope, receive, send)
+        posting = scope["method"] == "POST"
+        if posting:
+            self._posts += 1
+            self._no_posts.clear()
+        try:
+            await self._transport.handle_request(scope, receive, send)
+        finally:
+            if posting:
+                self._posts -= 1
+                if not self._posts:
+                    self._no_posts.set()
 
     async def close(self) -> None:
-        """Stop relaying: the process's stdin closes (a stdio server then exits)."""
+        """Stop relaying: the process's stdin closes (a stdio server then exits), waiting requests are answered."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # its stdout "ends" here: the bridge winds down as on an exit
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), _DRAIN_S + 5)
+            except TimeoutError:
+                self._task.cancel()
         self._sock.close()
 
     async def _run(self) -> None:
         reader, writer = await asyncio.open_connection(sock=self._sock, limit=MAX_LINE)
         try:
-            async with self._transport.connect() as (from_client, to_client), anyio.create_task_group() as tasks:
+            async with self._transport.connect() as (from_client, to_client):
                 self._connected.set()
-                tasks.start_soon(self._to_server, from_client, writer)
-                await self._from_server(reader, to_client)
-                tasks.cancel_scope.cancel()
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(self._to_server, from_client, writer)
+                    await self._from_server(reader, to_client)
+                    tasks.cancel_scope.cancel()
+                # The server is gone: no more messages (the transport's router ends cleanly), the answers already
+                # sent are written to their POSTs before the transport is ended (its GET stream with it).
+                await to_client.aclose()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._no_posts.wait(), _DRAIN_S)
+                await self._transport.terminate()
         finally:
             self.exited = True
             writer.close()

@@ -142,3 +142,4 @@ def test_a_publication_names_exactly_one_server(router: RouterProcess, with_serv
     stdio = router.http("POST", f"/v1/sandboxes/{with_server.id}/processes", json_body={"command": "true",
                                                                                          "stdio": True})
     assert stdio.status == 400 and "MCP servers" in error_of(stdio)["message"]
+
