@@ -5,7 +5,6 @@ call is a step, a server that exited answers a clear 502, and a removed publicat
 from __future__ import annotations
 
 import asyncio
-import textwrap
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,39 +16,15 @@ from mcp.shared.exceptions import MCPError
 
 from grove.client import Grove, Sandbox
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
-from tests.support.sandbox_servers import LIBS, drop_libs_dirs, libs_dir
+from tests.support.sandbox_servers import LIBS, MCP_STDIO_SERVER, drop_libs_dirs, libs_dir
 
-STDIO_SERVER = textwrap.dedent('''
-    import os, sys
-    from mcp.server.mcpserver import MCPServer
-
-    server = MCPServer("files")
-
-    @server.tool()
-    def add(a: int, b: int) -> int:
-        """Add two numbers."""
-        return a + b
-
-    @server.tool()
-    def where() -> str:
-        """The server's working directory and its NOTE variable."""
-        return f"{os.getcwd()} {os.environ.get('NOTE')}"
-
-    @server.tool()
-    def crash(code: int) -> str:
-        """Exit the whole server at once."""
-        print("boom: asked to crash", file=sys.stderr, flush=True)
-        os._exit(code)
-
-    server.run("stdio")
-''')
 COMMAND = f"PYTHONPATH={LIBS} exec python3 /opt/stdio-server.py"
 
 
 @pytest.fixture(scope="module")
 def with_server(router: RouterProcess, sandbox: Sandbox) -> Iterator[Sandbox]:
     sandbox.upload(libs_dir(("mcp",)), LIBS)
-    sandbox.write_file("/opt/stdio-server.py", STDIO_SERVER)
+    sandbox.write_file("/opt/stdio-server.py", MCP_STDIO_SERVER)
     sandbox.exec("mkdir -p /workspace/here")
     yield sandbox
     drop_libs_dirs()

@@ -1,5 +1,6 @@
 """Real servers inside a sandbox, for the port proxy's tests: aiohttp (HTTP and WebSocket) and the ``mcp``
-package's own server, run by the sandbox's Python with their libraries copied in from this venv.
+package's own server (streamable HTTP, or stdio), run by the sandbox's Python with their libraries copied in from
+this venv.
 
 The default image binds the host's ``/usr``, so ``python3`` runs inside; the libraries are the exact files of
 this venv's distributions (and their dependency closure), uploaded through grove's own file API.
@@ -123,6 +124,34 @@ MCP_SERVER = textwrap.dedent('''
 
     server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
 ''')
+
+
+MCP_STDIO_SERVER = textwrap.dedent('''
+    import os, sys
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("files")
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    @server.tool()
+    def where() -> str:
+        """The server's working directory and its NOTE variable."""
+        return f"{os.getcwd()} {os.environ.get('NOTE')}"
+
+    @server.tool()
+    def crash(code: int) -> str:
+        """Exit the whole server at once."""
+        print("boom: asked to crash", file=sys.stderr, flush=True)
+        os._exit(code)
+
+    server.run("stdio")
+''')
+"""The ``mcp`` package's own server speaking stdio only: ``add``, ``where`` (its cwd and ``$NOTE``) and ``crash``
+(exits at once with the code given, after a line on stderr)."""
 
 
 def start_server(sandbox: Sandbox, script: str, port: int, libs: tuple[str, ...], timeout: float = 60.0) -> None:
