@@ -54,7 +54,12 @@ async def publish_stdio(request: web.Request, record: SandboxRecord, name: str,
         return await _why_exited(service, record, pid)
 
     bridge = StdioMcp(name, pid, sock, on_call, why_exited)
-    await bridge.start()
+    try:
+        await bridge.start()
+    except BaseException:
+        sock.close()
+        await _end(service, record, pid)
+        raise
     return McpServer(None, "", bridge)
 
 

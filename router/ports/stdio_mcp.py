@@ -80,8 +80,9 @@ class StdioMcp:
     async def start(self) -> None:
         """Begin relaying (returns once the HTTP side takes requests)."""
         self._task = asyncio.create_task(self._run(), name=f"grove-mcp-stdio-{self.name}")
-        done, _ = await asyncio.wait([self._task, asyncio.ensure_future(self._connected.wait())],
-                                     return_when=asyncio.FIRST_COMPLETED)
+        connected = asyncio.ensure_future(self._connected.wait())
+        done, _ = await asyncio.wait([self._task, connected], return_when=asyncio.FIRST_COMPLETED)
+        connected.cancel()
         if self._task in done:
             self._task.result()
 

@@ -118,3 +118,24 @@ def test_a_publication_names_exactly_one_server(router: RouterProcess, with_serv
                                                                                          "stdio": True})
     assert stdio.status == 400 and "MCP servers" in error_of(stdio)["message"]
 
+
+
+def test_a_stdio_server_ended_by_scale_to_zero_says_so(router: RouterProcess, grove: Grove) -> None:
+    sandbox = grove.create(heartbeat=False, idle_timeout_s=2, heartbeat_timeout_s=120)
+    try:
+        sandbox.upload(libs_dir(("mcp",)), LIBS)
+        sandbox.write_file("/opt/stdio-server.py", MCP_STDIO_SERVER)
+        config = sandbox.mcp_server("sleepy", command=COMMAND)
+        _, [added] = asyncio.run(_session_calls(config, ("add", {"a": 2, "b": 3})))
+        assert [c.text for c in added.content if c.type == "text"] == ["5"]
+        wait_for(lambda: grove.request("GET", f"/v1/sandboxes/{sandbox.id}")["status"] == "idle", 30,
+                 what="the sandbox to go idle")
+        [ended] = [s for s in _mcp_steps(router, sandbox) if s["type"] == "process" and s["event"] == "exit"]
+        assert ended["signalled"] == "SIGTERM"  # ended by the stop, and recorded before it
+        gone = router.http("POST", f"/v1/sandboxes/{sandbox.id}/mcp/sleepy",
+                           json_body={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                           headers={"Accept": "application/json, text/event-stream"})
+        assert gone.status == 502 and "its sandbox is idle" in error_of(gone)["message"]
+        assert grove.request("GET", f"/v1/sandboxes/{sandbox.id}")["status"] == "idle"  # the 502 woke nothing
+    finally:
+        sandbox.close()

@@ -42,10 +42,14 @@ def closure(names: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
     return list(seen.values())
 
 
+_made: list[Path] = []
+
+
 @functools.cache
 def libs_dir(names: tuple[str, ...]) -> Path:
     """A directory holding the files of ``names`` and everything they need (made once per session)."""
-    out = Path(tempfile.mkdtemp(prefix="grove-pylib-"))
+    out = Path(tempfile.mkdtemp(prefix="grove-sandbox-libs-"))
+    _made.append(out)
     for dist in closure(names):
         for entry in dist.files or []:
             rel = PurePosixPath(str(entry))
@@ -60,9 +64,11 @@ def libs_dir(names: tuple[str, ...]) -> Path:
 
 
 def drop_libs_dirs() -> None:
-    """Remove the directories :func:`libs_dir` made."""
-    for path in Path(tempfile.gettempdir()).glob("grove-pylib-*"):
-        shutil.rmtree(path, ignore_errors=True)
+    """Remove the directories :func:`libs_dir` made in this process (never another test run's, which may be
+    uploading from its own at this moment)."""
+    for made in list(_made):
+        shutil.rmtree(made, ignore_errors=True)
+        _made.remove(made)
     libs_dir.cache_clear()
 
 
