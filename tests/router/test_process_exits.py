@@ -1,13 +1,22 @@
-"""Background processes' exits recorded when they happen, through a real router into real local sandboxes: with
-nobody asking the process API, at the delete (with the signal that ended the process), at scale-to-zero, and
-never twice when the API was asked as well."""
+"""Background processes' exits recorded when they happen, through a real router into real sandboxes: with
+nobody asking the process API and at scale-to-zero (local backend: on Knative the router keeps no long poll),
+at the delete with the signal that ended the process, and never twice when the API was asked as well (both
+backends)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from grove.client import Grove, Sandbox
 from tests.support.router_fixtures import RouterProcess, wait_for
+
+
+@pytest.fixture(scope="module")
+def router(any_router: RouterProcess) -> RouterProcess:
+    """The delete and the no-duplicate tests run against both backends (local and the Knative stand-in)."""
+    return any_router
 
 
 def exits_in(steps: list[dict[str, Any]], pid: int) -> list[dict[str, Any]]:
@@ -27,6 +36,7 @@ def stored_steps(grove: Grove, sandbox_id: str) -> list[dict[str, Any]]:
     return steps
 
 
+@pytest.mark.local_only  # on Knative a held poll would keep the pod up: the exit waits for a call or the delete
 def test_an_exit_is_recorded_when_it_happens(router: RouterProcess, grove: Grove) -> None:
     sandbox = grove.create(heartbeat=False)
     proc = sandbox.processes.start("sleep 0.5; exit 3")
@@ -64,6 +74,7 @@ def test_no_duplicate_when_wait_also_answered_the_exit(router: RouterProcess, gr
     assert step["exit_code"] == 5
 
 
+@pytest.mark.local_only  # Knative's own scale-to-zero ends the pod before the router hears of it
 def test_scaling_to_zero_records_the_exits_of_what_it_ends(router: RouterProcess, grove: Grove) -> None:
     sandbox = grove.create(heartbeat=False, idle_timeout_s=2, heartbeat_timeout_s=60)
     proc = sandbox.processes.start("exec sleep 600")
