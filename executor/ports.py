@@ -3,10 +3,11 @@
 ``GET /v1/ports/{port}/tunnel`` with ``Upgrade: grove-tunnel`` connects to ``127.0.0.1:{port}`` inside the
 sandbox and, once it answers ``101``, the connection is a plain byte stream to that port (HTTP, WebSocket, or
 anything else the client speaks over it). ``GET /v1/pty`` with ``Upgrade: grove-pty`` starts a shell on a
-terminal and relays it as frames (:mod:`executor.terminals`). Both go through the executor's own port because a
-Knative Service exposes exactly one; the handshake is ordinary HTTP/1.1, which queue-proxy and the activator
-pass through as they do a WebSocket's. The request thread only does the handshake; the relay thread carries
-the connection from then on.
+terminal and relays it as frames (:mod:`executor.terminals`). ``GET /v1/processes/{pid}/stdio`` with ``Upgrade:
+grove-stdio`` is a byte stream to a background process's stdin and from its stdout (a stdio MCP server). All go
+through the executor's own port because a Knative Service exposes exactly one; the handshake is ordinary
+HTTP/1.1, which queue-proxy and the activator pass through as they do a WebSocket's. The request thread only
+does the handshake; the relay thread carries the connection from then on.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from typing import Any
 from flask import Blueprint, Response, request
 
 from executor import reaper
-from executor.relay import Relay, splice
+from executor.relay import Relay, pipes, splice
 from executor.served import Served
 from executor.terminals import Terminals
 from grove.core.errors import BadGateway, BadRequest, InternalError
 
-TUNNEL, PTY = "grove-tunnel", "grove-pty"
+TUNNEL, PTY, STDIO = "grove-tunnel", "grove-pty", "grove-stdio"
 """The ``Upgrade`` protocols the executor speaks."""
 CONNECT_TIMEOUT_S = 5.0
 
@@ -68,6 +69,19 @@ def ports_blueprint(served: Callable[[], Served]) -> Blueprint:
             cols, rows = _size(request.args.get("cols"), 80), _size(request.args.get("rows"), 24)
             session = terminals.add(name, *_start_shell(served(), cols, rows))
         relay.submit(terminals.serve(session, _take_over(PTY), int(offset or 0)))
+        return _Upgraded()
+
+    @blueprint.get("/v1/processes/<int:pid>/stdio")
+    def stdio(pid: int) -> Any:
+        _expect_upgrade(STDIO)
+        stdin, stdout = served().processes.take_stdio(pid)
+        try:
+            client = _take_over(STDIO)
+        except BaseException:
+            os.close(stdin)
+            os.close(stdout)
+            raise
+        relay.submit(pipes(client, stdin, stdout))
         return _Upgraded()
 
     return blueprint

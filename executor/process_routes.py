@@ -2,6 +2,9 @@
 
 Every answer but the log's carries ``exits``: the processes that ended since the last answer, each handed out
 once, which the router records as trajectory steps (:mod:`router.api.processes`) and leaves out of its own reply.
+Two routes are the router's own: ``POST /v1/processes/exits`` (a long poll answering as soon as a process exits,
+so its exit is recorded when it happens) and ``POST /v1/processes/end`` (every process ended, their exits
+answered, before the sandbox stops) — see :mod:`router.lifecycle.process_exits`.
 """
 
 from __future__ import annotations
@@ -13,12 +16,12 @@ from typing import Any
 from flask import Blueprint, Response, request
 
 from executor.models import ExecRequest
-from executor.processes import Processes
+from executor.processes import END_GRACE_S, Processes
 from executor.served import Served
 from grove.core import wire
 from grove.core.errors import BadRequest, Invalid
 
-START_FIELDS = frozenset({"command", "env", "cwd", "user"})
+START_FIELDS = frozenset({"command", "env", "cwd", "user", "stdio"})
 MAX_WAIT_S = 280.0
 """The longest one wait call blocks (under the router's call timeout); the caller waits again after it."""
 
@@ -31,7 +34,7 @@ def processes_blueprint(served: Callable[[], Served]) -> Blueprint:
         return served().processes
 
     def reply(value: dict[str, Any]) -> Response:
-        value["exits"] = table().exits()
+        value["exits"] = [*value.get("exits", []), *table().exits()]
         as_msgpack = wire.is_msgpack(request.headers.get("Accept"))
         return Response(wire.encode(value, as_msgpack), mimetype=wire.MSGPACK if as_msgpack else wire.JSON)
 
@@ -52,8 +55,12 @@ def processes_blueprint(served: Callable[[], Served]) -> Blueprint:
         if unknown:
             allowed = ", ".join(sorted(START_FIELDS))
             raise BadRequest(f"unknown field(s) {', '.join(map(repr, unknown))}; allowed: {allowed}")
-        req = ExecRequest.parse(given, served().settings)  # the same checks as an exec's command, env, cwd, user
-        return reply(table().start(req.argv, req.cwd, req.user, req.env))
+        stdio = given.get("stdio", False)
+        if not isinstance(stdio, bool):
+            raise BadRequest("'stdio' must be true or false")
+        fields = {k: v for k, v in given.items() if k != "stdio"}
+        req = ExecRequest.parse(fields, served().settings)  # the same checks as an exec's command, env, cwd, user
+        return reply(table().start(req.argv, req.cwd, req.user, req.env, stdio=stdio))
 
     @bp.get("")
     def list_() -> Response:
@@ -72,12 +79,15 @@ def processes_blueprint(served: Callable[[], Served]) -> Blueprint:
 
     @bp.post("/<int:pid>/wait")
     def wait(pid: int) -> Response:
-        timeout = body().get("timeout_s", 30.0)
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout):
-            raise BadRequest("'timeout_s' must be a number of seconds")
-        if not 0 <= timeout <= MAX_WAIT_S:
-            raise Invalid(f"'timeout_s' must be between 0 and {MAX_WAIT_S:g}, got {timeout}; wait again for longer")
-        return reply(table().wait(pid, float(timeout)))
+        return reply(table().wait(pid, _seconds(body(), "timeout_s", 30.0)))
+
+    @bp.post("/exits")
+    def exits() -> Response:
+        return reply(table().next_exits(_seconds(body(), "timeout_s", 30.0)))
+
+    @bp.post("/end")
+    def end() -> Response:
+        return reply({"exits": table().end_all(_seconds(body(), "grace_s", END_GRACE_S))})
 
     @bp.get("/<int:pid>/logs")
     def logs(pid: int) -> Response:
@@ -92,3 +102,13 @@ def processes_blueprint(served: Callable[[], Served]) -> Blueprint:
         return Response(chunks, mimetype="application/octet-stream", headers={"X-Accel-Buffering": "no"})
 
     return bp
+
+
+def _seconds(given: Mapping[str, Any], name: str, default: float) -> float:
+    """A wait's length in seconds from the body: a number from 0 to :data:`MAX_WAIT_S`."""
+    value = given.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise BadRequest(f"'{name}' must be a number of seconds")
+    if not 0 <= value <= MAX_WAIT_S:
+        raise Invalid(f"'{name}' must be between 0 and {MAX_WAIT_S:g}, got {value}; wait again for longer")
+    return float(value)

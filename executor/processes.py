@@ -12,7 +12,10 @@ E2B's process service (:mod:`executor.e2b_processes`) runs on this same table: i
 chunk to the attached streams (:mod:`executor.process_output`) — and carry E2B's ``tag``. Any process can be
 attached to later: a piped one's streams get its output from then on, a logged one's the log from its end on.
 
-Exits are also queued for the router (:meth:`Processes.exits`), which records each one as a trajectory step.
+Exits are also queued for the router, which records each one as a trajectory step: handed out with any answer
+(:meth:`Processes.exits`), to the router's one long poll per sandbox as they happen (:meth:`Processes.next_exits`),
+and by :meth:`Processes.end_all` before the sandbox stops. The queue hands each exit out once, whichever of them
+takes it, so an exit is never recorded twice.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ MAX_RUNNING = 16
 """Background processes a sandbox may have running at once."""
 MAX_KEPT = 256
 """Processes remembered, running or not: the oldest ended ones are forgotten first (their logs stay on disk)."""
+END_GRACE_S = 2.0
+"""How long :meth:`Processes.end_all` gives processes after SIGTERM before it kills what is left."""
 _FOLLOW_POLL_S = 0.1
 _READ = 65536
 SIGNALS = {name: int(getattr(signals, name)) for name in ("SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "SIGQUIT",
@@ -96,10 +101,15 @@ class Processes:
         self._lock = threading.Lock()
         self._table: dict[int, Process] = {}
         self._exits: list[dict[str, Any]] = []
+        self._changed = threading.Condition(self._lock)
+        """Notified when an exit is queued, or when :meth:`end_all` ends every process (long polls return)."""
+        self._ending = False
 
-    def start(self, argv: list[str], cwd: str | None, user: str | None, env: dict[str, str]) -> dict[str, Any]:
-        """Start one; Conflict past the cap (naming how to make room)."""
-        return self._spawn(argv, cwd, user, env, tag=None, stdin=False, attached=False)[0].view()
+    def start(self, argv: list[str], cwd: str | None, user: str | None, env: dict[str, str],
+              stdio: bool = False) -> dict[str, Any]:
+        """Start one; Conflict past the cap (naming how to make room). ``stdio``: its stdin and stdout are pipes
+        for one client to attach to (:meth:`take_stdio`; a stdio MCP server), only stderr goes to its log."""
+        return self._spawn(argv, cwd, user, env, tag=None, stdin=stdio, attached=False, stdio=stdio)[0].view()
 
     def start_attached(self, argv: list[str], cwd: str | None, env: dict[str, str], *, tag: str | None,
                        stdin: bool) -> tuple[Process, Iterator[Event]]:
@@ -110,7 +120,7 @@ class Processes:
         return process, stream
 
     def _spawn(self, argv: list[str], cwd: str | None, user: str | None, env: dict[str, str], *, tag: str | None,
-               stdin: bool, attached: bool) -> tuple[Process, Iterator[Event] | None]:
+               stdin: bool, attached: bool, stdio: bool = False) -> tuple[Process, Iterator[Event] | None]:
         with self._lock:
             running = [p.pid for p in self._table.values() if not p.done.is_set()]
             if len(running) >= self._max_running:
@@ -124,8 +134,9 @@ class Processes:
                          0o600)
             outputs = subprocess.PIPE if attached else fd  # attached: the pumps write the log (and the streams)
             try:
+                stdout = subprocess.PIPE if stdio else outputs  # stdio: one client reads it (take_stdio)
                 popen = self._runner.launch(argv, cwd, user, env, stdin=subprocess.PIPE if stdin else
-                                            subprocess.DEVNULL, stdout=outputs, stderr=outputs)
+                                            subprocess.DEVNULL, stdout=stdout, stderr=outputs)
             except BaseException:
                 os.close(fd)
                 os.unlink(pending)
@@ -138,6 +149,7 @@ class Processes:
                               output=Fanout() if attached else None)
             stream = process.output.attach() if process.output is not None else None
             self._table[popen.pid] = process
+            self._ending = False
             self._forget_oldest()
         threading.Thread(target=self._watch, args=(process, fd if attached else None), name=f"grove-proc-{popen.pid}",
                          daemon=True).start()
@@ -167,6 +179,24 @@ class Processes:
             with contextlib.suppress(ProcessLookupError):  # it exited just now: its watcher records it
                 os.killpg(pid, number)
         return process.view()
+
+    def take_stdio(self, pid: int) -> tuple[int, int]:
+        """The stdin and stdout pipes of a process started with ``stdio`` (the caller owns and closes them):
+        handed out once, as a stdio server serves one client."""
+        process = self._find(pid)
+        with self._lock:
+            stdin, stdout = process.popen.stdin, process.popen.stdout
+            if stdin is None or stdout is None:
+                raise Conflict(f"process {pid} has no stdio to attach to: it was not started for it, or its stdio "
+                               "was taken already")
+            process.popen.stdin = process.popen.stdout = None
+        try:
+            if process.done.is_set():
+                raise Conflict(f"process {pid} has already exited (exit code {process.exit_code})")
+            return os.dup(stdin.fileno()), os.dup(stdout.fileno())
+        finally:
+            stdin.close()
+            stdout.close()
 
     def wait(self, pid: int, timeout_s: float) -> dict[str, Any]:
         """Block until the process exits or ``timeout_s`` passes; its state either way (``status`` tells)."""
@@ -245,6 +275,39 @@ class Processes:
             taken, self._exits = self._exits, []
         return taken
 
+    def next_exits(self, timeout_s: float) -> dict[str, Any]:
+        """Block until an exit is queued (or ``timeout_s`` passes, or :meth:`end_all` runs); the exits, each
+        once, and how many processes still run (the router's watch polls again while any do)."""
+        with self._changed:
+            if not self._ending:
+                self._changed.wait_for(lambda: bool(self._exits) or self._ending, timeout_s)
+            taken, self._exits = self._exits, []
+            running = sum(not p.done.is_set() for p in self._table.values())
+        return {"exits": taken, "running": running}
+
+    def end_all(self, grace_s: float = END_GRACE_S) -> builtins.list[dict[str, Any]]:
+        """End every running process (SIGTERM to its group, SIGKILL to what is left after ``grace_s``) and wait
+        for their exits; the exits not handed out yet, each once. Run before the sandbox stops, so that each
+        exit is recorded with the signal that ended it before the sandbox's record is closed."""
+        with self._lock:
+            running = [p for p in self._table.values() if not p.done.is_set()]
+        for process in running:
+            process.signalled = "SIGTERM"
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signals.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for process in running:
+            if not process.done.wait(max(0.0, deadline - time.monotonic())):
+                process.signalled = "SIGKILL"
+                kill_tree(process.pid)
+        for process in running:
+            process.done.wait(grace_s)
+        with self._changed:
+            self._ending = True  # the router's long poll answers now rather than at its timeout
+            self._changed.notify_all()
+            taken, self._exits = self._exits, []
+        return taken
+
     def _read(self, fd: int, process: Process, offset: int, follow: bool) -> Iterator[bytes]:
         try:
             os.lseek(fd, offset, os.SEEK_SET)
@@ -289,11 +352,12 @@ class Processes:
         if popen.stdin is not None:
             with contextlib.suppress(OSError):
                 popen.stdin.close()
-        with self._lock:
+        with self._changed:
             process.done.set()
             if output is None:
                 self._exits.append({"pid": process.pid, "command": process.argv, "exit_code": process.exit_code,
                                     "signalled": process.signalled, "ended_at": process.ended_at,
                                     "duration_s": round(process.ended_at - process.started_at, 3)})
+                self._changed.notify_all()
         if output is not None:
             output.end(process.ended())

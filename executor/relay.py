@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import os
 import socket
 import threading
 from collections.abc import Coroutine
@@ -73,6 +75,42 @@ async def splice(client: socket.socket, upstream: socket.socket) -> None:
         if end.transport is not None and not end.transport.is_closing():
             end.transport.resume_reading()
     await done
+
+
+async def pipes(client: socket.socket, stdin: int, stdout: int) -> None:
+    """Relay a process's stdio: the client's bytes to its stdin, its stdout to the client. Its stdout's end is
+    passed on as a half-close; the client's end closes its stdin (a stdio server then exits, as it would when
+    the client that started it went away)."""
+    loop = asyncio.get_running_loop()
+    try:
+        c_reader, c_writer = await asyncio.open_connection(sock=client, limit=_CHUNK)
+        out_reader = asyncio.StreamReader(limit=_CHUNK, loop=loop)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(out_reader, loop=loop),
+                                     os.fdopen(stdout, "rb", buffering=0))
+        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
+                                                            os.fdopen(stdin, "wb", buffering=0))
+    except OSError:
+        client.close()
+        for fd in (stdin, stdout):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        return
+    in_writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    await asyncio.gather(_pump(c_reader, in_writer), _pump(out_reader, c_writer), return_exceptions=True)
+    for writer in (c_writer, in_writer):
+        writer.close()
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while chunk := await reader.read(_CHUNK):
+            writer.write(chunk)
+            await writer.drain()  # back-pressure: a slow reader slows the sender, nothing piles up here
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (OSError, RuntimeError):
+        writer.close()  # one side broke: the whole connection ends
+        writer.transport.abort()
 
 
 class _Side(asyncio.Protocol):

@@ -429,12 +429,24 @@ class AsyncSandbox:
         answer = await self.client.request("POST", self._path(f"/ports/{port}/url"), json_body={"expires_s": expires_s})
         return str(answer["url"])
 
-    async def mcp_server(self, name: str, port: int, *, path: str = "/mcp") -> dict[str, Any]:
-        """Publish the MCP server serving streamable HTTP on ``port`` in the sandbox as ``name``; returns the
-        configuration an MCP client outside needs (``url``, ``headers``, ``transport``)."""
-        answer = await self.client.request("PUT", self._path(f"/mcp/{name}"), json_body={"port": port, "path": path})
+    async def mcp_server(self, name: str, port: int | None = None, *, path: str = "/mcp",
+                         command: str | list[str] | None = None, cwd: str | None = None,
+                         env: dict[str, str] | None = None) -> dict[str, Any]:
+        """Publish an MCP server of the sandbox as ``name``: the one serving streamable HTTP on ``port`` (at
+        ``path``), or a stdio server grove starts from ``command`` (in ``cwd``, with ``env``) and serves as
+        streamable HTTP. Returns the configuration an MCP client outside needs (``url``, ``headers``,
+        ``transport``); either form is reached the same way."""
+        if (port is None) == (command is None):
+            raise Invalid("give either the port of a server serving streamable HTTP or the command of a stdio one")
+        body: dict[str, Any] = {"port": port, "path": path} if command is None else \
+            {"command": command, "cwd": cwd, "env": env or {}}
+        answer = await self.client.request("PUT", self._path(f"/mcp/{name}"), json_body=body)
         return {"url": f"{self.client.url}{self._path(f'/mcp/{name}')}", "transport": answer["transport"],
                 "headers": self.client.auth_headers()}
+
+    async def remove_mcp_server(self, name: str) -> None:
+        """Remove a publication (a stdio server's process ends)."""
+        await self.client.request("DELETE", self._path(f"/mcp/{name}/publication"))
 
     async def status(self) -> dict[str, Any]:
         """The sandbox's current record."""

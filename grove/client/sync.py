@@ -200,9 +200,16 @@ class Sandbox:
         """A signed URL reaching ``port`` in the sandbox (see :meth:`AsyncSandbox.port_url`)."""
         return self._loop.run(self.inner.port_url(port, expires_s=expires_s))
 
-    def mcp_server(self, name: str, port: int, *, path: str = "/mcp") -> dict[str, Any]:
-        """Publish an MCP server of the sandbox; its client configuration (see :meth:`AsyncSandbox.mcp_server`)."""
-        return self._loop.run(self.inner.mcp_server(name, port, path=path))
+    def mcp_server(self, name: str, port: int | None = None, *, path: str = "/mcp",
+                   command: str | list[str] | None = None, cwd: str | None = None,
+                   env: dict[str, str] | None = None) -> dict[str, Any]:
+        """Publish an MCP server of the sandbox (HTTP on ``port``, or a stdio ``command``); its client
+        configuration (see :meth:`AsyncSandbox.mcp_server`)."""
+        return self._loop.run(self.inner.mcp_server(name, port, path=path, command=command, cwd=cwd, env=env))
+
+    def remove_mcp_server(self, name: str) -> None:
+        """Remove a publication (a stdio server's process ends)."""
+        self._loop.run(self.inner.remove_mcp_server(name))
 
     def status(self) -> dict[str, Any]:
         """The current record."""

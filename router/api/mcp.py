@@ -2,9 +2,10 @@
 
 ``PUT /v1/sandboxes/{id}/mcp/{name}`` with ``{"port", "path"}`` names an MCP server that serves streamable HTTP
 inside the sandbox; ``/v1/sandboxes/{id}/mcp/{name}`` then is that server, through the port proxy, for any MCP
-client holding the API key. Each ``tools/call`` going through is a step of the trajectory: the tool, its
-arguments, what it answered (bounded), whether it failed, and how long it took. The names live in the router's
-memory for the sandbox's life (a router restart forgets them: publish again).
+client holding the API key. With ``{"command", "cwd"?, "env"?}`` instead it starts a stdio MCP server in the
+sandbox and serves that at the same path (:mod:`router.api.mcp_stdio`). Each ``tools/call`` going through is a
+step of the trajectory (:mod:`router.ports.mcp_steps`). The names live in the router's memory for the sandbox's
+life (a router restart forgets them, and a stdio server's stdin closes with it: publish again).
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from aiohttp import web
 
 from grove.core.errors import Invalid, NotFound
 from router.api.appkeys import sandbox_of, service_of
+from router.api.asgi import serve_asgi
 from router.api.datapath import read_capped
+from router.api.mcp_stdio import publish_stdio, unpublish
 from router.api.port_proxy import proxy
 from router.api.replies import reply
 from router.api.sandboxes import read_model
+from router.ports.mcp_steps import call_step
 from router.ports.models import McpServerRequest
 from router.ports.state import McpServer, ports_of
 from router.records.registry import SandboxRecord
@@ -31,8 +35,6 @@ MAX_MESSAGE = 16 * 1024 * 1024
 """Largest JSON-RPC request body the router reads (it must read one whole to see which tool it calls)."""
 KEPT_ANSWER = 1024 * 1024
 """Most of an answer kept to find the tool's result in; a larger one is relayed whole but not recorded."""
-RESULT_TEXT = 16 * 1024
-"""Most text of a tool's result a step keeps."""
 
 
 def _servers(request: web.Request) -> dict[str, McpServer]:
@@ -40,21 +42,45 @@ def _servers(request: web.Request) -> dict[str, McpServer]:
 
 
 async def publish_mcp(request: web.Request) -> web.Response:
-    """PUT /v1/sandboxes/{id}/mcp/{name} {"port", "path"?} — publish an MCP server of the sandbox."""
+    """PUT /v1/sandboxes/{id}/mcp/{name} {"port", "path"?} or {"command", "cwd"?, "env"?} — publish an MCP server
+    of the sandbox (one serving HTTP on a port, or a stdio command the router starts)."""
     body = await read_model(request, McpServerRequest)
     record = sandbox_of(request, request.match_info["id"])
     name = request.match_info["name"]
     if not NAME_RE.fullmatch(name):
         raise Invalid(f"an MCP server's name is 1-63 lowercase letters, digits, '-' or '_', starting with a letter "
                       f"or digit; {name[:80]!r} is not")
-    path = body.path if body.path.startswith("/") else "/" + body.path
+    if (body.port is None) == (body.command is None):
+        raise Invalid("publish either a server serving streamable HTTP ({\"port\": 8000, \"path\": \"/mcp\"}) or a "
+                      "stdio server to start ({\"command\": \"python3 server.py\"}): give exactly one of 'port' "
+                      "and 'command'")
     published = ports_of(request).mcp
     for gone in set(published) - {r.id for r in service_of(request).registry.live()}:
         del published[gone]  # the names of deleted sandboxes go when the next one is published
-    _servers(request)[name] = McpServer(body.port, path)
+    if (old := _servers(request).pop(name, None)) is not None:
+        await unpublish(request, old)
     url = f"{request.scheme}://{request.host}/v1/sandboxes/{record.id}/mcp/{name}"
+    if body.command is not None:
+        server = await publish_stdio(request, record, name, body)
+        _servers(request)[name] = server
+        assert server.stdio is not None
+        return reply(request, {"name": name, "url": url, "transport": "streamable_http", "stdio": True,
+                               "pid": server.stdio.pid})
+    path = body.path if body.path.startswith("/") else "/" + body.path
+    _servers(request)[name] = McpServer(body.port, path)
     return reply(request, {"name": name, "url": url, "transport": "streamable_http", "port": body.port,
                            "path": path})
+
+
+async def unpublish_mcp(request: web.Request) -> web.Response:
+    """DELETE /v1/sandboxes/{id}/mcp/{name}/publication — remove a publication (a stdio server's process ends)."""
+    record = sandbox_of(request, request.match_info["id"])
+    name = request.match_info["name"]
+    server = _servers(request).pop(name, None)
+    if server is None:
+        raise NotFound(f"no MCP server {name!r} is published in {record.id}")
+    await unpublish(request, server)
+    return reply(request, {"name": name, "removed": True})
 
 
 async def mcp_handler(request: web.Request) -> web.StreamResponse:
@@ -64,7 +90,12 @@ async def mcp_handler(request: web.Request) -> web.StreamResponse:
     server = _servers(request).get(name)
     if server is None:
         raise NotFound(f"no MCP server {name!r} is published in {record.id}: PUT /v1/sandboxes/{record.id}/mcp/"
-                       f"{name} with its port first")
+                       f"{name} with its port or command first")
+    if server.stdio is not None:
+        body = await read_capped(request, MAX_MESSAGE, "MCP message")
+        with service_of(request).calling(record):  # a call of the sandbox's like any other (tool calls recorded
+            return await serve_asgi(request, server.stdio.handle, body)  # by the bridge as it sees them)
+    assert server.port is not None
     target = server.path + (f"?{request.query_string}" if request.query_string else "")
     if request.method != "POST":
         return await proxy(request, record, server.port, target, None)
@@ -90,10 +121,7 @@ def _record_calls(request: web.Request, record: SandboxRecord, name: str, calls:
                   answer: bytes, status: int, started: float) -> None:
     results = _results(answer) if len(answer) <= KEPT_ANSWER else {}
     for call_id, (tool, arguments) in calls.items():
-        step: dict[str, Any] = {"type": "mcp_call", "t": started, "server": name, "tool": tool,
-                                "arguments": arguments, "status": status, "duration_s": time.time() - started}
-        if (result := results.get(call_id)) is not None:
-            step.update(result)
+        step = call_step(name, tool, arguments, status, started, results.get(call_id))
         service_of(request).recorder.step(record, step)
 
 
@@ -111,7 +139,7 @@ def _tool_calls(body: bytes) -> dict[Any, tuple[str, Any]]:
 
 
 def _results(answer: bytes) -> dict[Any, dict[str, Any]]:
-    """What each answered id returned, from a JSON answer or a server-sent event stream."""
+    """The response to each answered id, from a JSON answer or a server-sent event stream."""
     text = answer.decode("utf-8", "replace")
     found: dict[Any, dict[str, Any]] = {}
     candidates = [text] + [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
@@ -122,13 +150,5 @@ def _results(answer: bytes) -> dict[Any, dict[str, Any]]:
             continue
         for item in message if isinstance(message, list) else [message]:
             if isinstance(item, dict) and "id" in item:
-                found[json.dumps(item["id"])] = _outcome(item)
+                found[json.dumps(item["id"])] = item
     return found
-
-
-def _outcome(item: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(item.get("error"), dict):
-        return {"is_error": True, "error": str(item["error"].get("message", ""))[:RESULT_TEXT]}
-    result: dict[str, Any] = item["result"] if isinstance(item.get("result"), dict) else {}
-    texts = [c.get("text", "") for c in result.get("content", []) if isinstance(c, dict) and c.get("type") == "text"]
-    return {"is_error": bool(result.get("isError")), "result": "\n".join(map(str, texts))[:RESULT_TEXT]}

@@ -108,4 +108,5 @@ async def ports_context(app: web.Application) -> AsyncIterator[None]:
             yield
     finally:
         await runner.cleanup()
+        await ports.close_mcp()
         await ports.clients.close()

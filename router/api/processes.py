@@ -2,8 +2,9 @@
 
 The executor does the work (:mod:`executor.processes`); the router relays and records. A start is a step
 (``{"type": "process", "event": "start"}``: the command, its place, its user, the names of its variables) and
-so is each exit the executor reports with any answer (``"event": "exit"``: the exit code, the last signal sent,
-how long it ran). A log read is not recorded (its bytes are the process's, read as often as anyone likes).
+so is each exit (``"event": "exit"``: the exit code, the last signal sent, how long it ran), recorded when it
+happens or before the sandbox stops (:mod:`router.lifecycle.process_exits`), or with any answer here. A log
+read is not recorded (its bytes are the process's, read as often as anyone likes).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ MAX_BODY = 1024 * 1024
 async def start_process(request: web.Request) -> web.Response:
     """POST /v1/sandboxes/{id}/processes — ``{command, env?, cwd?, user?}``; 201 with the process (``pid``)."""
     body = await _body(request)
+    if "stdio" in body:
+        raise BadRequest("'stdio' is for MCP servers: PUT /v1/sandboxes/{id}/mcp/{name} with their command")
     service, record = service_of(request), sandbox_of(request, request.match_info["id"])
     return _reply(service, record, await start_recorded(service, record, body), status=201)
 
@@ -34,12 +37,17 @@ async def start_process(request: web.Request) -> web.Response:
 async def start_recorded(service: SandboxService, record: SandboxRecord, body: dict[str, Any]) -> dict[str, Any]:
     """Start one (``body`` as the API takes it) and record its start; the executor's answer, ``exits`` and all."""
     answer = await call(service, record, "POST", "/v1/processes", body)
-    env = body.get("env")
+    started(service, record, answer, body.get("env"))
+    return answer
+
+
+def started(service: SandboxService, record: SandboxRecord, answer: dict[str, Any], env: Any) -> None:
+    """A process the executor started: its ``start`` step, and its exit watched for."""
     service.recorder.step(record, {
         "type": "process", "event": "start", "t": answer.get("started_at", time.time()), "pid": answer.get("pid"),
         "command": answer.get("command"), "cwd": answer.get("cwd"), "user": answer.get("user"),
         "env_keys": sorted(env) if isinstance(env, dict) else []})
-    return answer
+    service.process_exits.started(record)
 
 
 async def list_processes(request: web.Request) -> web.Response:
@@ -84,12 +92,7 @@ async def _relay(request: web.Request, method: str, path: str, body: dict[str, A
 
 def _reply(service: SandboxService, record: SandboxRecord, answer: dict[str, Any], status: int = 200) -> web.Response:
     """The answer without the executor's ``exits``, each of which becomes a step."""
-    for ended in answer.pop("exits", None) or []:
-        if isinstance(ended, dict):
-            service.recorder.step(record, {
-                "type": "process", "event": "exit", "t": ended.get("ended_at"), "pid": ended.get("pid"),
-                "command": ended.get("command"), "exit_code": ended.get("exit_code"),
-                "signalled": ended.get("signalled"), "duration_s": ended.get("duration_s")})
+    service.process_exits.record(record, answer.pop("exits", None))
     return web.json_response(answer, status=status)
 
 

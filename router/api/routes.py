@@ -30,7 +30,7 @@ from router.api.computer import computer_handler, display_handler, screenshot_ha
 from router.api.datapath import exec_handler, transfer
 from router.api.image_models import CommitRequest, DeriveRequest
 from router.api.images import get_image
-from router.api.mcp import mcp_handler, publish_mcp
+from router.api.mcp import mcp_handler, publish_mcp, unpublish_mcp
 from router.api.openapi import build_spec
 from router.api.pools import create_pool, delete_pool, get_pool, list_pools, resize_pool
 from router.api.ports import port_handler, port_url_handler
@@ -247,8 +247,10 @@ ROUTES: list[Route] = [
     Route("GET", "/v1/sandboxes/{id}/pty", pty_handler,
           "A terminal (WebSocket): binary or {type: input} in, output out, {type: resize}; recorded as steps"),
     Route("PUT", "/v1/sandboxes/{id}/mcp/{name}", publish_mcp,
-          "Publish an MCP server that serves streamable HTTP on a port in the sandbox, under a name",
+          "Publish an MCP server of the sandbox under a name: streamable HTTP on a port, or a stdio command started",
           body=McpServerRequest),
+    Route("DELETE", "/v1/sandboxes/{id}/mcp/{name}/publication", unpublish_mcp,
+          "Remove an MCP server's publication (a stdio server's process ends)"),
     *(Route(method, "/v1/sandboxes/{id}/mcp/{name}", mcp_handler,
             "A published MCP server, as streamable HTTP; each tool call recorded as a step", raw_body="*/*")
       for method in ("GET", "POST", "DELETE")),

@@ -11,6 +11,7 @@ from typing import Protocol
 from grove.core.errors import Conflict, InternalError
 from router.backends.base import Backend, Endpoint
 from router.lifecycle.metering import run_ended
+from router.lifecycle.process_exits import ProcessExits
 from router.records.registry import Registry, SandboxRecord
 from router.records.statedisk import is_no_space
 from router.trajectory.recorder import Recorder
@@ -26,6 +27,7 @@ class ScalingHost(Protocol):
     registry: Registry
     upstreams: Upstreams
     recorder: Recorder
+    process_exits: ProcessExits
 
     def lock(self, sandbox_id: str) -> asyncio.Lock:
         """The sandbox's lifecycle lock."""
@@ -107,6 +109,7 @@ class Scaling:
         async with service.lock(record.id):
             if record.status != "ready":
                 return
+            await service.process_exits.drain(record)  # its processes end here: their exits are recorded
             await service.upstreams.drop(record.endpoint_url)
             await run_ended(service.backend, record)  # before its processes (and their view of its layer) are gone
             record.handle = await service.backend.stop(record.id, record.handle)

@@ -25,6 +25,7 @@ from router.lifecycle.admission import Admission
 from router.lifecycle.claims import Claims, GroupClaim
 from router.lifecycle.fairness import FairStarts
 from router.lifecycle.metering import run_ended
+from router.lifecycle.process_exits import ProcessExits
 from router.lifecycle.reaper import Reaper
 from router.lifecycle.scaling import Scaling
 from router.lifecycle.starting import Starts
@@ -127,6 +128,8 @@ class SandboxService:
         """The images of computer steps, stored content-addressed (router/trajectory/screens.py)."""
         self.stored = TrajectoryStore(self.journal, storage, settings.state_dir)
         """Where finished journals go (router/trajectory/store.py)."""
+        self.process_exits = ProcessExits(upstreams, recorder, watch=not backend.warm_by_traffic)
+        """Background processes' exits recorded as they happen and before a stop (router/lifecycle)."""
         self.scaling = Scaling(self)
         """Scaling to zero and back, and executors lost (router/lifecycle/scaling.py)."""
         self.activity = ActivityClocks(settings.state_dir)
@@ -157,6 +160,7 @@ class SandboxService:
         await self.pools.close()
         await self.reaper.close()
         await self.housekeeping.close()
+        await self.process_exits.close()
         self.full_outputs.budget.close()  # stores still waiting their turn are not worth a slow shutdown
         for task in [*self.starts.tasks(), *self.claims.tasks(), *self._background]:
             with contextlib.suppress(BaseException):
@@ -296,6 +300,7 @@ class SandboxService:
                 if task is not None:
                     with contextlib.suppress(BaseException):
                         await task
+            await self.process_exits.drain(record)  # their exits recorded before the trajectory closes
             await self.upstreams.drop(record.endpoint_url)
             await run_ended(self.backend, record)  # read while its counters and its layer are still there
             await self.backend.delete(sandbox_id, record.handle)

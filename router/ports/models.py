@@ -17,7 +17,16 @@ class PortUrlRequest:
 
 @dataclass(frozen=True)
 class McpServerRequest:
-    """An MCP server that serves streamable HTTP on a port in the sandbox, published under a name."""
+    """An MCP server of the sandbox published under a name: one serving streamable HTTP on a port (``port``,
+    ``path``), or a stdio server the router starts (``command``, ``cwd``, ``env``). Exactly one of ``port`` and
+    ``command``."""
 
-    port: int = spec("the port it listens on inside the sandbox", minimum=1, maximum=65535)
-    path: str = spec("its MCP endpoint's path", default="/mcp")
+    port: int | None = spec("the port it serves streamable HTTP on inside the sandbox", default=None, minimum=1,
+                            maximum=65535)
+    path: str = spec("its MCP endpoint's path (with port)", default="/mcp", max_len=1024)
+    command: str | list[str] | None = spec("a stdio MCP server to start in the sandbox (a string runs under "
+                                           "/bin/sh -c, a list is the argv)", default=None, max_len=65536,
+                                           max_items=1024)
+    cwd: str | None = spec("the stdio server's working directory (the sandbox's workdir when absent)",
+                           default=None, max_len=4096)
+    env: dict[str, str] = spec("variables set for the stdio server", factory=dict, max_len=65536, max_items=256)

@@ -8,16 +8,19 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from router.ports.signing import Signer
+from router.ports.stdio_mcp import StdioMcp
 from router.ports.traffic import Traffic
 from router.ports.tunnels import PortClients
 
 
 @dataclass(frozen=True)
 class McpServer:
-    """Where a published MCP server listens in its sandbox."""
+    """A published MCP server: where it listens in its sandbox, or the bridge to its stdio."""
 
-    port: int
+    port: int | None
     path: str
+    stdio: StdioMcp | None = None
+    """A stdio server's bridge (:mod:`router.ports.stdio_mcp`); None for one serving HTTP on ``port``."""
 
 
 @dataclass
@@ -33,6 +36,13 @@ class Ports:
     """``host:port`` of the host-named listener, once it listens."""
     mcp: dict[str, dict[str, McpServer]] = field(default_factory=dict)
     """The MCP servers published in each sandbox, by name (:mod:`router.api.mcp`)."""
+
+    async def close_mcp(self) -> None:
+        """End every stdio MCP bridge (the router is stopping; their processes see their stdin close)."""
+        for servers in self.mcp.values():
+            for server in servers.values():
+                if server.stdio is not None:
+                    await server.stdio.close()
 
     def host_url(self, sandbox_id: str, port: int) -> str:
         """The base URL of a port on the host-named listener."""

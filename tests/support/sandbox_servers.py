@@ -1,5 +1,6 @@
 """Real servers inside a sandbox, for the port proxy's tests: aiohttp (HTTP and WebSocket) and the ``mcp``
-package's own server, run by the sandbox's Python with their libraries copied in from this venv.
+package's own server (streamable HTTP, or stdio), run by the sandbox's Python with their libraries copied in from
+this venv.
 
 The default image binds the host's ``/usr``, so ``python3`` runs inside; the libraries are the exact files of
 this venv's distributions (and their dependency closure), uploaded through grove's own file API.
@@ -41,10 +42,14 @@ def closure(names: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
     return list(seen.values())
 
 
+_made: list[Path] = []
+
+
 @functools.cache
 def libs_dir(names: tuple[str, ...]) -> Path:
     """A directory holding the files of ``names`` and everything they need (made once per session)."""
-    out = Path(tempfile.mkdtemp(prefix="grove-pylib-"))
+    out = Path(tempfile.mkdtemp(prefix="grove-sandbox-libs-"))
+    _made.append(out)
     for dist in closure(names):
         for entry in dist.files or []:
             rel = PurePosixPath(str(entry))
@@ -59,9 +64,11 @@ def libs_dir(names: tuple[str, ...]) -> Path:
 
 
 def drop_libs_dirs() -> None:
-    """Remove the directories :func:`libs_dir` made."""
-    for path in Path(tempfile.gettempdir()).glob("grove-pylib-*"):
-        shutil.rmtree(path, ignore_errors=True)
+    """Remove the directories :func:`libs_dir` made in this process (never another test run's, which may be
+    uploading from its own at this moment)."""
+    for made in list(_made):
+        shutil.rmtree(made, ignore_errors=True)
+        _made.remove(made)
     libs_dir.cache_clear()
 
 
@@ -123,6 +130,34 @@ MCP_SERVER = textwrap.dedent('''
 
     server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
 ''')
+
+
+MCP_STDIO_SERVER = textwrap.dedent('''
+    import os, sys
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("files")
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    @server.tool()
+    def where() -> str:
+        """The server's working directory and its NOTE variable."""
+        return f"{os.getcwd()} {os.environ.get('NOTE')}"
+
+    @server.tool()
+    def crash(code: int) -> str:
+        """Exit the whole server at once."""
+        print("boom: asked to crash", file=sys.stderr, flush=True)
+        os._exit(code)
+
+    server.run("stdio")
+''')
+"""The ``mcp`` package's own server speaking stdio only: ``add``, ``where`` (its cwd and ``$NOTE``) and ``crash``
+(exits at once with the code given, after a line on stderr)."""
 
 
 def start_server(sandbox: Sandbox, script: str, port: int, libs: tuple[str, ...], timeout: float = 60.0,
