@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from grove.client import Grove
+from tests.images.test_build import _context
 from tests.images.test_commit import pulled_base
 from tests.support.registry import Registry
 from tests.support.router_fixtures import RouterProcess, wait_for
@@ -23,15 +24,6 @@ from tests.support.router_fixtures import RouterProcess, wait_for
 def base(router: RouterProcess, registry: Registry, base_layer: bytes, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The busybox base, in a registry and pulled into the router's store."""
     return pulled_base(router, registry, base_layer, tmp_path_factory.mktemp("oci"), "remotebase")
-
-
-def _context(root: Path, dockerfile: str, files: dict[str, str]) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "Dockerfile").write_text(dockerfile)
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
 
 
 def _tar(members: dict[str, bytes]) -> bytes:
