@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 async def run(args: argparse.Namespace) -> int:
-    """Build; 0 once the image is made, 1 with the error as the last line."""
+    """Build; 0 once the image is made, 1 with the error as the last line. SIGTERM cancels the build, so the
+    sandbox of the step it was running is deleted on the way out."""
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     context = Path(args.context)
     build_args = dict(a.partition("=")[::2] for a in args.build_arg)
     options = BuildOptions(context / args.dockerfile, context, args.tag, build_args, args.network,
@@ -62,4 +67,7 @@ async def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(run(parser().parse_args())))
+    try:
+        sys.exit(asyncio.run(run(parser().parse_args())))
+    except asyncio.CancelledError:
+        sys.exit(143)  # ended by SIGTERM, its step's sandbox deleted

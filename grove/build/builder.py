@@ -16,13 +16,15 @@ what it copies. A rebuild finds every unchanged step and runs none of them.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import dataclasses
 import hashlib
 import json
 import posixpath
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -237,7 +239,7 @@ async def _run_step(client: AsyncGrove, options: BuildOptions, step: Step, state
                               "metadata": {"labels": {"grove.build": options.tag}}}
     if options.memory_mb:
         create["memory_mb"] = options.memory_mb
-    sandbox = await client.create(state.image, **create)
+    sandbox = await _created(client.create(state.image, **create))
     try:
         if step.instruction == "WORKDIR":
             await sandbox.upload_tar(directories_tar([state.workdir]), "/")
@@ -253,6 +255,17 @@ async def _run_step(client: AsyncGrove, options: BuildOptions, step: Step, state
         await sandbox.close()
     state.image, state.digest = name, str(made["digest"])
     emit(f"  --> {name}")
+
+
+async def _created(create: Coroutine[Any, Any, AsyncSandbox]) -> AsyncSandbox:
+    """The step's sandbox; a build cancelled while the router makes it still deletes it once made."""
+    making = asyncio.ensure_future(create)
+    try:
+        return await asyncio.shield(making)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await (await making).close()
+        raise
 
 
 async def _run(sandbox: AsyncSandbox, step: Step, state: _State, emit: Callable[[str], None]) -> None:

@@ -8,7 +8,8 @@ The router runs grove's one builder (:mod:`grove.build.builder`) as a process of
 grove.build``): an API client of this router with the caller's key, so every step's sandbox is the caller's
 project's, counted against its quota like any other. The server imports no SDK code; the context is unpacked
 with Python's ``data`` tar filter (nothing absolute, no link or ``..`` out of it, no devices) into a temporary
-directory removed with the build. A caller gone mid-build ends the build's process.
+directory removed with the build. A caller gone mid-build ends the build's process, which deletes the sandbox
+of the step it was running.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ MAX_CONTEXT_BYTES = 512 * 1024 * 1024
 """The largest build context a build call takes (its tar)."""
 NDJSON = "application/x-ndjson"
 _CHUNK = 1 << 16
+_WATCH_S = 0.5
+_STOP_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,7 @@ async def _stream(request: web.Request, argv: list[str], key: str) -> web.Stream
     proc = await asyncio.create_subprocess_exec(*argv, env=env, stdin=asyncio.subprocess.DEVNULL,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                                                 start_new_session=True)
+    watcher = asyncio.ensure_future(_watch(request, proc))
     response = web.StreamResponse(headers={"Content-Type": NDJSON})
     ended = False
     try:
@@ -136,8 +140,28 @@ async def _stream(request: web.Request, argv: list[str], key: str) -> web.Stream
                                                        f"{proc.returncode}): {said[-600:]}")).encode() + b"\n")
         await response.write_eof()
     finally:
-        if proc.returncode is None:  # the caller went: the build's whole session, which this call started
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+        watcher.cancel()
+        await _stop(proc)
     return response
+
+
+async def _watch(request: web.Request, proc: asyncio.subprocess.Process) -> None:
+    """Stop the build once its caller is gone (a quiet step writes nothing that would find out)."""
+    while proc.returncode is None:
+        if request.transport is None or request.transport.is_closing():
+            await _stop(proc)
+            return
+        await asyncio.sleep(_WATCH_S)
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    """End the build's process (its own session, which this call started): SIGTERM first, which the builder
+    takes as a cancel and deletes the sandbox of the step it was running, then SIGKILL if it has not ended in
+    :data:`_STOP_S`."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(proc.wait()), _STOP_S)

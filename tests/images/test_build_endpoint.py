@@ -137,3 +137,38 @@ def test_a_context_too_big_is_413_before_it_is_read(router: RouterProcess) -> No
         conn.close()
     assert resp.status == 413, answer
     assert "a build takes at most" in answer["error"]["message"], answer
+
+
+def _builds_of(router: RouterProcess) -> list[int]:
+    """PIDs of build processes serving this router (``python -m grove.build --url`` its port)."""
+    port = router.url.rsplit(":", 1)[1]
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"grove.build" in argv and any(a.endswith(f":{port}".encode()) for a in argv):
+                found.append(int(proc.name))
+    return found
+
+
+def test_a_caller_gone_mid_build_ends_the_build(router: RouterProcess, base: str) -> None:
+    url = urllib.parse.urlsplit(router.url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=120)
+    try:
+        conn.request("POST", "/v1/images/build?tag=abandoned&no_cache=1",
+                     body=_tar({"Dockerfile": f"FROM {base}\nRUN sleep 600\n".encode()}),
+                     headers={"Authorization": f"Bearer {router.key}", "Content-Type": "application/x-tar"})
+        resp = conn.getresponse()
+        assert resp.status == 200
+        while b"STEP 1/1: RUN sleep 600" not in resp.readline():
+            pass
+        wait_for(lambda: router.live_ids(), timeout=60, what="the RUN step's sandbox")
+        assert _builds_of(router)
+    finally:
+        conn.close()  # the caller goes mid-step
+    wait_for(lambda: not _builds_of(router), timeout=60, what="the build's process ended")
+    wait_for(lambda: not router.live_ids(), timeout=60, what="the step's sandbox deleted")
+    assert router.http("GET", "/v1/images/abandoned").status == 404
