@@ -22,6 +22,7 @@ Every trial's environment is one grove sandbox (``pip install grove[harbor]``, P
   ``network_mode``, published ``ports``...) is refused before the trial starts, naming the key
   (:mod:`grove.integrations.compose`). Harbor's network policy is every service's egress; the siblings are
   deleted with the trial, and reaped by their heartbeat timeout like the agent's sandbox if it is killed.
+  Harbor's per-service calls (collect hooks, sidecar artifacts) exec in and download from the siblings.
 
 The SDK heart-beats the sandbox while the trial runs; a trial killed outright stops heart-beating, and the router
 deletes its sandbox after ``heartbeat_timeout_s`` (``--ek heartbeat_timeout_s=...``, default 60).
@@ -38,7 +39,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from harbor.environments.base import BaseEnvironment, ExecResult
+from harbor.environments.base import BaseEnvironment, ExecResult, ServiceOperationsUnsupportedError
 from harbor.environments.capabilities import EnvironmentCapabilities
 from harbor.environments.definition import environment_content_hash
 from harbor.environments.options import EnvironmentOptions
@@ -89,6 +90,9 @@ class GroveEnvironment(BaseEnvironment):
         self._group: ComposeGroup | None = None
         super().__init__(*args, **kwargs)
         self._network()  # a policy grove cannot enforce exactly is refused now
+        if self.extra_docker_compose_paths:
+            raise ValueError("--extra-docker-compose: the grove environment reads the task's own "
+                             "environment/docker-compose.yaml only; leave the extra compose files out")
         if self._compose is not None and self.options.pool:
             raise ValueError("--ek pool: a compose task's sandboxes join a private network of their own, which a "
                              "pool's sandboxes cannot; leave the pool out for this task")
@@ -100,9 +104,11 @@ class GroveEnvironment(BaseEnvironment):
 
     @property
     def capabilities(self) -> EnvironmentCapabilities:
-        """What grove enforces: no network, or an allowlist of IPv4 addresses and CIDRs; no GPUs, no compose."""
+        """What grove enforces: no network, or an allowlist of IPv4 addresses and CIDRs; compose tasks (their
+        sidecars' exec and downloads; ``stop_service`` is not offered, which Harbor takes as a warning); no GPUs."""
         return EnvironmentCapabilities(disable_internet=True, network_allowlist=True,
-                                       network_allowlist_ipv4_addresses=True, network_allowlist_ipv4_cidrs=True)
+                                       network_allowlist_ipv4_addresses=True, network_allowlist_ipv4_cidrs=True,
+                                       docker_compose=True)
 
     @classmethod
     def preflight(cls, kwargs: dict[str, Any] | None = None) -> None:
@@ -290,14 +296,35 @@ class GroveEnvironment(BaseEnvironment):
                    timeout_sec: int | None = None, user: str | int | None = None) -> ExecResult:
         """Run ``command`` under ``/bin/sh -c``; a timeout is exit code 124 with the output so far."""
         who = user if user is not None else self.default_user
-        try:
-            result = await self._live().exec(command, cwd=cwd, env=env, timeout_s=timeout_sec,
-                                             user=str(who) if who is not None else None)
-        except GroveError as exc:
-            return ExecResult(stdout="", stderr=f"grove: {exc}", return_code=1)
-        code = _TIMEOUT_EXIT if result.timed_out else result.exit_code
-        return ExecResult(stdout=result.stdout.decode(errors="replace"),
-                          stderr=result.stderr.decode(errors="replace"), return_code=code)
+        return await _exec_in(self._live(), command, cwd, env, timeout_sec, who)
+
+    def _service(self, service: str) -> AsyncSandbox:
+        if self._group is None:
+            raise ServiceOperationsUnsupportedError(f"compose service {service!r}: this task is not a compose task "
+                                                    "(it has no services but main)")
+        return self._group.sibling(service)
+
+    async def service_exec(self, command: str, *, service: str | None = None, cwd: str | None = None,
+                           env: dict[str, str] | None = None, timeout_sec: int | None = None,
+                           user: str | int | None = None) -> ExecResult:
+        """Run ``command`` in a compose service's sandbox (main: :meth:`exec`), as its own default user."""
+        if service is None or self.is_main_service(service):
+            return await self.exec(command, cwd=cwd, env=env, timeout_sec=timeout_sec, user=user)
+        return await _exec_in(self._service(service), command, cwd, env, timeout_sec, user)
+
+    async def service_download_file(self, source_path: str, target_path: Path | str, *,
+                                    service: str | None = None) -> None:
+        """Copy a file of a compose service's sandbox to the local machine."""
+        if service is None or self.is_main_service(service):
+            return await self.download_file(source_path, target_path)
+        await _download_file(self._service(service), source_path, target_path)
+
+    async def service_download_dir(self, source_dir: str, target_dir: Path | str, *,
+                                   service: str | None = None) -> None:
+        """Copy a directory of a compose service's sandbox to the local machine."""
+        if service is None or self.is_main_service(service):
+            return await self.download_dir(source_dir, target_dir)
+        await self._service(service).download(source_dir, target_dir)
 
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
         """Write a local file into the sandbox."""
@@ -310,14 +337,31 @@ class GroveEnvironment(BaseEnvironment):
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
         """Copy a file of the sandbox to the local machine."""
-        data = await self._live().read_file(source_path)
-        target = Path(target_path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(target.write_bytes, data)
+        await _download_file(self._live(), source_path, target_path)
 
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
         """Copy a directory of the sandbox to the local machine (overwriting what is there)."""
         await self._live().download(source_dir, target_dir)
+
+
+async def _exec_in(sandbox: AsyncSandbox, command: str, cwd: str | None, env: dict[str, str] | None,
+                   timeout_sec: int | None, user: str | int | None) -> ExecResult:
+    """``command`` under ``/bin/sh -c`` in ``sandbox``; a timeout is exit code 124 with the output so far."""
+    try:
+        result = await sandbox.exec(command, cwd=cwd, env=env, timeout_s=timeout_sec,
+                                    user=str(user) if user is not None else None)
+    except GroveError as exc:
+        return ExecResult(stdout="", stderr=f"grove: {exc}", return_code=1)
+    code = _TIMEOUT_EXIT if result.timed_out else result.exit_code
+    return ExecResult(stdout=result.stdout.decode(errors="replace"),
+                      stderr=result.stderr.decode(errors="replace"), return_code=code)
+
+
+async def _download_file(sandbox: AsyncSandbox, source_path: str, target_path: Path | str) -> None:
+    data = await sandbox.read_file(source_path)
+    target = Path(target_path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(target.write_bytes, data)
 
 
 def image_name_for(environment_dir: Path) -> str:

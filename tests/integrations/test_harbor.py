@@ -195,7 +195,15 @@ def test_compose_task_runs_its_services_as_siblings(router: RouterProcess, base:
     solve = ('#!/bin/sh\necho "$(busybox wget -q -O - "$API_URL/answer")-$(busybox wget -q -O - '
              'http://note:9000/note)" > /app/answer.txt\n')
     task = _compose_task(tmp_path / "composed", base, COMPOSE, solve)
+    # Harbor's per-service calls: a collect hook runs in the `note` sibling, and its file comes back as an artifact.
+    toml = TASK_TOML.format(agent_timeout=120.0, extra="").replace(
+        'schema_version = "1.4"\n', 'schema_version = "1.4"\nartifacts = [{ source = "/tmp/collected.txt", '
+        'service = "note" }]\n')
+    (task / "task.toml").write_text(toml + '\n[[verifier.collect]]\nservice = "note"\n'
+                                           'command = "cat /srv/note > /tmp/collected.txt"\n')
     assert _reward(_run(router, task, "oracle", tmp_path / "jobs", "compose-oracle")) == 1.0
+    collected = list((tmp_path / "jobs" / "compose-oracle").rglob("collected.txt"))
+    assert [p.read_text() for p in collected] == ["ok\n"], collected
     assert _reward(_run(router, task, "nop", tmp_path / "jobs", "compose-nop")) == 0.0
     # Each trial's siblings were labelled as its services, and deleted with it.
     records = wait_for(lambda: (lambda items: items if len(items) == 6 else None)(
