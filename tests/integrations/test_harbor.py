@@ -149,6 +149,7 @@ def test_prebuilt_image_task(router: RouterProcess, base: str, tmp_path: Path) -
 
 COMPOSE = """services:
   main:
+    command: ["sh", "-c", "echo main started > /tmp/main.txt && exec sleep 3600"]
     environment:
       API_URL: http://api:8080
     depends_on:
@@ -175,10 +176,11 @@ COMPOSE = """services:
 """
 API_DOCKERFILE = ('FROM {base}\nRUN mkdir /www && echo 42 > /www/answer\n'
                   'CMD ["busybox", "httpd", "-f", "-p", "8080", "-h", "/www"]\n')
-# The verifier queries both siblings by their service names: the answer must be what they serve now.
+# The verifier queries both siblings by their service names (the answer must be what they serve now) and finds
+# what main's compose command wrote.
 COMPOSE_VERIFY = ('#!/bin/sh\nwant="$(busybox wget -q -O - http://api:8080/answer)-$(busybox wget -q -O - '
                   'http://note:9000/note)"\nif [ "$want" = "42-ok" ] && [ "$(cat /app/answer.txt 2>/dev/null)" = '
-                  '"$want" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n')
+                  '"$want" ] && [ -f /tmp/main.txt ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n')
 
 
 def _compose_task(root: Path, base: str, compose: str, solve: str) -> Path:
