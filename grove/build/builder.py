@@ -16,17 +16,22 @@ what it copies. A rebuild finds every unchanged step and runs none of them.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import copy
+import dataclasses
 import hashlib
 import json
 import posixpath
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grove.build.context import BuildContext, directories_tar
 from grove.build.dockerfile import LAYER_STEPS, Plan, Step, parse
+from grove.build.stages import stage_files
 from grove.client.aio import AsyncGrove, AsyncSandbox
 from grove.core.errors import GroveError, Invalid, NotFound
 
@@ -91,19 +96,26 @@ async def build(client: AsyncGrove, options: BuildOptions, emit: Callable[[str],
         raise NotFound(f"cannot read the Dockerfile {options.dockerfile}: {exc.strerror}") from None
     plan = parse(text, options.build_args)
     context = BuildContext(options.context)
-    base = await _found(client, plan.base)
-    base_digest = str(base["digest"])
-    state = _inherited(plan.base, base_digest, base.get("config") or {})
     result = BuildResult(options.tag, "")
-    total = len(plan.steps)
-    for number, step in enumerate(plan.steps, 1):
-        emit(f"STEP {number}/{total}: {step.instruction} {step.value}")
-        if step.instruction in LAYER_STEPS:
-            result.steps += 1
-            if await _layer_step(client, options, context, plan, step, state, emit):
-                result.cached += 1
-        else:
-            _config_step(step, state)
+    total, number = sum(len(stage.steps) for stage in plan.stages), 0
+    done: dict[str, _State] = {}  # finished stages, by index and by name: what FROM and COPY --from name
+    for index, stage in enumerate(plan.stages):
+        if len(plan.stages) > 1:
+            emit(f"STAGE {index}{' ' + stage.name if stage.name else ''}: FROM {stage.base}")
+        state = await _start(client, stage.base, done)
+        base_digest = state.digest
+        for step in stage.steps:
+            number += 1
+            emit(f"STEP {number}/{total}: {step.instruction} {step.value}")
+            if step.instruction in LAYER_STEPS:
+                result.steps += 1
+                if await _layer_step(client, options, context, done, step, state, emit):
+                    result.cached += 1
+            else:
+                _config_step(step, state)
+        done[str(index)] = state
+        if stage.name:
+            done[stage.name] = state
     record = {"dockerfile_digest": plan.digest, "base": plan.base, "base_digest": base_digest,
               "build_args": dict(options.build_args)}
     made = await client.request("POST", f"/v1/images/{options.tag}",
@@ -122,6 +134,16 @@ async def _found(client: AsyncGrove, image: str) -> dict[str, Any]:
     except NotFound as exc:
         raise NotFound(f"FROM {image}: {exc}") from None
     return found
+
+
+async def _start(client: AsyncGrove, base: str, done: dict[str, _State]) -> _State:
+    """A stage's state at its FROM: an earlier stage's (Docker: a stage name wins over an image of that name),
+    else the base image's."""
+    if base.lower() in done:
+        earlier = done[base.lower()]
+        return dataclasses.replace(earlier, env=dict(earlier.env), config=copy.deepcopy(earlier.config))
+    found = await _found(client, base)
+    return _inherited(base, str(found["digest"]), found.get("config") or {})
 
 
 async def _digest(client: AsyncGrove, image: str) -> str:
@@ -175,19 +197,23 @@ def _config(state: _State) -> dict[str, Any]:
             "User": state.user}
 
 
-async def _layer_step(client: AsyncGrove, options: BuildOptions, context: BuildContext, plan: Plan, step: Step,
-                      state: _State, emit: Callable[[str], None]) -> bool:
+async def _layer_step(client: AsyncGrove, options: BuildOptions, context: BuildContext, done: dict[str, _State],
+                      step: Step, state: _State, emit: Callable[[str], None]) -> bool:
     """Run one filesystem step (or find it cached); the state moves to its image. Whether it was cached."""
-    packed = None
+    packed, origin = None, None
     if step.instruction == "WORKDIR":
         state.workdir = _workdir(state, step)
         what = f"WORKDIR {state.workdir}"
     elif step.instruction == "RUN":
         what = f"RUN {json.dumps(step.json_form() or step.value)} args={json.dumps(step.args, sort_keys=True)}"
     else:
-        sources, dest = _copy_args(step, state)
-        packed = context.pack(context.sources(sources, step.where), dest)
-        what = f"COPY {packed.digest} to {dest}"
+        sources, dest, stage = _copy_args(step, state)
+        if stage is None:
+            packed = context.pack(context.sources(sources, step.where), dest)
+            what = f"COPY {packed.digest} to {dest}"
+        else:  # the stage's image digest stands for what it holds: the files are fetched only if not cached
+            origin = _from_stage(step, stage, done)
+            what = f"COPY --from {origin.digest} {json.dumps(sources)} to {dest}"
     key_text = json.dumps([state.digest, what, state.env, state.user, state.workdir], sort_keys=True)
     name = CACHE_PREFIX + hashlib.sha256(key_text.encode()).hexdigest()[:40]
     try:
@@ -198,6 +224,8 @@ async def _layer_step(client: AsyncGrove, options: BuildOptions, context: BuildC
                 return True
             except NotFound:
                 pass
+        if origin is not None:
+            packed = await stage_files(client, origin.image, sources, dest, step.where)
         await _run_step(client, options, step, state, name, packed, emit)
         return False
     finally:
@@ -211,7 +239,7 @@ async def _run_step(client: AsyncGrove, options: BuildOptions, step: Step, state
                               "metadata": {"labels": {"grove.build": options.tag}}}
     if options.memory_mb:
         create["memory_mb"] = options.memory_mb
-    sandbox = await client.create(state.image, **create)
+    sandbox = await _created(client.create(state.image, **create))
     try:
         if step.instruction == "WORKDIR":
             await sandbox.upload_tar(directories_tar([state.workdir]), "/")
@@ -227,6 +255,17 @@ async def _run_step(client: AsyncGrove, options: BuildOptions, step: Step, state
         await sandbox.close()
     state.image, state.digest = name, str(made["digest"])
     emit(f"  --> {name}")
+
+
+async def _created(create: Coroutine[Any, Any, AsyncSandbox]) -> AsyncSandbox:
+    """The step's sandbox; a build cancelled while the router makes it still deletes it once made."""
+    making = asyncio.ensure_future(create)
+    try:
+        return await asyncio.shield(making)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await (await making).close()
+        raise
 
 
 async def _run(sandbox: AsyncSandbox, step: Step, state: _State, emit: Callable[[str], None]) -> None:
@@ -253,8 +292,21 @@ async def _run(sandbox: AsyncSandbox, step: Step, state: _State, emit: Callable[
         raise BuildFailed(f"{step.where} failed: the command {why}")
 
 
-def _copy_args(step: Step, state: _State) -> tuple[list[str], str]:
+def _from_stage(step: Step, stage: str, done: dict[str, _State]) -> _State:
+    origin = done.get(stage.lower())
+    if origin is None:
+        earlier = ", ".join(sorted(done)) or "none"
+        raise Invalid(f"{step.where}: --from={stage} names no earlier stage of this Dockerfile (earlier: {earlier}); "
+                      "grove image build copies from earlier stages only, not from other images")
+    return origin
+
+
+def _copy_args(step: Step, state: _State) -> tuple[list[str], str, str | None]:
+    """A COPY/ADD's sources, its destination (absolute) and the stage its ``--from`` names (None: the context)."""
     words = step.words()
+    stage = None
+    if step.instruction == "COPY" and words and words[0].startswith("--from="):
+        stage = words.pop(0).partition("=")[2]
     if words and words[0].startswith("--"):
         raise Invalid(f"{step.where}: {words[0].partition('=')[0]} is not supported by grove image build; the files "
                       "are copied as root's (change owners in a RUN step)")
@@ -269,4 +321,4 @@ def _copy_args(step: Step, state: _State) -> tuple[list[str], str]:
     dest = words[-1]
     if not dest.startswith("/"):
         dest = posixpath.join(state.workdir, dest) + ("/" if dest.endswith("/") else "")
-    return words[:-1], dest
+    return words[:-1], dest, stage

@@ -71,49 +71,71 @@ class Step:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """What a Dockerfile builds."""
+class Stage:
+    """One ``FROM`` and the instructions after it, up to the next ``FROM``."""
 
     base: str
-    """The ``FROM`` image, build arguments expanded."""
+    """The ``FROM`` image (build arguments expanded), or the name of an earlier stage."""
+    name: str | None
+    """Its ``AS`` name (lower case), if any; ``COPY --from`` also takes its index."""
+    steps: list[Step] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a Dockerfile builds: its stages, the last of which is the image."""
+
+    base: str
+    """The last stage's ``FROM``, build arguments expanded."""
     steps: list[Step]
-    """The instructions after ``FROM``, in order."""
+    """The instructions after the last ``FROM``, in order."""
     digest: str
     """``sha256:`` of the Dockerfile's bytes."""
+    stages: list[Stage] = field(default_factory=list)
+    """Every stage in order (a single-stage Dockerfile: one, of ``base`` and ``steps``)."""
+
+
+def _stage(line: int, value: str, global_args: dict[str, str], earlier: list[Stage]) -> Stage:
+    """The stage a ``FROM`` line opens: ``FROM IMAGE [AS NAME]``, ARGs declared before the first FROM expanded."""
+    words = list(WordSplitter(value, args=global_args).split(dequote=True))
+    if any(w.startswith("--") for w in words) or len(words) not in (1, 3) or (
+            len(words) == 3 and words[1].upper() != "AS"):
+        raise Invalid(f"line {line}: FROM {value}: only `FROM IMAGE [AS NAME]` is supported")
+    name = words[2].lower() if len(words) == 3 else None
+    if name is not None and (name.isdigit() or name in {s.name for s in earlier}):
+        raise Invalid(f"line {line}: FROM {value}: stage name {name!r} is "
+                      f"{'a number' if name.isdigit() else 'taken by an earlier stage'}")
+    return Stage(words[0], name)
 
 
 def parse(text: bytes, build_args: dict[str, str]) -> Plan:
-    """The plan of a single-stage Dockerfile; Invalid naming the line of anything grove does not build."""
+    """The plan of a Dockerfile (one stage or several); Invalid naming the line of anything grove does not build."""
     parser = DockerfileParser(fileobj=io.BytesIO(text), build_args=dict(build_args), env_replace=True)
     try:
         structure, contexts = parser.structure, parser.context_structure
     except Exception as exc:  # the parser raises bare ValueErrors and friends on malformed input
         raise Invalid(f"the Dockerfile cannot be parsed: {exc}") from None
-    base: str | None = None
-    steps: list[Step] = []
+    stages: list[Stage] = []
+    global_args: dict[str, str] = {}
     for item, context in zip(structure, contexts, strict=True):
         instruction, line = str(item["instruction"]).upper(), int(item["startline"]) + 1
         value = str(item["value"])
         if instruction == "COMMENT":
             continue
         if instruction == "FROM":
-            if base is not None:
-                raise Invalid(f"line {line}: a second FROM; grove builds single-stage Dockerfiles only")
-            words = value.split()
-            if (len(words) > 1 and words[1].upper() != "AS") or any(w.startswith("--") for w in words):
-                raise Invalid(f"line {line}: FROM {value}: only `FROM IMAGE [AS NAME]` is supported")
-            base = str(parser.baseimage or "")
+            stages.append(_stage(line, value, global_args, stages))
             continue
         if instruction in _REFUSED:
             raise Invalid(f"line {line}: {instruction} is not supported by grove image build: {_REFUSED[instruction]}")
         if instruction not in LAYER_STEPS + CONFIG_STEPS:
             raise Invalid(f"line {line}: unknown instruction {instruction}")
-        if base is None:
+        if not stages:
             if instruction == "ARG":
-                continue  # an ARG before FROM only feeds FROM (dockerfile-parse expands it there)
+                global_args = dict(context.args)  # an ARG before FROM only feeds the FROM lines
+                continue
             raise Invalid(f"line {line}: {instruction} before FROM; a Dockerfile starts with FROM (after ARGs)")
-        steps.append(Step(line, instruction, value, dict(context.args), dict(context.envs), dict(context.line_envs),
-                          dict(context.line_labels)))
-    if not base:
+        stages[-1].steps.append(Step(line, instruction, value, dict(context.args), dict(context.envs),
+                                     dict(context.line_envs), dict(context.line_labels)))
+    if not stages or not stages[-1].base:
         raise Invalid("the Dockerfile has no FROM line")
-    return Plan(base, steps, "sha256:" + hashlib.sha256(text).hexdigest())
+    return Plan(stages[-1].base, stages[-1].steps, "sha256:" + hashlib.sha256(text).hexdigest(), stages)

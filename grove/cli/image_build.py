@@ -25,28 +25,36 @@ def add_build_parser(isub: Any, common: argparse.ArgumentParser) -> None:
                        help="egress of the RUN steps' sandboxes (default deny: no address at all)")
     build.add_argument("--no-cache", action="store_true", help="run every step, even unchanged ones")
     build.add_argument("--insecure", action="store_true", help="pull a FROM image over plain HTTP (loopback)")
+    build.add_argument("--remote", action="store_true",
+                       help="send the context to the router and build there in one call (POST /v1/images/build): "
+                            "for a client away from the router's state dir; FROM a registry image needs a router "
+                            "started with --pull-missing")
 
 
 def cmd_build(store: Any, args: argparse.Namespace) -> int:
     """Build the image; its steps' output streams to stdout, the last line names the image and its digest."""
     from grove.build.builder import BuildOptions, build
     from grove.build.dockerfile import parse
+    from grove.build.remote import build_remote
     from grove.client.aio import AsyncGrove
 
     context = Path(args.context)
     dockerfile = Path(args.dockerfile) if args.dockerfile else context / "Dockerfile"
     build_args = key_values(args.build_arg, "--build-arg")
     try:
-        base = parse(dockerfile.read_bytes(), build_args).base
+        stages = parse(dockerfile.read_bytes(), build_args).stages
     except OSError as exc:
         print(f"grove: cannot read the Dockerfile {dockerfile}: {exc.strerror}", file=sys.stderr)
         return 2
-    _pull_base(store, base, args.insecure)
+    if not args.remote:
+        for index, stage in enumerate(stages):  # a FROM naming an earlier stage pulls nothing
+            if stage.base.lower() not in {s.name for s in stages[:index]}:
+                _pull_base(store, stage.base, args.insecure)
     options = BuildOptions(dockerfile, context, args.tag, build_args, args.network, cache=not args.no_cache)
 
     async def run() -> None:
         async with AsyncGrove(*router_and_key(args)) as client:
-            await build(client, options, lambda line: print(line, flush=True))
+            await (build_remote if args.remote else build)(client, options, lambda line: print(line, flush=True))
 
     asyncio.run(run())
     return 0

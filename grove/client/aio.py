@@ -166,14 +166,14 @@ class AsyncGrove:
 
     @contextlib.asynccontextmanager
     async def stream(
-        self, path: str, *, params: dict[str, str] | None = None, headers: dict[str, str] | None = None,
-        allow_redirects: bool = True, method: str = "GET", msgpack_body: Any = None,
+        self, path: str, *, params: dict[str, str] | builtins.list[tuple[str, str]] | None = None,
+        headers: dict[str, str] | None = None, allow_redirects: bool = True, method: str = "GET",
+        msgpack_body: Any = None, data: Any = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """A call (a GET unless ``method`` says) whose answer the caller reads as it comes (an error answer
-        is raised as its GroveError first; a connection lost while reading becomes Unavailable). Not
-        retried."""
+        is raised as its GroveError first; a connection lost while reading becomes Unavailable). ``data``: a
+        raw body (bytes or a file, streamed). Not retried."""
         headers = dict(headers or {})
-        data = None
         if msgpack_body is not None:
             data = msgpack.packb(msgpack_body, use_bin_type=True)
             headers["Content-Type"] = wire.MSGPACK

@@ -12,6 +12,7 @@ from grove.core.api import ExecBody
 from grove.core.errors import GroveError
 from router.api.artifacts import get_artifact, list_artifacts, list_sandbox_artifacts
 from router.api.batch import create_sandboxes
+from router.api.builds import BuildQuery, build_image
 from router.api.checkpoints import (
     create_checkpoint,
     delete_checkpoint,
@@ -153,6 +154,9 @@ ROUTES: list[Route] = [
     Route("DELETE", "/v1/sandboxes/{id}", delete_sandbox, "Delete a sandbox and everything in it"),
     Route("GET", "/v1/images/{name:.+}", get_image,
           "Whether the backend has an image (or can pull it): its digest, or 404 naming the known ones"),
+    Route("POST", "/v1/images/build", build_image,  # before the next: "build" names no image
+          "Build a Dockerfile (the body: the context's tar); the output streams as JSON lines, then the image",
+          raw_body="application/x-tar", query=BuildQuery),
     Route("POST", "/v1/images/{name:.+}", derive_image,
           "A new image of another's layers with its own config and build record (a build's last step)",
           body=DeriveRequest),

@@ -164,3 +164,38 @@ def test_derive_refuses_bad_input(router: RouterProcess) -> None:
     assert missing.status == 404 and "no-such-image" in missing.json()["error"]["message"]
     bad = router.http("POST", "/v1/images/x", json_body={"source": "default", "config": {"Env": "A=1"}})
     assert bad.status == 400 and "Env" in bad.json()["error"]["message"]
+
+
+MULTI = """\
+FROM {base} AS builder
+WORKDIR /work
+RUN mkdir -p out/share && printf '#!/bin/sh\\necho built by stage one\\n' > out/tool && chmod 755 out/tool \\
+    && echo data > out/share/a.txt && echo junk > /work/scratch
+FROM builder AS tested
+RUN ./out/tool > /work/tested.txt
+FROM {base}
+COPY --from=builder /work/out/tool /usr/local/bin/tool
+COPY --from=1 /work/tested.txt /work/out/share /opt/
+"""
+
+
+def test_multi_stage_build_copies_only_what_it_names(router: RouterProcess, grove: Grove, base: str,
+                                                     tmp_path: Path) -> None:
+    done = _build(router, _context(tmp_path / "multi", MULTI.format(base=base), {}), "multi")
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode() + out
+    assert "STAGE 0 builder: FROM" in out and "STAGE 2: FROM" in out and "STEP 5/5: COPY --from=1" in out, out
+    with grove.create("multi") as sb:
+        r = sb.exec("/usr/local/bin/tool; cat /opt/tested.txt /opt/a.txt; stat -c %a /usr/local/bin/tool; ls /opt; "
+                    "test -e /work || echo no /work")
+        assert r.stdout == b"built by stage one\nbuilt by stage one\ndata\n755\na.txt\ntested.txt\nno /work\n", \
+            r.stderr
+    # The image is its base and its two COPY layers: nothing of the earlier stages' steps (no /work/scratch).
+    assert len(_meta(router, "multi")["layers"]) == 3  # type: ignore[arg-type]
+    # A --from naming no earlier stage is refused by its line.
+    bad = _context(tmp_path / "badfrom", f"FROM {base} AS one\nFROM {base}\nCOPY --from=two /x /y\n", {})
+    refused = _build(router, bad, "badfrom")
+    assert refused.returncode != 0
+    assert "line 3: COPY --from=two /x /y: --from=two names no earlier stage" in refused.stderr.decode(), \
+        refused.stderr.decode()
+    assert router.live_ids() == set()

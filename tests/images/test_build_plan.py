@@ -30,8 +30,20 @@ def test_plan_expands_args_and_records_config() -> None:
     assert config["ExposedPorts"] == ["80/tcp", "53/udp"]
 
 
+def test_plan_of_stages() -> None:
+    plan = parse(b"ARG V=1\nFROM base:$V AS Build\nENV X=1\nRUN make\nFROM build AS test\nRUN check\n"
+                 b"FROM runtime:${V}\nARG V\nCOPY --from=build /out /app\n", {"V": "2"})
+    assert [(s.base, s.name, [step.line for step in s.steps]) for s in plan.stages] == [
+        ("base:2", "build", [3, 4]), ("build", "test", [6]), ("runtime:2", None, [8, 9])]
+    # The image is the last stage's; each stage has its own ENV scope (Docker's: a stage starts from its FROM).
+    assert plan.base == "runtime:2" and plan.steps == plan.stages[-1].steps
+    assert plan.stages[0].steps[1].envs == {"X": "1"} and plan.steps[1].envs == {}
+
+
 @pytest.mark.parametrize(("text", "message"), [
-    (b"FROM a AS one\nFROM b\n", "line 2: a second FROM"),
+    (b"FROM a AS one\nFROM b AS ONE\n", "line 2: FROM b AS ONE: stage name 'one' is taken by an earlier stage"),
+    (b"FROM a AS 1\n", "line 1: FROM a AS 1: stage name '1' is a number"),
+    (b"FROM a AS\n", "line 1: FROM a AS: only `FROM IMAGE \\[AS NAME\\]`"),
     (b"FROM a\nVOLUME /data\n", "line 2: VOLUME is not supported"),
     (b"FROM a\nFROBNICATE x\n", "line 2: unknown instruction FROBNICATE"),
     (b"RUN true\nFROM a\n", "line 1: RUN before FROM"),

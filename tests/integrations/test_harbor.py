@@ -147,16 +147,86 @@ def test_prebuilt_image_task(router: RouterProcess, base: str, tmp_path: Path) -
     assert _reward(_run(router, task, "nop", tmp_path / "jobs", "pre-nop")) == 0.0
 
 
-def test_compose_task_is_refused(router: RouterProcess, base: str, tmp_path: Path) -> None:
-    task = _task(tmp_path / "compose", dockerfile=f"FROM {base}\n", solve="#!/bin/sh\n", want="x")
-    (task / "environment" / "docker-compose.yaml").write_text("services:\n  main:\n    build: .\n")
-    argv = [str(HARBOR), "run", "-p", str(task), "--agent", "oracle", "--env", PROVIDER, "-o", str(tmp_path / "j"),
-            "--job-name", "compose"]
-    done = subprocess.run(argv, env=_harbor_env(router), capture_output=True, timeout=300, check=False,
-                          stdin=subprocess.DEVNULL)
-    found = done.stdout.decode() + done.stderr.decode() + "".join(
-        p.read_text(errors="replace") for p in (tmp_path / "j").rglob("*") if p.is_file())
-    assert "does not run Docker Compose" in found, found[-3000:]
+COMPOSE = """services:
+  main:
+    command: ["sh", "-c", "echo main started > /tmp/main.txt && exec sleep 3600"]
+    environment:
+      API_URL: http://api:8080
+    depends_on:
+      api:
+        condition: service_healthy
+  api:
+    build:
+      context: ./api
+    healthcheck:
+      test: ["CMD", "busybox", "wget", "-q", "-O", "/dev/null", "http://127.0.0.1:8080/answer"]
+      interval: 1s
+      retries: 60
+  note:
+    image: {base}
+    environment:
+      NOTE: ok
+    working_dir: /srv
+    command: sh -c 'echo "$$NOTE" > note && exec busybox httpd -f -p 9000 -h .'
+    expose: ["9000"]
+    healthcheck:
+      test: busybox wget -q -O /dev/null http://127.0.0.1:9000/note
+      interval: 1s
+      retries: 60
+"""
+API_DOCKERFILE = ('FROM {base}\nRUN mkdir /www && echo 42 > /www/answer\n'
+                  'CMD ["busybox", "httpd", "-f", "-p", "8080", "-h", "/www"]\n')
+# The verifier queries both siblings by their service names (the answer must be what they serve now) and finds
+# what main's compose command wrote.
+COMPOSE_VERIFY = ('#!/bin/sh\nwant="$(busybox wget -q -O - http://api:8080/answer)-$(busybox wget -q -O - '
+                  'http://note:9000/note)"\nif [ "$want" = "42-ok" ] && [ "$(cat /app/answer.txt 2>/dev/null)" = '
+                  '"$want" ] && [ -f /tmp/main.txt ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n')
+
+
+def _compose_task(root: Path, base: str, compose: str, solve: str) -> Path:
+    """A compose task: ``main`` from its Dockerfile, an ``api`` sibling built from ``api/``, ``note`` from an image."""
+    task = _task(root, dockerfile=f"FROM {base}\nWORKDIR /app\n", solve=solve, want="42-ok",
+                 files={"docker-compose.yaml": compose.format(base=base)})
+    (task / "environment" / "api").mkdir()
+    (task / "environment" / "api" / "Dockerfile").write_text(API_DOCKERFILE.format(base=base))
+    (task / "tests" / "test.sh").write_text(COMPOSE_VERIFY)
+    return task
+
+
+def test_compose_task_runs_its_services_as_siblings(router: RouterProcess, base: str, tmp_path: Path) -> None:
+    solve = ('#!/bin/sh\necho "$(busybox wget -q -O - "$API_URL/answer")-$(busybox wget -q -O - '
+             'http://note:9000/note)" > /app/answer.txt\n')
+    task = _compose_task(tmp_path / "composed", base, COMPOSE, solve)
+    # Harbor's per-service calls: a collect hook runs in the `note` sibling, and its file comes back as an artifact.
+    toml = TASK_TOML.format(agent_timeout=120.0, extra="").replace(
+        'schema_version = "1.4"\n', 'schema_version = "1.4"\nartifacts = [{ source = "/tmp/collected.txt", '
+        'service = "note" }]\n')
+    (task / "task.toml").write_text(toml + '\n[[verifier.collect]]\nservice = "note"\n'
+                                           'command = "cat /srv/note > /tmp/collected.txt"\n')
+    assert _reward(_run(router, task, "oracle", tmp_path / "jobs", "compose-oracle")) == 1.0
+    collected = list((tmp_path / "jobs" / "compose-oracle").rglob("collected.txt"))
+    assert [p.read_text() for p in collected] == ["ok\n"], collected
+    assert _reward(_run(router, task, "nop", tmp_path / "jobs", "compose-nop")) == 0.0
+    # Each trial's siblings were labelled as its services, and deleted with it.
+    records = wait_for(lambda: (lambda items: items if len(items) == 6 else None)(
+        router.http("GET", "/v1/trajectories?task_id=composed").json()["trajectories"]),
+        timeout=60, what="six stored trajectories (two trials of three services)")
+    assert len(records) == 6
+    assert router.live_ids() == set()
+
+
+def test_compose_keys_grove_cannot_map_are_refused(router: RouterProcess, base: str, tmp_path: Path) -> None:
+    # One key through Harbor's CLI; the other refusals are tests/integrations/test_compose_file.py's.
+    for key, line, message in (
+            ("volumes", "    volumes: [\"/etc:/host-etc\"]\n", "services.note.volumes: grove cannot map this key"),):
+        task = _compose_task(tmp_path / key, base, COMPOSE + line, "#!/bin/sh\n")
+        argv = [str(HARBOR), "run", "-p", str(task), "--agent", "oracle", "--env", PROVIDER, "-o",
+                str(tmp_path / "j"), "--job-name", key]
+        # Harbor prints the refusal in a rich traceback: wide enough that no line of it wraps.
+        done = subprocess.run(argv, env={**_harbor_env(router), "COLUMNS": "1000"}, capture_output=True,
+                              timeout=300, check=False, stdin=subprocess.DEVNULL)
+        found = done.stdout.decode() + done.stderr.decode()
+        assert message in found, found[-3000:]
     assert router.live_ids() == set()
 
 
@@ -175,6 +245,22 @@ def test_a_killed_trial_leaves_no_sandbox(router: RouterProcess, base: str, tmp_
     deadline = time.monotonic() + 60
     while router.live_ids() and time.monotonic() < deadline:
         time.sleep(0.5)
+    assert router.live_ids() == set()
+
+
+def test_a_killed_compose_trial_leaves_no_sibling(router: RouterProcess, base: str, tmp_path: Path) -> None:
+    task = _compose_task(tmp_path / "slowcompose", base, COMPOSE, "#!/bin/sh\nsleep 600\n")
+    (task / "task.toml").write_text(TASK_TOML.format(agent_timeout=900, extra=""))
+    argv = [str(HARBOR), "run", "-p", str(task), "--agent", "oracle", "--env", PROVIDER, "-o", str(tmp_path / "j"),
+            "--job-name", "killed-compose", "--ek", "heartbeat_timeout_s=5"]
+    proc = subprocess.Popen(argv, env=_harbor_env(router), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:  # the agent's sandbox and both siblings
+        wait_for(lambda: len(router.live_ids()) == 3, timeout=240, what="the trial's three sandboxes")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session: harbor and its children, nothing else
+        proc.wait(30)
+    wait_for(lambda: not router.live_ids(), timeout=60, what="every sandbox of the killed trial reaped")
     assert router.live_ids() == set()
 
 
