@@ -141,6 +141,7 @@ CASES: dict[tuple[str, str], Callable[[World, Names], list[Probe]]] = {
         send("PUT", f"/v1/sandboxes/{n.live}/mcp/tools", {"port": 8000})],
     **{(method, "/v1/sandboxes/{id}/mcp/{name}"): _unchecked(method, "/mcp/tools")
        for method in ("GET", "POST", "DELETE")},
+    ("DELETE", "/v1/sandboxes/{id}/mcp/{name}/publication"): _unchecked("DELETE", "/mcp/tools/publication"),
     ("GET", "/v1/sandboxes/{id}/swerex/{tail:.*}"): lambda w, n: [
         get(f"/v1/sandboxes/{n.live}/swerex/is_alive"),
         Probe("GET", f"/v1/sandboxes/{n.live}/swerex/is_alive", headers=(("X-API-Key", ""),))],
@@ -402,6 +403,16 @@ def _derived_images_are_the_routers(w: World) -> None:
     assert mine.status == theirs.status == 404 and mine.body == theirs.body, (mine.body, theirs.body)
 
 
+def _builds_are_the_callers(w: World) -> None:
+    # A build names nothing of alpha's: its steps are sandboxes of the caller's project (quotas tested in
+    # tests/images/test_build_endpoint.py), its image the router's; a context without its Dockerfile is the
+    # same 400 for both, naming nothing of alpha's.
+    mine, theirs = (w.router.http("POST", f"/v1/images/build?tag=built-{TAG}", _tar(), key=who.key,
+                                  headers={"Content-Type": "application/x-tar"}) for who in (w.alpha, w.beta))
+    assert mine.status == theirs.status == 400 and mine.body == theirs.body, (mine.body, theirs.body)
+    names_nothing_of_alphas(w, "", theirs)
+
+
 # Routes that name nothing of alpha's: what beta must (and must not) get from them.
 CHECKS: dict[tuple[str, str], Callable[[World], None]] = {
     ("GET", "/v1/sandboxes"): _sandbox_list,
@@ -412,6 +423,7 @@ CHECKS: dict[tuple[str, str], Callable[[World], None]] = {
     ("GET", "/v1/projects"): _project_list,
     ("GET", "/v1/images/{name:.+}"): _images_are_the_routers,
     ("POST", "/v1/images/{name:.+}"): _derived_images_are_the_routers,
+    ("POST", "/v1/images/build"): _builds_are_the_callers,
     ("GET", "/v1/storage"): _storage_report,
     ("POST", "/v1/storage/gc"): _storage_gc,
     ("GET", "/ui/"): _viewer_pages,
