@@ -73,7 +73,7 @@ def markdown(report: dict[str, Any], rows: list[Target]) -> str:
     return "\n".join([
         SECTION,
         "",
-        f"`make bench-burst` (`python -m perf.bench_step`), {report['date']}, {machine_line(report['machine'])}. "
+        f"`make bench-burst` (`python -m perf.bench_step`), {report['date']}. {machine_line(report['machine'])} "
         f"{len(report['rounds'])} interleaved rounds of {report['n']:,}: each a floor, a fresh burst and a pooled "
         f"burst (a pool filled, then 3 bursts through `create_as_ready` with {report['gap_s']:g} s between them, "
         "the 3rd reported: refill and teardown of the first two count). Figures are `median (lowest-highest)` "
@@ -87,7 +87,8 @@ def markdown(report: dict[str, Any], rows: list[Target]) -> str:
         "",
         f"After the reported burst the pool was full again after {refills}.",
         "",
-        "CPU per sandbox by role during the burst (cpuacct; `machine` is everything the host did):",
+        "CPU per sandbox by role during the burst (cpuacct; `machine` is everything the host did, `others` what "
+        "neither grove nor the client did):",
         "",
         *_cpu(s),
         "",
