@@ -232,10 +232,13 @@ class Filler:
             await service.registry.store(record)
 
     def _still_wanted(self, pool: Pool) -> bool:
-        """Whether the pool is still defined as it was (not deleted, nor deleted and made anew) and short."""
+        """Whether the pool is still defined as it was (not deleted, nor deleted and made anew) and short, and
+        the router and the pool's project still have room (another start, begun meanwhile, may have taken it)."""
         service = self._service
         return (any(p is pool for p in self._all())
-                and service.registry.pool_count(pool.key) < pool.definition.size)
+                and service.registry.pool_count(pool.key) < pool.definition.size
+                and service.registry.count() < service.settings.max_sandboxes
+                and service.admission.why_not(pool.project, made_with(pool.definition)) is None)
 
 
 @functools.lru_cache(maxsize=256)
