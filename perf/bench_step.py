@@ -24,9 +24,8 @@ import time
 from typing import Any
 
 from perf import cpuacct
-from perf.bench_burst import one_burst
-from perf.burst import burst
-from perf.common import code_version, machine, publish, running_router, sigterm_as_exit, utc_now
+from perf.bench_burst import one_burst, warm_router
+from perf.common import code_version, machine, publish, sigterm_as_exit, utc_now
 from perf.floor import floor
 from perf.single_exec import single_exec_sync, spread
 from perf.step_report import markdown, targets
@@ -78,12 +77,7 @@ def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Every phase on one router."""
-    with cpuacct.bench_group() as group, running_router() as router:
-        if group is not None:
-            group.add(router.pid, "router")
-        asyncio.run(burst(router.url, router.key, 3))  # starts the zygote and S3; not measured
-        if group is not None:
-            cpuacct.assign_router_helpers(router.pid, group)
+    with warm_router() as (router, group):
         single = single_exec_sync(router, args.rounds, args.calls)
         print(f"single exec p50: grove {single['grove_over_subprocess']['median']:.2f}x subprocess.run, "
               f"{single['grove_over_swerex']['median']:.2f}x SWE-ReX's server", flush=True)
