@@ -12,7 +12,7 @@ TEST_WORKERS ?= 2
 # python3-pytest: task checks in the default image (the host's /usr) run pytest, as most repositories' tests do.
 DEB_PACKAGES := xvfb xdotool matchbox-window-manager fonts-dejavu-core scrot busybox-static iproute2 nftables zstd e2fsprogs xfsprogs chromium chromium-driver skopeo docker-registry apache2-utils mmdebstrap linux-libc-dev python3-pytest
 
-.PHONY: install harbor-venv demo demo-mini test test-fast test-slow lint typecheck bench clean
+.PHONY: install harbor-venv demo demo-mini test test-fast test-slow lint typecheck bench bench-burst clean
 
 install: $(STAMP)
 
@@ -62,6 +62,10 @@ typecheck: install
 
 bench: install
 	$(BIN)/python -m perf.run_all
+
+# Issue 38's figures alone (~15 min on a quiet 2-CPU machine): perf/results/step.json and perf/README.md.
+bench-burst: install
+	$(BIN)/python -m perf.bench_step
 
 clean:
 	rm -rf $(VENV) $(HARBOR_VENV) .state build *.egg-info

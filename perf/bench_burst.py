@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from perf import burst_phases, cpuacct, leaks, router_phases
@@ -79,15 +81,23 @@ def one_burst(
     return report, result
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
-    """Every phase on one router."""
-    sizes = [int(s) for s in args.sizes.split(",") if s]
+@contextlib.contextmanager
+def warm_router() -> Iterator[tuple[Router, cpuacct.CpuGroup | None]]:
+    """A router whose processes' CPU is accounted by role (where ``cpuacct`` is mounted), its zygote and S3
+    already started by a small burst that is not measured."""
     with cpuacct.bench_group() as group, running_router() as router:
         if group is not None:
             group.add(router.pid, "router")
-        asyncio.run(burst(router.url, router.key, 3))  # starts the zygote and S3; not measured
+        asyncio.run(burst(router.url, router.key, 3))
         if group is not None:
             cpuacct.assign_router_helpers(router.pid, group)
+        yield router, group
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Every phase on one router."""
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    with warm_router() as (router, group):
         quiet = burst_phases.quiet_exec_sync(router, args.calls, args.per_command)
         idle = asyncio.run(burst_phases.idle_sandboxes(router, group, args.idle, args.settle))
         zero = router_phases.scale_to_zero(router, args.cold)

@@ -84,6 +84,9 @@ class BurstResult:
         ok = [r for r in runs if not r.errors]
         creates = [r.ready - r.create_sent for r in runs if r.ready is not None]
         deletes = [r.deleted - r.delete_sent for r in runs if r.deleted is not None and r.delete_sent is not None]
+        # Each sandbox's whole life in the burst, its create sent to its delete answered: the stragglers, not the
+        # median, set how long a training step waits.
+        lifetimes = [r.deleted - r.create_sent for r in runs if r.deleted is not None]
         execs = [end - start for r in runs for _, start, end in r.execs]
         per_command = {
             name: summarize([end - start for r in runs for n, start, end in r.execs if n == name], PCTS)
@@ -113,6 +116,7 @@ class BurstResult:
             "exec": summarize(execs, PCTS),
             "exec_by_command": per_command,
             "delete": summarize(deletes, PCTS),
+            "lifetime": summarize(lifetimes, PCTS),
             "first_ready_s": round(first_ready, 3) if first_ready is not None else None,
             "last_deleted_s": round(last_deleted, 3) if last_deleted is not None else None,
             "peak_alive": peak_alive(runs),

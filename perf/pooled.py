@@ -10,11 +10,11 @@ import json
 import time
 from typing import Any
 
-from grove.client import AsyncGrove
+from grove.client import AsyncGrove, AsyncSandbox
 from grove.core.errors import GroveError
 from perf import burst_phases, cpuacct
 from perf.burst import BurstResult, SandboxRun, burst, drive, kind
-from perf.common import Router
+from perf.common import Api, Router
 from perf.router_phases import idle_memory
 
 POOL = "bench"
@@ -32,7 +32,7 @@ def _members(router: Router) -> list[str]:
     return ids
 
 
-def _wait_gone(router: Router, timeout_s: float = 300.0) -> None:
+def wait_gone(router: Router, timeout_s: float = 300.0) -> None:
     """Until the deleted pool's members (refilled during the burst) are gone, and a little longer for the
     kernel's part: their teardown (a thousand cgroups removed) ran on into the next run's burst and took
     ~1 CPU of this 2-CPU machine from it (the pooled batch's create p50 23.0 ms in the bench, 7.3-8.8 ms
@@ -45,11 +45,12 @@ def _wait_gone(router: Router, timeout_s: float = 300.0) -> None:
     time.sleep(2.0)
 
 
-async def batched_burst(url: str, key: str, n: int, pool: str) -> BurstResult:
-    """The burst's creates as one streamed batch (``create_in_parts(n, pool=pool)``): each sandbox's create
-    latency runs from the batch sent to the part of the answer that carries it, handed to the caller whole,
-    and its four commands and delete (as :func:`perf.burst.burst` runs them) start right then, while later
-    parts are still coming."""
+async def streamed_burst(url: str, key: str, n: int, pool: str, *, as_ready: bool = False) -> BurstResult:
+    """The burst's creates as one streamed batch: ``create_in_parts(n, pool=pool)``, or (``as_ready``)
+    ``create_as_ready(n, pool=pool)`` as the README recommends a trainer write it. Each sandbox's create
+    latency runs from the batch sent to the moment the SDK hands it over (a whole part at once, or one
+    sandbox at a time), and its four commands and delete (as :func:`perf.burst.burst` runs them) start
+    right then, while later ones are still coming."""
     runs = [SandboxRun(i) for i in range(n)]
     drives: dict[int, asyncio.Task[None]] = {}
     async with AsyncGrove(url, key, timeout_s=600) as grove:
@@ -57,14 +58,22 @@ async def batched_burst(url: str, key: str, n: int, pool: str) -> BurstResult:
         # fresh one cost the batch ~2 ms before its first byte reached the router).
         await grove.pool(pool)
         t0, wall0 = time.perf_counter(), time.time()
-        async for part in grove.create_in_parts(n, pool=pool):
-            ready = time.perf_counter() - t0  # the whole part is the caller's at once
-            for i, outcome in part:
-                if isinstance(outcome, GroveError):
-                    runs[i].errors.append((kind("create", outcome), str(outcome)))
-                    continue
-                runs[i].ready = ready
-                drives[i] = asyncio.create_task(drive(outcome, runs[i], t0, wall0))
+
+        def take(i: int, outcome: AsyncSandbox | GroveError, ready: float) -> None:
+            if isinstance(outcome, GroveError):
+                runs[i].errors.append((kind("create", outcome), str(outcome)))
+                return
+            runs[i].ready = ready
+            drives[i] = asyncio.create_task(drive(outcome, runs[i], t0, wall0))
+
+        if as_ready:
+            async for i, outcome in grove.create_as_ready(n, pool=pool):
+                take(i, outcome, time.perf_counter() - t0)
+        else:
+            async for part in grove.create_in_parts(n, pool=pool):
+                ready = time.perf_counter() - t0  # the whole part is the caller's at once
+                for i, outcome in part:
+                    take(i, outcome, ready)
         ended = await asyncio.gather(*drives.values(), return_exceptions=True)
         wall = time.perf_counter() - t0
     for i, end in zip(drives, ended, strict=True):
@@ -73,33 +82,39 @@ async def batched_burst(url: str, key: str, n: int, pool: str) -> BurstResult:
     return BurstResult(n, 0, wall, runs)
 
 
+def fill(api: Api, n: int) -> float:
+    """Make the bench pool of ``n`` (default resources, as the burst's creates) and wait until it is full;
+    the seconds that took."""
+    api.call("POST", "/v1/pools", {"name": POOL, "size": n})
+    started = time.monotonic()
+    deadline = started + max(300.0, 2.0 * n)
+    while (shown := api.call("GET", f"/v1/pools/{POOL}"))["ready"] < n:
+        if shown["error"] or time.monotonic() > deadline:
+            raise RuntimeError(f"the pool did not fill: {shown}")
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
 def pooled_burst(router: Router, group: cpuacct.CpuGroup | None, n: int, concurrency: int,
                  settle_s: float = 5.0, *, batched: bool = False) -> dict[str, Any]:
     """Fill a pool of ``n`` (default resources, as the burst's creates), then burst ``n`` claims on it: one
     request per create, or (``batched``) one batch create of all ``n``."""
     api = router.api(timeout_s=120)
     try:
-        api.call("POST", "/v1/pools", {"name": POOL, "size": n})
-        started = time.monotonic()
-        deadline = started + max(300.0, 2.0 * n)
-        while (shown := api.call("GET", f"/v1/pools/{POOL}"))["ready"] < n:
-            if shown["error"] or time.monotonic() > deadline:
-                raise RuntimeError(f"the pool did not fill: {shown}")
-            time.sleep(0.5)
-        fill_s = time.monotonic() - started
+        fill_s = fill(api, n)
         time.sleep(settle_s)
         memory = idle_memory(router, _members(router))
         meter = burst_phases.CpuMeter(group)
         meter.start()
         if batched:
-            result = asyncio.run(batched_burst(router.url, router.key, n, POOL))
+            result = asyncio.run(streamed_burst(router.url, router.key, n, POOL))
         else:
             result = asyncio.run(burst(router.url, router.key, n, concurrency=concurrency, pool=POOL))
         cpu = meter.stop(n)
         api.close()  # idle through the burst, longer than the router's keep-alive: a new connection
         shown = api.call("GET", f"/v1/pools/{POOL}")
         api.call("DELETE", f"/v1/pools/{POOL}")
-        _wait_gone(router)
+        wait_gone(router)
     finally:
         api.close()
     report = result.report()

@@ -18,6 +18,7 @@ BENCHMARKS = {
     "router": "perf.bench_router",
     "record": "perf.bench_record",
     "burst": "perf.bench_burst",
+    "step": "perf.bench_step",
     "noisy": "perf.bench_noisy",
     "rollouts": "perf.bench_rollouts",
     "grading": "perf.bench_grading",

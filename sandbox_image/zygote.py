@@ -71,10 +71,13 @@ def _warm_up() -> None:
     # gunicorn's config (120 settings, each validated and copied) built once here; every sandbox
     # re-targets its own copy of it (see init._serve). So are the executor's routes (the app's shell, with
     # no sandbox's state in it: each sandbox binds its own, see executor.served), warmed by one request.
-    shell = executor.app.app_shell("/")
+    # A second shell is kept for the app a warm-pool claim builds (see executor.serve.ExecutorServer).
+    shell, claim_shell = executor.app.app_shell("/"), executor.app.app_shell("/")
     shell.test_client().get("/healthz")
+    claim_shell.test_client().get("/healthz")
     init.SERVER_TEMPLATE = executor.serve.ExecutorServer(
-        ExecutorSettings(token="warm-up", root="/"), "fd://0", worker_tmp_dir=init.WORKER_TMP_DIR, app_shell=shell
+        ExecutorSettings(token="warm-up", root="/"), "fd://0", worker_tmp_dir=init.WORKER_TMP_DIR, app_shell=shell,
+        claim_shell=claim_shell,
     )
     init.SERVER_TEMPLATE.gunicorn_logger()
 

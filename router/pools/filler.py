@@ -1,5 +1,6 @@
 """Keeping warm pools filled: one start at a time, deferred while users' sandboxes work (a create starting,
-a call in flight; at most a couple of seconds per start), so refilling does not compete with a burst; a
+a call in flight; at most a couple of seconds per start), so refilling does not compete with a burst, and a
+few at once while the router is idle, so a pool is full again by the next burst; a
 pool whose starts fail (its image removed, a full disk) is tried again every few seconds, its error shown
 meanwhile."""
 
@@ -31,6 +32,9 @@ _BUSY_POLL_S = 0.05
 # While users' sandboxes work (creates starting, calls in flight), a start waits; at most this long, so a
 # router that is never idle still refills, at one start per this many seconds (~3 % of one CPU here).
 _MOST_DEFERRED_S = 2.0
+# Starts at once while no user's sandbox works: a start waits on its zygote and executor part of its time, so
+# two keep both CPUs of a small host busy (a step's refill, not a burst, pays for them).
+_IDLE_STARTS = 2
 
 
 def pool_key(project: str, name: str) -> str:
@@ -140,26 +144,40 @@ class Filler:
 
     async def _fill_forever(self) -> None:
         deferred_since = time.monotonic()
-        while True:
-            pool = self._wanting()
-            if pool is None:
-                self._wake_event.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake_event.wait(), _RETRY_AFTER_FAILURE_S)
-                await self._check_images()
-                continue
-            if self._service.busy() and time.monotonic() - deferred_since < _MOST_DEFERRED_S:
-                await asyncio.sleep(_BUSY_POLL_S)  # working sandboxes go first
-                continue
-            deferred_since = time.monotonic()
-            try:
-                await self._fill_one(pool)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._failed(pool, exc.message if isinstance(exc, GroveError) else f"{type(exc).__name__}: {exc}")
-            else:
-                pool.error = None
+        running: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                pool = self._wanting()
+                if pool is None:
+                    self._wake_event.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake_event.wait(), _RETRY_AFTER_FAILURE_S)
+                    await self._check_images()
+                    continue
+                busy = self._service.busy()
+                if busy and time.monotonic() - deferred_since < _MOST_DEFERRED_S:
+                    await asyncio.sleep(_BUSY_POLL_S)  # working sandboxes go first
+                    continue
+                deferred_since = time.monotonic()
+                running.add(asyncio.create_task(self._fill_guarded(pool)))
+                # One start at a time while users' sandboxes work; with the router idle (a training step
+                # between bursts) a few at once, so the pool is full again before the next burst.
+                while len(running) >= (1 if busy else _IDLE_STARTS):
+                    _, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in running:  # a start itself goes on (shielded); its member is kept for the next router
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+
+    async def _fill_guarded(self, pool: Pool) -> None:
+        try:
+            await self._fill_one(pool)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._failed(pool, exc.message if isinstance(exc, GroveError) else f"{type(exc).__name__}: {exc}")
+        else:
+            pool.error = None
 
     def _failed(self, pool: Pool, error: str) -> None:
         if error != pool.error:
@@ -214,10 +232,13 @@ class Filler:
             await service.registry.store(record)
 
     def _still_wanted(self, pool: Pool) -> bool:
-        """Whether the pool is still defined as it was (not deleted, nor deleted and made anew) and short."""
+        """Whether the pool is still defined as it was (not deleted, nor deleted and made anew) and short, and
+        the router and the pool's project still have room (another start, begun meanwhile, may have taken it)."""
         service = self._service
         return (any(p is pool for p in self._all())
-                and service.registry.pool_count(pool.key) < pool.definition.size)
+                and service.registry.pool_count(pool.key) < pool.definition.size
+                and service.registry.count() < service.settings.max_sandboxes
+                and service.admission.why_not(pool.project, made_with(pool.definition)) is None)
 
 
 @functools.lru_cache(maxsize=256)
