@@ -7,8 +7,9 @@ STAMP := $(VENV)/.grove-installed
 HARBOR_VENV := .venv-harbor
 HARBOR_STAMP := $(HARBOR_VENV)/.grove-installed
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python $(shell pyenv root 2>/dev/null)/versions/3.12*/bin/python) $(shell command -v python3.12 2>/dev/null))
-# Test files run on this many workers: most of a test's time is waiting on sandboxes, routers and servers.
-TEST_WORKERS ?= 2
+# Test files run on this many workers (more than the 2 CPUs: most of a test's time is waiting on sandboxes, routers
+# and servers, not computing).
+TEST_WORKERS ?= 3
 # python3-pytest: task checks in the default image (the host's /usr) run pytest, as most repositories' tests do.
 DEB_PACKAGES := xvfb xdotool matchbox-window-manager fonts-dejavu-core scrot busybox-static iproute2 nftables zstd e2fsprogs xfsprogs chromium chromium-driver skopeo docker-registry apache2-utils mmdebstrap linux-libc-dev python3-pytest
 
