@@ -22,14 +22,15 @@ def targets(report: dict[str, Any]) -> list[Target]:
     """Issue 38's "done when", measured: each a median of the rounds with its spread."""
     s, single = report["summary"], report["single_exec"]
     n = report["n"]
+    whole = s["success_rate"] == 1.0  # a burst that lost sandboxes is not a shorter burst: its ratio is not met
     return [
         Target("success, every burst and floor", f"{s['success_rate'] * 100:.1f} %", "100 %", s["success_rate"] == 1.0),
         Target(f"fresh {n:,} burst / floor", f"{_s(s['fresh_over_floor'], 'x')}; {_s(s['fresh_s'], ' s', 1)} "
                f"against {_s(s['floor_s'], ' s', 1)}", f"≤ {FRESH_RATIO:g}x",
-               s["fresh_over_floor"]["median"] <= FRESH_RATIO),
+               whole and s["fresh_over_floor"]["median"] <= FRESH_RATIO),
         Target(f"pooled {n:,} burst (3rd of 3, {report['gap_s']:g} s gaps) / floor",
                f"{_s(s['pooled_over_floor'], 'x')}; {_s(s['pooled_s'], ' s', 1)}", f"≤ {POOLED_RATIO:g}x",
-               s["pooled_over_floor"]["median"] <= POOLED_RATIO),
+               whole and s["pooled_over_floor"]["median"] <= POOLED_RATIO),
         Target("claim p50 in the pooled burst", _s(s["claim_p50_ms"], " ms", 1), f"≤ {CLAIM_MS:g} ms",
                s["claim_p50_ms"]["median"] <= CLAIM_MS),
         Target("exec p50 through the router / `subprocess.run(true)`", _s(single["grove_over_subprocess"], "x"),
