@@ -125,8 +125,9 @@ class Processes:
             running = [p.pid for p in self._table.values() if not p.done.is_set()]
             if len(running) >= self._max_running:
                 raise Conflict(f"this sandbox already runs {len(running)} background processes (pids "
-                               f"{', '.join(map(str, sorted(running)))}), the most it may; end one "
-                               f"(POST .../processes/PID/signal) or wait for one before starting another")
+                               f"{', '.join(map(str, sorted(running)))}), the most it may; end one (POST "
+                               f".../processes/PID/signal, or E2B's commands.kill(pid)) or wait for one before "
+                               f"starting another")
             out_dir = self._paths.resolve(self._settings.output_dir)
             os.makedirs(out_dir, exist_ok=True)
             pending = os.path.join(out_dir, f"proc-starting-{threading.get_ident()}.log")
@@ -185,14 +186,14 @@ class Processes:
         handed out once, as a stdio server serves one client."""
         process = self._find(pid)
         with self._lock:
+            if process.done.is_set():
+                raise Conflict(f"process {pid} has already exited (exit code {process.exit_code})")
             stdin, stdout = process.popen.stdin, process.popen.stdout
             if stdin is None or stdout is None:
                 raise Conflict(f"process {pid} has no stdio to attach to: it was not started for it, or its stdio "
                                "was taken already")
             process.popen.stdin = process.popen.stdout = None
-        try:
-            if process.done.is_set():
-                raise Conflict(f"process {pid} has already exited (exit code {process.exit_code})")
+        try:  # the pipes are the caller's alone now (_watch closes only what is still on popen)
             return os.dup(stdin.fileno()), os.dup(stdout.fileno())
         finally:
             stdin.close()
@@ -259,7 +260,8 @@ class Processes:
         """Feed a running process's stdin, or close it; Conflict if it has none or reads it no more."""
         stdin = self.running(pid).popen.stdin
         if stdin is None:
-            raise Conflict(f"process {pid} was started without stdin")
+            raise Conflict(f"process {pid} has no stdin to write to: it was started without one, or a stdio "
+                           "client (an MCP publication) holds it")
         try:
             if close:
                 stdin.close()
@@ -282,7 +284,8 @@ class Processes:
             if not self._ending:
                 self._changed.wait_for(lambda: bool(self._exits) or self._ending, timeout_s)
             taken, self._exits = self._exits, []
-            running = sum(not p.done.is_set() for p in self._table.values())
+            # Attached (E2B) processes' ends are recorded by their streams, never queued: not waited for here.
+            running = sum(not p.done.is_set() and p.output is None for p in self._table.values())
         return {"exits": taken, "running": running}
 
     def end_all(self, grace_s: float = END_GRACE_S) -> builtins.list[dict[str, Any]]:
@@ -349,15 +352,20 @@ class Processes:
             pump.join()
         if log_fd is not None:
             os.close(log_fd)
-        if popen.stdin is not None:
-            with contextlib.suppress(OSError):
-                popen.stdin.close()
-        with self._changed:
+        with self._changed:  # its pipes no one took (a stdio one's), taken from take_stdio's reach, then closed
+            pipes = [popen.stdin, popen.stdout if output is None else None]
+            popen.stdin = None
+            if output is None:
+                popen.stdout = None
             process.done.set()
             if output is None:
                 self._exits.append({"pid": process.pid, "command": process.argv, "exit_code": process.exit_code,
                                     "signalled": process.signalled, "ended_at": process.ended_at,
                                     "duration_s": round(process.ended_at - process.started_at, 3)})
                 self._changed.notify_all()
+        for pipe in pipes:
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
         if output is not None:
             output.end(process.ended())

@@ -20,7 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from grove.core import ptyframes
-from grove.core.errors import BadGateway, BadRequest, NotFound
+from grove.core.errors import BadRequest, GroveError, NotFound
 from router.api.appkeys import sandbox_of, service_of
 from router.ports.tunnels import open_upgraded
 from router.records.registry import SandboxRecord
@@ -174,8 +174,12 @@ async def _outbound(request: web.Request, record: SandboxRecord, name: str, link
                 break
             except NotFound:
                 return None  # the shell is gone (it waited too long, or ended as the connection was cut)
-            except BadGateway:
+            except (GroveError, OSError, TimeoutError) as exc:  # a wake, a revision change, a refused connection
                 if attempt + 1 == RESUME_TRIES:
+                    steps.add("resume_failed", error=str(exc))
+                    await ws.close(code=aiohttp.WSCloseCode.INTERNAL_ERROR,
+                                   message=b"the terminal's connection to the sandbox was lost and could not be "
+                                           b"resumed; open a new terminal")
                     return None
                 await asyncio.sleep(RESUME_PAUSE_S)
         link.writer.close()

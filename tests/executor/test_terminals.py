@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import socket
+import time
 
 import pytest
 
@@ -49,6 +50,10 @@ def test_a_named_session_is_resumed_with_what_it_wrote_meanwhile() -> None:
         first, _ = await _until(reader, b"one=2")
         writer.close()  # cut: no hang-up frame
         await served
+        deadline = time.monotonic() + 20
+        while b"two=4" not in session.replay:  # written while no connection carries it: only the replay has it
+            assert time.monotonic() < deadline, bytes(session.replay)
+            await asyncio.sleep(0.05)
         assert terminals.claim("s1", str(len(first))) is session  # the shell waits for a resume
         ours, theirs = socket.socketpair()
         served = asyncio.ensure_future(terminals.serve(session, theirs, len(first)))
