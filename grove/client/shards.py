@@ -16,7 +16,8 @@ import aiohttp
 
 from grove.core.sandbox_ids import shard_of
 
-_SANDBOX_PATH = re.compile(r"^/v1/sandboxes/([^/?#]+)")
+_SANDBOX_PATH = re.compile(r"^/v1/(?:sandboxes|trajectories)/([^/?#]+)")
+"""Calls sent to the router of the shard their sandbox id names (a trajectory too: its owner has it live)."""
 _HEALTH_TIMEOUT_S = 10.0
 
 

@@ -50,15 +50,11 @@ async def publish_mcp(request: web.Request) -> web.Response:
     if not NAME_RE.fullmatch(name):
         raise Invalid(f"an MCP server's name is 1-63 lowercase letters, digits, '-' or '_', starting with a letter "
                       f"or digit; {name[:80]!r} is not")
-    if (body.port is None) == (body.command is None):
-        raise Invalid("publish either a server serving streamable HTTP ({\"port\": 8000, \"path\": \"/mcp\"}) or a "
-                      "stdio server to start ({\"command\": \"python3 server.py\"}): give exactly one of 'port' "
-                      "and 'command'")
     published = ports_of(request).mcp
     for gone in set(published) - {r.id for r in service_of(request).registry.live()}:
         del published[gone]  # the names of deleted sandboxes go when the next one is published
     if (old := _servers(request).pop(name, None)) is not None:
-        await unpublish(request, old)
+        await unpublish(request, record, old)
     url = f"{request.scheme}://{request.host}/v1/sandboxes/{record.id}/mcp/{name}"
     if body.command is not None:
         server = await publish_stdio(request, record, name, body)
@@ -79,7 +75,7 @@ async def unpublish_mcp(request: web.Request) -> web.Response:
     server = _servers(request).pop(name, None)
     if server is None:
         raise NotFound(f"no MCP server {name!r} is published in {record.id}")
-    await unpublish(request, server)
+    await unpublish(request, record, server)
     return reply(request, {"name": name, "removed": True})
 
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import contextlib
 
-import aiohttp
 from aiohttp import web
 
 from grove.core.errors import GroveError, NotFound
 from router.api.appkeys import service_of
 from router.api.computer import call
-from router.api.processes import started
+from router.api.processes import log_tail, start_recorded, without_exits
 from router.lifecycle.service import SandboxService
 from router.ports.mcp_steps import call_step
 from router.ports.models import McpServerRequest
@@ -26,19 +25,13 @@ from router.ports.stdio_mcp import StdioMcp, ToolCall
 from router.ports.tunnels import open_upgraded
 from router.records.registry import SandboxRecord
 
-STDERR_TAIL = 2000
-"""Bytes of a stdio server's stderr an exited server's 502 quotes."""
-_STDERR_READ = 16 * 1024 * 1024
-
 
 async def publish_stdio(request: web.Request, record: SandboxRecord, name: str,
                         body: McpServerRequest) -> McpServer:
     """Start the server's command in the sandbox and bridge its stdio; the publication."""
     service = service_of(request)
     fields = {"command": body.command, "env": body.env, "stdio": True, **({"cwd": body.cwd} if body.cwd else {})}
-    answer = await call(service, record, "POST", "/v1/processes", fields)
-    started(service, record, answer, body.env)
-    service.process_exits.record(record, answer.get("exits"))
+    answer = without_exits(service, record, await start_recorded(service, record, fields))
     pid = int(answer["pid"])
     try:
         sock = await open_upgraded(await service.endpoint(record), f"/v1/processes/{pid}/stdio", "grove-stdio")
@@ -63,14 +56,12 @@ async def publish_stdio(request: web.Request, record: SandboxRecord, name: str,
     return McpServer(None, "", bridge)
 
 
-async def unpublish(request: web.Request, server: McpServer) -> None:
+async def unpublish(request: web.Request, record: SandboxRecord, server: McpServer) -> None:
     """A publication removed or replaced: a stdio server's bridge closed and its process ended."""
     if server.stdio is None:
         return
     await server.stdio.close()
-    record = service_of(request).registry.lookup(request.match_info["id"])
-    if record is not None:
-        await _end(service_of(request), record, server.stdio.pid)
+    await _end(service_of(request), record, server.stdio.pid)
 
 
 async def _end(service: SandboxService, record: SandboxRecord, pid: int) -> None:
@@ -78,8 +69,8 @@ async def _end(service: SandboxService, record: SandboxRecord, pid: int) -> None
     if record.status != "ready":
         return
     with contextlib.suppress(GroveError):
-        answer = await call(service, record, "POST", f"/v1/processes/{pid}/signal", {"signal": "SIGTERM"})
-        service.process_exits.record(record, answer.get("exits"))
+        without_exits(service, record, await call(service, record, "POST", f"/v1/processes/{pid}/signal",
+                                                  {"signal": "SIGTERM"}))
 
 
 async def _why_exited(service: SandboxService, record: SandboxRecord, pid: int) -> str:
@@ -93,21 +84,11 @@ async def _why_exited(service: SandboxService, record: SandboxRecord, pid: int) 
         return "its sandbox was restarted, which ended the server"
     except GroveError as exc:
         return f"its state could not be read ({exc.message})"
-    service.process_exits.record(record, view.pop("exits", None))
+    without_exits(service, record, view)
     if view.get("status") == "running":
         how = "it closed its stdout (it still runs)"
     else:
         how = f"exit code {view.get('exit_code')}"
-    tail = b""
-    try:
-        async with service.upstreams.call(endpoint, "GET", f"/v1/processes/{pid}/logs", timeout_s=30) as resp:
-            read = 0
-            async for chunk in resp.content.iter_any():
-                tail = (tail + chunk)[-STDERR_TAIL:]
-                read += len(chunk)
-                if read > _STDERR_READ:
-                    break
-    except (GroveError, aiohttp.ClientError, TimeoutError):
-        pass  # the exit code alone, then
+    tail = await log_tail(service, record, pid) or b""
     text = tail.decode("utf-8", "replace").strip()
     return f"{how}; its stderr ends: {text}" if text else f"{how}; it wrote nothing to stderr"

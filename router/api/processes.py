@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from grove.core import wire
@@ -23,6 +24,10 @@ from router.lifecycle.service import SandboxService
 from router.records.registry import SandboxRecord
 
 MAX_BODY = 1024 * 1024
+LOG_TAIL = 2000
+"""Bytes of a process's log an error's message quotes (a stdio MCP server's exit, a template command's)."""
+LOG_TAIL_READ = 16 * 1024 * 1024
+"""At most this much of a log is read for its tail (a process that wrote more is quoted from there)."""
 
 
 async def start_process(request: web.Request) -> web.Response:
@@ -37,11 +42,11 @@ async def start_process(request: web.Request) -> web.Response:
 async def start_recorded(service: SandboxService, record: SandboxRecord, body: dict[str, Any]) -> dict[str, Any]:
     """Start one (``body`` as the API takes it) and record its start; the executor's answer, ``exits`` and all."""
     answer = await call(service, record, "POST", "/v1/processes", body)
-    started(service, record, answer, body.get("env"))
+    _started(service, record, answer, body.get("env"))
     return answer
 
 
-def started(service: SandboxService, record: SandboxRecord, answer: dict[str, Any], env: Any) -> None:
+def _started(service: SandboxService, record: SandboxRecord, answer: dict[str, Any], env: Any) -> None:
     """A process the executor started: its ``start`` step, and its exit watched for."""
     service.recorder.step(record, {
         "type": "process", "event": "start", "t": answer.get("started_at", time.time()), "pid": answer.get("pid"),
@@ -92,8 +97,7 @@ async def _relay(request: web.Request, method: str, path: str, body: dict[str, A
 
 def _reply(service: SandboxService, record: SandboxRecord, answer: dict[str, Any], status: int = 200) -> web.Response:
     """The answer without the executor's ``exits``, each of which becomes a step."""
-    service.process_exits.record(record, answer.pop("exits", None))
-    return web.json_response(answer, status=status)
+    return web.json_response(without_exits(service, record, answer), status=status)
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
@@ -110,7 +114,28 @@ async def _body(request: web.Request) -> dict[str, Any]:
 
 
 def without_exits(service: SandboxService, record: SandboxRecord, answer: dict[str, Any]) -> dict[str, Any]:
-    """``answer`` less the executor's ``exits``, each recorded as a step as every API answer's are (for the
-    router's own calls: an E2B template's start command)."""
-    _reply(service, record, answer)  # pops and records them; its response is the API's, not wanted here
+    """``answer`` less the executor's ``exits``, each recorded as a step (every answer of the process API, and
+    the router's own calls: an E2B template's start command, a stdio MCP server)."""
+    service.process_exits.record(record, answer.pop("exits", None))
     return answer
+
+
+async def log_tail(service: SandboxService, record: SandboxRecord, pid: int, limit: int = LOG_TAIL) -> bytes | None:
+    """The last ``limit`` bytes of a process's log (of its first :data:`LOG_TAIL_READ` bytes), for an error's
+    message; None if it cannot be read."""
+    endpoint = record.endpoint()
+    if record.status != "ready" or endpoint is None:
+        return None
+    tail, read = b"", 0
+    try:
+        async with service.upstreams.call(endpoint, "GET", f"/v1/processes/{pid}/logs", timeout_s=30) as resp:
+            if resp.status != 200:
+                return None
+            async for chunk in resp.content.iter_any():
+                tail = (tail + chunk)[-limit:]
+                read += len(chunk)
+                if read > LOG_TAIL_READ:
+                    break
+    except (GroveError, aiohttp.ClientError, TimeoutError):
+        return None
+    return tail

@@ -7,6 +7,7 @@ meanwhile."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -104,6 +105,9 @@ class Filler:
         self._service = service
         self._wake_event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._in_flight: collections.Counter[str] = collections.Counter()
+        """Starts under way per pool (counted from before their image look-up): two starts at once never go to
+        a pool one member short."""
 
     def start(self) -> None:
         """Start keeping the pools filled."""
@@ -134,7 +138,7 @@ class Filler:
         for pool in self._all():
             if pool.error is not None and now - pool.failed_at < _RETRY_AFTER_FAILURE_S:
                 continue  # tried again later: the image may be back, the disk freed
-            if service.registry.pool_count(pool.key) < pool.definition.size:
+            if service.registry.pool_count(pool.key) + self._in_flight[pool.key] < pool.definition.size:
                 # Members count toward their project's quotas and take the host's room like any sandbox.
                 if (why := service.admission.why_not(pool.project, made_with(pool.definition))) is not None:
                     self._failed(pool, f"not filling: {why}")
@@ -170,6 +174,7 @@ class Filler:
             await asyncio.gather(*running, return_exceptions=True)
 
     async def _fill_guarded(self, pool: Pool) -> None:
+        self._in_flight[pool.key] += 1
         try:
             await self._fill_one(pool)
         except asyncio.CancelledError:
@@ -178,6 +183,10 @@ class Filler:
             self._failed(pool, exc.message if isinstance(exc, GroveError) else f"{type(exc).__name__}: {exc}")
         else:
             pool.error = None
+        finally:
+            self._in_flight[pool.key] -= 1
+            if self._in_flight[pool.key] <= 0:
+                del self._in_flight[pool.key]
 
     def _failed(self, pool: Pool, error: str) -> None:
         if error != pool.error:

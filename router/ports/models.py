@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grove.core.errors import Invalid
 from grove.core.schema import spec
 from router.ports.signing import DEFAULT_EXPIRES_S, MAX_EXPIRES_S
 
@@ -30,3 +31,9 @@ class McpServerRequest:
     cwd: str | None = spec("the stdio server's working directory (the sandbox's workdir when absent)",
                            default=None, max_len=4096)
     env: dict[str, str] = spec("variables set for the stdio server", factory=dict, max_len=65536, max_items=256)
+
+    def __post_init__(self) -> None:
+        if (self.port is None) == (self.command is None):
+            raise Invalid("publish either a server serving streamable HTTP ({\"port\": 8000, \"path\": \"/mcp\"}) or "
+                          "a stdio server to start ({\"command\": \"python3 server.py\"}): give exactly one of "
+                          "'port' and 'command'")

@@ -9,6 +9,7 @@ projects). A WebSocket upgrade is not passed on: it answers 421 with the owner's
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,6 +24,7 @@ from router.projects.model import Caller
 from router.shards import signing
 from router.shards.config import ShardConfig
 
+log = logging.getLogger("grove.router")
 RETRY_AFTER_S = 5.0
 CONNECT_TIMEOUT_S = 5.0
 _CHUNK = 256 * 1024
@@ -97,12 +99,13 @@ class Peers:
         return Unavailable(f"shard {shard} (its router at {base}) cannot be reached: {type(exc).__name__}: {exc}; "
                            "its sandboxes keep running, retry later", retry_after=RETRY_AFTER_S)
 
-    async def lists(self, request: web.Request, caller: Caller) -> tuple[list[dict[str, Any]], list[str]]:
-        """Every other shard's answer to this list call (as ``caller``), and the shards that gave none."""
+    async def lists(self, request: web.Request, caller: Caller) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """Every other shard's answer to this list call (as ``caller``), and why each shard that gave none did
+        not (its status and message, or the connection's error): a wrong peer secret reads apart from an outage."""
         query = [(k, v) for k, v in request.query.items() if k != "shards"]
         path = str(URL(request.path).with_query(query))
 
-        async def one(shard: str, base: str) -> list[dict[str, Any]] | None:
+        async def one(shard: str, base: str) -> list[dict[str, Any]] | str:
             headers = {**self._signed("GET", path, caller), "Accept": wire.JSON}
             if (project := request.headers.get("X-Grove-Project")) is not None:
                 headers["X-Grove-Project"] = project
@@ -110,16 +113,19 @@ class Peers:
                 async with self._http().get(URL(base + path, encoded=True), headers=headers,
                                             timeout=aiohttp.ClientTimeout(total=30)) as resp:
                     if resp.status != 200:
-                        return None
+                        return f"{resp.status}: {(await resp.text())[:300]}"
                     rows: list[dict[str, Any]] = (await resp.json())["sandboxes"]
                     return rows
-            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
-                return None
+            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError) as exc:
+                return f"{type(exc).__name__}: {exc}"
 
         others = sorted(self.config.others.items())
         answers = await asyncio.gather(*(one(shard, base) for shard, base in others))
-        rows = [row for answer in answers if answer is not None for row in answer]
-        return rows, [shard for (shard, _), answer in zip(others, answers, strict=True) if answer is None]
+        rows = [row for answer in answers if not isinstance(answer, str) for row in answer]
+        errors = {shard: answer for (shard, _), answer in zip(others, answers, strict=True) if isinstance(answer, str)}
+        for shard, why in errors.items():
+            log.warning("shard %s did not answer a list: %s", shard, why)
+        return rows, errors
 
     async def close(self) -> None:
         """Close the connections to the peers."""

@@ -94,6 +94,11 @@ def test_a_call_for_the_other_shards_sandbox_reaches_it_through_either_router(
         fresh = signing.sign(secret.encode(), "a", "GET", path, admin)
         assert b.http("GET", path, auth=False, headers=fresh).json()["id"] == theirs.id
 
+        # A live sandbox's trajectory is its owner's journal: read through the other router, it is passed on.
+        live = b.http("GET", f"/v1/trajectories/{mine.id}")
+        assert live.status == 200 and live.json()["sandbox"]["id"] == mine.id, live.body[:300]
+        assert b"through-b.txt" in live.body
+
         # A delete through the other router deletes it at its owner; its trajectory, stored by its owner in the
         # shared bucket, is read through either router (trajectory queries read S3, not routers).
         grove_b.request("DELETE", f"/v1/sandboxes/{mine.id}")
@@ -124,6 +129,7 @@ def test_one_shard_down_is_a_503_naming_it_and_the_other_goes_on(cluster: Cluste
             assert grove_b.attach(on_b.id).exec("echo still").stdout == b"still\n"
             listed = grove_b.request("GET", "/v1/sandboxes", params={"shards": "all"})
             assert [s["id"] for s in listed["sandboxes"]] == [on_b.id] and listed["unavailable_shards"] == ["a"]
+            assert "a" in listed["shard_errors"], listed  # why: its router refused the connection
             try:
                 grove_b.attach(on_a.id)
                 raise AssertionError("a sandbox of a shard that is down was reached")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shlex
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -99,7 +100,9 @@ def build_debian(
         setup = preset_setup(preset)
         for source, target in setup.files.items():
             parent = target.rpartition("/")[0]
-            argv += [f"--customize-hook=mkdir -p \"$1{parent}\"", f"--customize-hook=copy-in {source} {parent}"]
+            # upload writes exactly ``target`` (copy-in would keep the source's own name in ``parent``).
+            argv += [f"--customize-hook=mkdir -p \"$1{parent}\"",
+                     f"--customize-hook=upload {shlex.quote(source)} {shlex.quote(target)}"]
         included = preset_packages(preset, packages)
         if included:
             argv.append(f"--include={','.join(included)}")

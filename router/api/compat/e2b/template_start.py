@@ -13,15 +13,12 @@ output, and the sandbox is deleted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import Any
 
-import aiohttp
-
-from grove.core.errors import BadGateway, GroveError, UpstreamTimeout
+from grove.core.errors import BadGateway, UpstreamTimeout
 from router.api.computer import call
-from router.api.processes import start_recorded, without_exits
+from router.api.processes import log_tail, start_recorded, without_exits
 from router.lifecycle.service import SandboxService
 from router.ports.tunnels import open_upgraded
 from router.records.image_config import ImageConfigs
@@ -30,7 +27,6 @@ from router.records.registry import SandboxRecord
 READY_TIMEOUT_S = 120.0
 """How long create waits for the start command's ports (a Python kernel starting on a loaded host takes ~15 s)."""
 _POLL_S = 0.2
-_LOG_TAIL = 2000
 
 
 def start_command(config: dict[str, Any]) -> list[str]:
@@ -88,12 +84,8 @@ async def _accepts(service: SandboxService, record: SandboxRecord, port: int) ->
 
 async def _tail(service: SandboxService, record: SandboxRecord, pid: int) -> str:
     """The end of the command's output (what it said before failing), for the error's message."""
-    with contextlib.suppress(GroveError, aiohttp.ClientError):
-        endpoint = await service.endpoint(record)
-        session, base = service.upstreams.session(endpoint)
-        async with session.get(f"{base}/v1/processes/{pid}/logs", headers=service.upstreams.headers(endpoint, {})
-                               ) as resp:
-            if resp.status == 200:
-                text = (await resp.read()).decode(errors="replace")
-                return f"its output ends {text[-_LOG_TAIL:]!r}" if text else "it printed nothing"
-    return "its output could not be read"
+    tail = await log_tail(service, record, pid)
+    if tail is None:
+        return "its output could not be read"
+    text = tail.decode(errors="replace")
+    return f"its output ends {text!r}" if text else "it printed nothing"
