@@ -14,7 +14,6 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from perf.common import (
     utc_now,
     write_results,
 )
+from tests.conftest import free_tcp_port
 
 NAME = "executor"
 SECTION = "## Executor exec latency"
@@ -41,17 +41,11 @@ BODY = json.dumps({"command": ["true"]}).encode()
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.contextmanager
 def running_executor() -> Iterator[tuple[str, int]]:
     """A real executor subprocess on a free loopback port; killed by PID on exit."""
     tmp = tempfile.mkdtemp(prefix="grove-bench-")
-    port = _free_port()
+    port = free_tcp_port()
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "GROVE_EXECUTOR_TOKEN": TOKEN,

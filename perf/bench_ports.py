@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from grove.client import Grove
+from perf.calls import TICK_S, cpu_ticks
 from perf.common import (
     Router,
     Target,
@@ -75,11 +76,7 @@ def _merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _cpu_s(pids: list[int]) -> float:
     """User and system CPU seconds the processes spent so far (``/proc/PID/stat``, all their threads)."""
-    total = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+    return sum(cpu_ticks(pid, children=False) for pid in pids) * TICK_S
 
 
 def _cpu_per_request(roles: dict[str, list[int]], run: Callable[[], dict[str, Any]],

@@ -25,9 +25,9 @@ from typing import Any
 
 from perf import cpuacct
 from perf.bench_burst import one_burst, warm_router
-from perf.common import code_version, machine, publish, sigterm_as_exit, utc_now
+from perf.common import code_version, machine, publish, sigterm_as_exit, spread, utc_now
 from perf.floor import floor
-from perf.single_exec import single_exec_sync, spread
+from perf.single_exec import single_exec_sync
 from perf.step_report import markdown, targets
 from perf.steps import pooled_steps
 

@@ -16,10 +16,12 @@ import json
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,6 +63,28 @@ def summarize(samples: Sequence[float], pcts: Sequence[int] = (50, 99), *, scale
     out["max_ms"] = round(max(samples) * scale, 3)
     out["n"] = len(samples)
     return out
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """Median, lowest and highest of a few runs' figures."""
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
+            "max": round(max(values), 3), "runs": len(values)}
+
+
+async def interleaved(calls: Mapping[str, Callable[[], Awaitable[object]]], rounds: int) -> dict[str, list[float]]:
+    """Each call's durations (seconds) over ``rounds`` rounds in which every call runs once, their order rotating
+    round by round so that none always goes first and a busy moment of the machine hits them all alike.
+
+    A warm-up is one such run whose durations are dropped."""
+    names = list(calls)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(rounds):
+        for k in range(len(names)):
+            name = names[(i + k) % len(names)]
+            t0 = time.perf_counter()
+            await calls[name]()
+            samples[name].append(time.perf_counter() - t0)
+    return samples
 
 
 # -- the machine and the output files ---------------------------------------------------------------------

@@ -86,11 +86,22 @@ def fill(api: Api, n: int) -> float:
     """Make the bench pool of ``n`` (default resources, as the burst's creates) and wait until it is full;
     the seconds that took."""
     api.call("POST", "/v1/pools", {"name": POOL, "size": n})
+    timeout_s = max(300.0, 2.0 * n)
+    took = wait_full(api, n, timeout_s, error_fails=True)
+    if took is None:
+        raise RuntimeError(f"the pool did not fill within {timeout_s:.0f} s: {api.call('GET', f'/v1/pools/{POOL}')}")
+    return took
+
+
+def wait_full(api: Api, n: int, timeout_s: float, *, error_fails: bool = False) -> float | None:
+    """Seconds until the bench pool holds ``n`` ready members; None if it did not within ``timeout_s``.
+    With ``error_fails``, a failed refill the pool reports raises RuntimeError at once."""
     started = time.monotonic()
-    deadline = started + max(300.0, 2.0 * n)
     while (shown := api.call("GET", f"/v1/pools/{POOL}"))["ready"] < n:
-        if shown["error"] or time.monotonic() > deadline:
+        if error_fails and shown["error"]:
             raise RuntimeError(f"the pool did not fill: {shown}")
+        if time.monotonic() - started > timeout_s:
+            return None
         time.sleep(0.5)
     return time.monotonic() - started
 

@@ -25,7 +25,7 @@ from perf.calls import (
     floor,
     system_busy_ticks,
 )
-from perf.common import MIB, Api, Router, summarize
+from perf.common import MIB, Api, Router, interleaved, summarize
 from perf.memory import GroupMemory, cgroup_pids, disk_usage, group_memory, private_by_mapping
 
 Call = Callable[[], Awaitable[object]]
@@ -97,19 +97,10 @@ async def exec_latency(router: Router, calls: int, warmup: int) -> tuple[dict[st
             "sdk_async": sdk_async,
             "sdk_stream": sdk_stream,
         }
-        names = list(kinds)
-        for _ in range(warmup):
-            for name in names:
-                await kinds[name]()
+        await interleaved(kinds, warmup)  # the warm-up: its durations dropped
         via_router.durations_s.clear()
-        samples: dict[str, list[float]] = {name: [] for name in names}
         started = time.monotonic()
-        for i in range(calls):
-            for k in range(len(names)):
-                name = names[(i + k) % len(names)]
-                t0 = time.perf_counter()
-                await kinds[name]()
-                samples[name].append(time.perf_counter() - t0)
+        samples = await interleaved(kinds, calls)
         wall = time.monotonic() - started
         cpu = {
             "router_json": _cpu_per_call(router, sandbox_id, via_router.json, calls),

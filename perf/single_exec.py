@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import socket
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,50 +19,27 @@ from swerex.runtime.abstract import Command
 from swerex.runtime.remote import RemoteRuntime
 
 from grove.client import AsyncGrove
-from perf.common import Router, summarize, terminate
+from perf.calls import floor
+from perf.common import Router, interleaved, spread, summarize, terminate
+from tests.conftest import free_tcp_port
 
 WAYS = ("grove", "subprocess", "swerex")
 WARMUP = 20
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    """Median, lowest and highest of a few runs' figures."""
-    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
-            "max": round(max(values), 3), "runs": len(values)}
-
-
-async def _run_true() -> None:
-    subprocess.run(["true"], check=True)
+async def _floor() -> None:
+    floor()
 
 
 async def _measure(calls: dict[str, Callable[[], Awaitable[object]]], rounds: int,
                    per_round: int) -> list[dict[str, list[float]]]:
-    for _ in range(WARMUP):
-        for call in calls.values():
-            await call()
-    samples: list[dict[str, list[float]]] = []
-    for _ in range(rounds):
-        one: dict[str, list[float]] = {way: [] for way in WAYS}
-        for i in range(per_round):
-            for j in range(len(WAYS)):
-                way = WAYS[(i + j) % len(WAYS)]
-                t0 = time.perf_counter()
-                await calls[way]()
-                one[way].append(time.perf_counter() - t0)
-        samples.append(one)
-    return samples
+    await interleaved(calls, WARMUP)  # the warm-up: its durations dropped
+    return [await interleaved(calls, per_round) for _ in range(rounds)]
 
 
 async def single_exec(router: Router, rounds: int, per_round: int) -> dict[str, Any]:
     """p50 of each way per round, and grove's ratio to the other two: each the median of the rounds."""
-    token, port = secrets.token_hex(16), _free_port()
+    token, port = secrets.token_hex(16), free_tcp_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "swerex.server", "--host", "127.0.0.1", "--port", str(port), "--auth-token", token],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -83,7 +57,7 @@ async def single_exec(router: Router, rounds: int, per_round: int) -> dict[str, 
                     if (await swerex.execute(Command(command=["true"]))).exit_code != 0:
                         raise RuntimeError("true failed on the SWE-ReX server")
 
-                samples = await _measure({"grove": via_grove, "subprocess": _run_true, "swerex": via_swerex},
+                samples = await _measure({"grove": via_grove, "subprocess": _floor, "swerex": via_swerex},
                                          rounds, per_round)
             finally:
                 await sandbox.close()

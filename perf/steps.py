@@ -17,7 +17,7 @@ from typing import Any
 
 from perf import burst_phases, cpuacct
 from perf.common import Router
-from perf.pooled import POOL, fill, streamed_burst, wait_gone
+from perf.pooled import POOL, fill, streamed_burst, wait_full, wait_gone
 
 REFILL_TIMEOUT_S = 600.0
 
@@ -32,20 +32,6 @@ def _brief(report: dict[str, Any]) -> dict[str, Any]:
         "pool_ready_at_start": report["pool_ready_at_start"],
         "cpu_ms_per_sandbox": report["cpu"]["cpu_ms_per_sandbox"],
     }
-
-
-def _refill_s(router: Router, n: int) -> float | None:
-    """Seconds until the pool holds ``n`` ready members again; None if it did not within the timeout."""
-    api = router.api()
-    try:
-        started = time.monotonic()
-        while api.call("GET", f"/v1/pools/{POOL}")["ready"] < n:
-            if time.monotonic() - started > REFILL_TIMEOUT_S:
-                return None
-            time.sleep(0.5)
-        return time.monotonic() - started
-    finally:
-        api.close()
 
 
 def pooled_steps(router: Router, group: cpuacct.CpuGroup | None, n: int, *, bursts: int = 3,
@@ -73,7 +59,7 @@ def pooled_steps(router: Router, group: cpuacct.CpuGroup | None, n: int, *, burs
             print(f"pooled step burst {k + 1}/{bursts} of {n}: pool had {ready} ready; "
                   f"{report['success_rate'] * 100:.1f}% ok in {report['end_to_end_s']:.1f} s, lifetime p50 "
                   f"{life.get('p50_ms', 0) / 1000:.2f} s p99 {life.get('p99_ms', 0) / 1000:.2f} s", flush=True)
-        refilled = _refill_s(router, n)
+        refilled = wait_full(api, n, REFILL_TIMEOUT_S)
         shown = api.call("GET", f"/v1/pools/{POOL}")
         api.call("DELETE", f"/v1/pools/{POOL}")
         wait_gone(router)
