@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from grove.build.builder import BuildOptions, build
+from grove.cli.common import key_values
 from grove.client.aio import AsyncGrove
 from grove.core.errors import GroveError, InternalError, error_body
 
@@ -49,10 +50,9 @@ async def run(args: argparse.Namespace) -> int:
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     context = Path(args.context)
-    build_args = dict(a.partition("=")[::2] for a in args.build_arg)
-    options = BuildOptions(context / args.dockerfile, context, args.tag, build_args, args.network,
-                           cache=not args.no_cache)
     try:
+        options = BuildOptions(context / args.dockerfile, context, args.tag,
+                               key_values(args.build_arg, "--build-arg"), args.network, cache=not args.no_cache)
         async with AsyncGrove(args.url, os.environ.get("GROVE_API_KEY")) as client:
             result = await build(client, options, lambda line: _emit({"line": line}))
     except GroveError as exc:

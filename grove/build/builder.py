@@ -16,22 +16,20 @@ what it copies. A rebuild finds every unchanged step and runs none of them.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import copy
 import dataclasses
 import hashlib
 import json
 import posixpath
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grove.build.context import BuildContext, directories_tar
 from grove.build.dockerfile import LAYER_STEPS, Plan, Step, parse
-from grove.build.stages import stage_files
+from grove.build.stages import created, stage_files
 from grove.client.aio import AsyncGrove, AsyncSandbox
 from grove.core.errors import GroveError, Invalid, NotFound
 
@@ -99,10 +97,10 @@ async def build(client: AsyncGrove, options: BuildOptions, emit: Callable[[str],
     result = BuildResult(options.tag, "")
     total, number = sum(len(stage.steps) for stage in plan.stages), 0
     done: dict[str, _State] = {}  # finished stages, by index and by name: what FROM and COPY --from name
-    for index, stage in enumerate(plan.stages):
+    for index, (stage, image) in enumerate(zip(plan.stages, plan.image_bases(), strict=True)):
         if len(plan.stages) > 1:
             emit(f"STAGE {index}{' ' + stage.name if stage.name else ''}: FROM {stage.base}")
-        state = await _start(client, stage.base, done)
+        state = await _start(client, stage.base, image, done)
         base_digest = state.digest
         for step in stage.steps:
             number += 1
@@ -136,14 +134,14 @@ async def _found(client: AsyncGrove, image: str) -> dict[str, Any]:
     return found
 
 
-async def _start(client: AsyncGrove, base: str, done: dict[str, _State]) -> _State:
-    """A stage's state at its FROM: an earlier stage's (Docker: a stage name wins over an image of that name),
-    else the base image's."""
-    if base.lower() in done:
+async def _start(client: AsyncGrove, base: str, image: str | None, done: dict[str, _State]) -> _State:
+    """A stage's state at its FROM ``base``: the base ``image``'s, or with none the earlier stage's that ``base``
+    names (which of the two: :meth:`~grove.build.dockerfile.Plan.image_bases`)."""
+    if image is None:
         earlier = done[base.lower()]
         return dataclasses.replace(earlier, env=dict(earlier.env), config=copy.deepcopy(earlier.config))
-    found = await _found(client, base)
-    return _inherited(base, str(found["digest"]), found.get("config") or {})
+    found = await _found(client, image)
+    return _inherited(image, str(found["digest"]), found.get("config") or {})
 
 
 async def _digest(client: AsyncGrove, image: str) -> str:
@@ -239,7 +237,7 @@ async def _run_step(client: AsyncGrove, options: BuildOptions, step: Step, state
                               "metadata": {"labels": {"grove.build": options.tag}}}
     if options.memory_mb:
         create["memory_mb"] = options.memory_mb
-    sandbox = await _created(client.create(state.image, **create))
+    sandbox = await created(client.create(state.image, **create))
     try:
         if step.instruction == "WORKDIR":
             await sandbox.upload_tar(directories_tar([state.workdir]), "/")
@@ -255,17 +253,6 @@ async def _run_step(client: AsyncGrove, options: BuildOptions, step: Step, state
         await sandbox.close()
     state.image, state.digest = name, str(made["digest"])
     emit(f"  --> {name}")
-
-
-async def _created(create: Coroutine[Any, Any, AsyncSandbox]) -> AsyncSandbox:
-    """The step's sandbox; a build cancelled while the router makes it still deletes it once made."""
-    making = asyncio.ensure_future(create)
-    try:
-        return await asyncio.shield(making)
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
-            await (await making).close()
-        raise
 
 
 async def _run(sandbox: AsyncSandbox, step: Step, state: _State, emit: Callable[[str], None]) -> None:

@@ -67,6 +67,11 @@ class BuildContext:
         """Whether ``.dockerignore`` leaves the context path ``rel`` out."""
         return self._ignore.matches(rel)
 
+    def sent(self, rel: str, is_dir: bool) -> bool:
+        """Whether the context sent whole (a remote build's upload) takes the context path ``rel``: not left out by
+        ``.dockerignore``, or a directory under which an exception (``!PATTERN``) may take something back."""
+        return not self.ignored(rel) or (is_dir and self._ignore.may_match_under(rel))
+
     def sources(self, patterns: list[str], where: str) -> list[str]:
         """The context paths (relative) the source ``patterns`` name; Invalid for one leaving the context or
         naming nothing."""

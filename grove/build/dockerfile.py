@@ -94,6 +94,18 @@ class Plan:
     stages: list[Stage] = field(default_factory=list)
     """Every stage in order (a single-stage Dockerfile: one, of ``base`` and ``steps``)."""
 
+    def image_bases(self) -> list[str | None]:
+        """Per stage, the image its ``FROM`` starts from, or None where the ``FROM`` names an earlier stage: by
+        its ``AS`` name, which wins over an image of that name (Docker's rule; a ``FROM`` takes no stage index,
+        only ``COPY --from`` does)."""
+        names: set[str] = set()
+        bases: list[str | None] = []
+        for stage in self.stages:
+            bases.append(None if stage.base.lower() in names else stage.base)
+            if stage.name:
+                names.add(stage.name)
+        return bases
+
 
 def _stage(line: int, value: str, global_args: dict[str, str], earlier: list[Stage]) -> Stage:
     """The stage a ``FROM`` line opens: ``FROM IMAGE [AS NAME]``, ARGs declared before the first FROM expanded."""

@@ -8,22 +8,38 @@ mode) into a temporary directory laid out like the image, which is then packed b
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import posixpath
 import tempfile
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from grove.build.context import BuildContext, Packed
-from grove.client.aio import AsyncGrove
+from grove.client.aio import AsyncGrove, AsyncSandbox
 from grove.core.errors import Invalid, NotFound
+
+
+async def created(create: Coroutine[Any, Any, AsyncSandbox]) -> AsyncSandbox:
+    """A build's sandbox (a step's, or a ``COPY --from``'s); a build cancelled while the router makes it still
+    deletes it once made."""
+    making = asyncio.ensure_future(create)
+    try:
+        return await asyncio.shield(making)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await (await making).close()
+        raise
 
 
 async def stage_files(client: AsyncGrove, image: str, sources: list[str], dest: str, where: str) -> Packed:
     """``sources`` of ``image`` packed for ``dest``; Invalid naming the step for a wildcard or a missing path."""
     if any(c in s for s in sources for c in "*?["):
         raise Invalid(f"{where}: COPY --from takes plain paths of the stage, not wildcards")
-    sandbox = await client.create(image, network={"egress": "deny"},
-                                  metadata={"labels": {"grove.build": "copy-from-stage"}})
+    sandbox = await created(client.create(image, network={"egress": "deny"},
+                                          metadata={"labels": {"grove.build": "copy-from-stage"}}))
     try:
         with tempfile.TemporaryDirectory(prefix="grove-stage-") as tmp:
             rels = []

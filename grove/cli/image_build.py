@@ -42,14 +42,14 @@ def cmd_build(store: Any, args: argparse.Namespace) -> int:
     dockerfile = Path(args.dockerfile) if args.dockerfile else context / "Dockerfile"
     build_args = key_values(args.build_arg, "--build-arg")
     try:
-        stages = parse(dockerfile.read_bytes(), build_args).stages
+        plan = parse(dockerfile.read_bytes(), build_args)
     except OSError as exc:
         print(f"grove: cannot read the Dockerfile {dockerfile}: {exc.strerror}", file=sys.stderr)
         return 2
     if not args.remote:
-        for index, stage in enumerate(stages):  # a FROM naming an earlier stage pulls nothing
-            if stage.base.lower() not in {s.name for s in stages[:index]}:
-                _pull_base(store, stage.base, args.insecure)
+        for image in plan.image_bases():  # a FROM naming an earlier stage pulls nothing
+            if image is not None:
+                _pull_base(store, image, args.insecure)
     options = BuildOptions(dockerfile, context, args.tag, build_args, args.network, cache=not args.no_cache)
 
     async def run() -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 
 from grove.cli.common import api_key, router_url
+from grove.client.shards import ShardRoutes, split_urls
 from grove.core.errors import BadRequest, Unavailable, error_from_body
 
 
@@ -34,12 +35,14 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def cmd_shell(args: argparse.Namespace) -> int:
     """Run the terminal until the remote shell exits; its exit code is ours."""
-    url = (router_url(args) or os.environ.get("GROVE_URL") or "http://127.0.0.1:8470").rstrip("/")
+    urls = split_urls(router_url(args) or os.environ.get("GROVE_URL") or "http://127.0.0.1:8470")
+    if not urls:
+        raise BadRequest("no router URL: pass --url or set GROVE_URL (several, one per shard, comma-separated)")
     key = api_key(args)
     if not key:
         raise BadRequest("no API key: set GROVE_API_KEY (or give --state-dir of a router whose key file you can read)")
     with _raw(sys.stdin.fileno()):
-        return asyncio.run(_session(f"{url}/v1/sandboxes/{args.id}/pty", key))
+        return asyncio.run(_session(ShardRoutes(urls), f"/v1/sandboxes/{args.id}/pty", key))
 
 
 @contextlib.contextmanager
@@ -55,10 +58,12 @@ def _raw(fd: int) -> Iterator[None]:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-async def _session(url: str, key: str) -> int:
+async def _session(routes: ShardRoutes, path: str, key: str) -> int:
+    """The terminal at ``path``, on the router that owns the sandbox (given several, one per shard)."""
     cols, rows = shutil.get_terminal_size((80, 24))
     loop = asyncio.get_running_loop()
     async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"}) as http:
+        url = await routes.base(http, "GET", path) + path
         params = {"cols": str(cols or 80), "rows": str(rows or 24)}
         try:
             ws = await http.ws_connect(url, params=params, max_msg_size=0)

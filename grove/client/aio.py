@@ -177,8 +177,8 @@ class AsyncGrove:
         if msgpack_body is not None:
             data = msgpack.packb(msgpack_body, use_bin_type=True)
             headers["Content-Type"] = wire.MSGPACK
+        base = await self.base_url(method, path)
         try:
-            base = await self.base_url(method, path)
             async with self._http().request(method, base + path, params=params, data=data, headers=headers,
                                             allow_redirects=allow_redirects) as resp:
                 if resp.status >= 400:
@@ -189,7 +189,7 @@ class AsyncGrove:
                     raise err
                 yield resp
         except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise Unavailable(f"lost the grove router at {self.url} while reading {path}: {exc}") from exc
+            raise Unavailable(f"lost the grove router at {base} while reading {path}: {exc}") from exc
 
     async def create(self, image: str = "default", *, heartbeat: bool = True, **options: Any) -> AsyncSandbox:
         """Create a sandbox (options: the create fields of the API: ``cpu``, ``memory_mb``, ``disk_mb``, ...)."""
@@ -441,7 +441,8 @@ class AsyncSandbox:
         body: dict[str, Any] = {"port": port, "path": path} if command is None else \
             {"command": command, "cwd": cwd, "env": env or {}}
         answer = await self.client.request("PUT", self._path(f"/mcp/{name}"), json_body=body)
-        return {"url": f"{self.client.url}{self._path(f'/mcp/{name}')}", "transport": answer["transport"],
+        owner = await self.client.base_url("PUT", self._path(f"/mcp/{name}"))
+        return {"url": f"{owner}{self._path(f'/mcp/{name}')}", "transport": answer["transport"],
                 "headers": self.client.auth_headers()}
 
     async def remove_mcp_server(self, name: str) -> None:
@@ -476,9 +477,10 @@ class AsyncSandbox:
         body = exec_body(command, **options)
         http = self.client._http()
         headers = {"Accept": wire.MSGPACK, "Content-Type": wire.MSGPACK}
+        base = await self.client.base_url("POST", self._path("/exec"))
         try:
             async with http.post(
-                await self.client.base_url("POST", self._path("/exec")) + self._path("/exec"),
+                base + self._path("/exec"),
                 params={"stream": "1"},
                 data=msgpack.packb(body, use_bin_type=True),
                 headers=headers,
@@ -496,7 +498,7 @@ class AsyncSandbox:
                             yield frame["type"], frame["data"]
         except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             # Not retried: the command may have run. The SDK raises only grove's own errors.
-            raise Unavailable(f"lost the grove router at {self.client.url} during a streamed exec: {exc}") from exc
+            raise Unavailable(f"lost the grove router at {base} during a streamed exec: {exc}") from exc
 
     async def read_file(self, path: str) -> bytes:
         """The bytes of a file."""

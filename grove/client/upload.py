@@ -9,8 +9,10 @@ than a small one.
 from __future__ import annotations
 
 import os
+import posixpath
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -39,15 +41,22 @@ class _Capped:
         return getattr(self._raw, name)
 
 
-def spool_tar(local_dir: str | Path, max_bytes: int = UPLOAD_MAX_BYTES) -> IO[bytes]:
-    """A tar of ``local_dir`` (its contents at ``.``) in an anonymous temporary file, rewound; the caller closes it."""
+def spool_tar(local_dir: str | Path, max_bytes: int = UPLOAD_MAX_BYTES,
+              keep: Callable[[str, bool], bool] | None = None) -> IO[bytes]:
+    """A tar of ``local_dir`` (its contents at ``.``) in an anonymous temporary file, rewound; the caller closes it.
+    ``keep``: given each path (relative, ``.`` the directory itself) and whether it is a directory, whether it
+    goes in (a directory left out is left out whole)."""
     if not Path(local_dir).is_dir():
         raise Invalid(f"cannot upload {str(local_dir)!r}: not a directory")
+
+    def chosen(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return info if keep is None or keep(posixpath.normpath(info.name), info.isdir()) else None
+
     spool = tempfile.TemporaryFile()  # noqa: SIM115  (handed to the caller, who closes it)
     try:
         capped = _Capped(spool, max_bytes, repr(str(local_dir)))
         with tarfile.open(fileobj=capped, mode="w") as tar:
-            tar.add(str(local_dir), arcname=".")
+            tar.add(str(local_dir), arcname=".", filter=chosen)
         spool.seek(0)
         return spool
     except BaseException:

@@ -13,8 +13,9 @@ agent's; every other service is a sibling reachable by its name):
 - everything else is refused naming its key: host volumes, ``privileged``, ``network_mode``, published ``ports``
   and the rest would each break grove's isolation or mean something grove does not do.
 
-Compose interpolates ``$VAR`` from the host's environment; grove refuses that (the host's environment is not the
-task's) and turns ``$$`` into ``$`` as Compose does.
+Compose interpolates ``$VAR`` from the host's environment, and passes a variable named without a value
+(``environment: [FOO]``, ``FOO:``) through from it; grove refuses both (the host's environment is not the task's)
+and turns ``$$`` into ``$`` as Compose does.
 """
 
 from __future__ import annotations
@@ -203,16 +204,27 @@ def _argv(where: str, body: dict[str, Any], key: str) -> list[str] | None:
 
 
 def _pairs(where: str, value: Any) -> dict[str, str]:
-    """A mapping or a ``K=V`` list (Compose's two spellings); a key without a value (taken from the host's
-    environment by Compose) is left out."""
+    """A mapping or a ``K=V`` list (Compose's two spellings); a key without a value (passed through from the
+    host's environment by Compose) is refused."""
     if value is None:
         return {}
     if isinstance(value, list):
         items = [str(v).partition("=") for v in value]
-        return {k: v for k, sep, v in items if sep}
+        for k, sep, _ in items:
+            if not sep:
+                _refuse_host_value(f"{where}.{k}")
+        return {k: v for k, _, v in items}
     if isinstance(value, dict):
-        return {str(k): _scalar(f"{where}.{k}", v) for k, v in value.items() if v is not None}
+        for k, v in value.items():
+            if v is None:
+                _refuse_host_value(f"{where}.{k}")
+        return {str(k): _scalar(f"{where}.{k}", v) for k, v in value.items()}
     raise ComposeRefused(f"{where}: must be a mapping or a list of KEY=VALUE, got {value!r}")
+
+
+def _refuse_host_value(where: str) -> None:
+    raise ComposeRefused(f"{where}: has no value, so Compose would take it from the host's environment, which "
+                         "grove does not pass to a task; write the value")
 
 
 def _scalar(where: str, value: Any) -> str:
@@ -238,6 +250,7 @@ def _build(where: str, base: Path, value: Any) -> Build | None:
         if key not in ("context", "dockerfile", "args"):
             raise ComposeRefused(f"{where}.build.{key}: not supported by grove image build (supported: context, "
                                  "dockerfile, args)")
+    args = _pairs(f"{where}.build.args", value.get("args"))
     context = (base / str(value.get("context") or ".")).resolve()
     if not context.is_relative_to(base.resolve()):
         raise ComposeRefused(f"{where}.build.context: {value.get('context')!r} leaves the task's environment "
@@ -247,7 +260,7 @@ def _build(where: str, base: Path, value: Any) -> Build | None:
     dockerfile = (context / str(value.get("dockerfile") or "Dockerfile")).resolve()
     if not dockerfile.is_relative_to(base.resolve()) or not dockerfile.is_file():
         raise ComposeRefused(f"{where}.build.dockerfile: {dockerfile} is not a file of the task's environment")
-    return Build(context, dockerfile, _pairs(f"{where}.build.args", value.get("args")))
+    return Build(context, dockerfile, args)
 
 
 def _healthcheck(where: str, value: Any) -> Healthcheck | None:
@@ -271,19 +284,19 @@ def _healthcheck(where: str, value: Any) -> Healthcheck | None:
         argv = ["/bin/sh", "-c", str(test[1])]
     else:
         raise ComposeRefused(f"{where}.test: must be a string, [\"CMD\", ARG...] or [\"CMD-SHELL\", COMMAND]")
-    retries = value.get("retries", 3)
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 1:
-        raise ComposeRefused(f"{where}.retries: must be a whole number of at least 1, got {retries!r}")
-    return Healthcheck(argv, _seconds(f"{where}.interval", value.get("interval"), 30.0),
-                       _seconds(f"{where}.timeout", value.get("timeout"), 30.0), retries,
-                       _seconds(f"{where}.start_period", value.get("start_period"), 0.0),
-                       _seconds(f"{where}.start_interval", value.get("start_interval"), 5.0))
+    given: dict[str, Any] = {}
+    if (retries := value.get("retries")) is not None:
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 1:
+            raise ComposeRefused(f"{where}.retries: must be a whole number of at least 1, got {retries!r}")
+        given["retries"] = retries
+    for key in ("interval", "timeout", "start_period", "start_interval"):
+        if value.get(key) is not None:
+            given[f"{key}_s"] = _seconds(f"{where}.{key}", value[key])
+    return Healthcheck(argv, **given)  # what the file leaves out: Healthcheck's (Docker's) defaults
 
 
-def _seconds(where: str, value: Any, default: float) -> float:
+def _seconds(where: str, value: Any) -> float:
     """A Compose duration (``1m30s``, ``500ms``, ``10s``; a bare number is seconds)."""
-    if value is None:
-        return default
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     text = str(value).strip()

@@ -49,6 +49,8 @@ class Member:
     address: str
     pid: int | None = None
     """Its command's process (None: it runs none)."""
+    user: str | None = None
+    """Its image's ``USER``, whom its command and healthcheck run as, as in Docker (None: root)."""
 
 
 class ComposeGroup:
@@ -120,8 +122,9 @@ class ComposeGroup:
             body["workdir"] = service.working_dir
         sandbox = await self.client.create(image, **body)
         member = await self._join(service, sandbox)
+        member.user = config.get("User") or None
         try:
-            member.pid = (await sandbox.processes.start(argv)).pid
+            member.pid = (await sandbox.processes.start(argv, user=member.user)).pid
         except GroveError as exc:
             raise ServiceFailed(f"service {service.name!r} could not start {shlex.join(argv)!r}: {exc}") from exc
 
@@ -173,7 +176,7 @@ class ComposeGroup:
             return
         started, failures = time.monotonic(), 0
         while True:
-            result = await member.sandbox.exec(check.argv, timeout_s=check.timeout_s)
+            result = await member.sandbox.exec(check.argv, timeout_s=check.timeout_s, user=member.user)
             if result.ok:
                 self._healthy.add(name)
                 return

@@ -49,7 +49,9 @@ from pydantic import Field
 
 from grove.build.builder import BuildOptions, build
 from grove.build.context import directories_tar
+from grove.build.dockerfile import parse
 from grove.client.aio import DEFAULT_URL, AsyncGrove, AsyncSandbox
+from grove.client.shards import split_urls
 from grove.core.errors import GroveError, NotFound
 from grove.integrations import compose as compose_file
 from grove.integrations.compose_group import ComposeGroup
@@ -117,12 +119,12 @@ class GroveEnvironment(BaseEnvironment):
         super().preflight(kwargs)
         options = cls.parse_options(kwargs)
         assert isinstance(options, GroveOptions)
-        url = (options.url or os.environ.get("GROVE_URL") or DEFAULT_URL).rstrip("/")
-        try:
-            urllib.request.urlopen(f"{url}/healthz", timeout=10).close()
-        except (urllib.error.URLError, OSError) as exc:
-            raise SystemExit(f"the grove router at {url} does not answer ({exc}); start one with `grove up` "
-                             "or pass --ek url=http://HOST:PORT") from None
+        for url in split_urls(options.url or os.environ.get("GROVE_URL") or DEFAULT_URL):  # one per shard
+            try:
+                urllib.request.urlopen(f"{url}/healthz", timeout=10).close()
+            except (urllib.error.URLError, OSError) as exc:
+                raise SystemExit(f"the grove router at {url} does not answer ({exc}); start one with `grove up` "
+                                 "or pass --ek url=http://HOST:PORT") from None
 
     def _validate_definition(self) -> None:
         """A Dockerfile, a prebuilt image or a compose file grove can map (read here: a key grove cannot map is
@@ -184,12 +186,13 @@ class GroveEnvironment(BaseEnvironment):
         return tag
 
     async def _service_image(self, service: compose_file.Service, force_build: bool) -> str:
-        """A compose service's image: its ``build:`` built (cached by content, Dockerfile and arguments), else its
-        ``image:`` mapped; ``main`` without either is the task's own."""
+        """A compose service's image: its ``build:`` built (cached by the context's content, the Dockerfile's
+        bytes, which may lie outside the context, and the arguments), else its ``image:`` mapped; ``main`` without
+        either is the task's own."""
         if service.build is not None:
             spec = service.build
-            key = (f"{environment_content_hash(spec.context, truncate=64)} {spec.dockerfile.relative_to(spec.context)}"
-                   f" {sorted(spec.args.items())}")
+            dockerfile = parse(spec.dockerfile.read_bytes(), spec.args).digest
+            key = f"{environment_content_hash(spec.context, truncate=64)} {dockerfile} {sorted(spec.args.items())}"
             tag = "harbor-" + hashlib.sha256(key.encode()).hexdigest()[:24]
             return await self._built(spec.dockerfile, spec.context, spec.args, tag, force_build)
         if service.image is not None:

@@ -12,6 +12,8 @@ import pytest
 from grove.build.builder import image_config
 from grove.build.context import BuildContext
 from grove.build.dockerfile import parse
+from grove.build.remote import _sent
+from grove.client.upload import spool_tar
 from grove.core.errors import Invalid
 
 pytestmark = pytest.mark.fast
@@ -38,6 +40,12 @@ def test_plan_of_stages() -> None:
     # The image is the last stage's; each stage has its own ENV scope (Docker's: a stage starts from its FROM).
     assert plan.base == "runtime:2" and plan.steps == plan.stages[-1].steps
     assert plan.stages[0].steps[1].envs == {"X": "1"} and plan.steps[1].envs == {}
+
+
+def test_image_bases_name_what_a_stage_starts_from() -> None:
+    # A FROM naming an earlier stage (any case) starts from it; a stage index is no stage name for a FROM.
+    plan = parse(b"FROM base:1 AS Build\nRUN make\nFROM BUILD\nFROM 0\nFROM build AS x\nFROM x\n", {})
+    assert plan.image_bases() == ["base:1", None, "0", None, None]
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -91,3 +99,18 @@ def test_content_digest_follows_content_not_times(tmp_path: Path) -> None:
     assert ctx.pack(["f"], "/f").digest == first
     (tmp_path / "f").write_text("two")
     assert ctx.pack(["f"], "/f").digest != first
+
+
+def test_a_remote_build_uploads_what_dockerignore_leaves_in(tmp_path: Path) -> None:
+    files = {"docker/Dockerfile": "FROM base\n", ".dockerignore": ".dockerignore\ndocker\n.git\nnode_modules\n"
+             "app/logs\n!app/logs/keep.log\n", ".git/HEAD": "ref\n", "node_modules/x/index.js": "",
+             "app/a.txt": "a\n", "app/logs/old.log": "", "app/logs/keep.log": ""}
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    with spool_tar(tmp_path, keep=_sent(BuildContext(tmp_path), "docker/Dockerfile")) as spool, \
+            tarfile.open(fileobj=spool) as tar:
+        names = sorted(os.path.normpath(m.name) for m in tar.getmembers())
+    # The Dockerfile and .dockerignore go up even where .dockerignore names them (the router's build reads both).
+    assert names == [".", ".dockerignore", "app", "app/a.txt", "app/logs", "app/logs/keep.log", "docker",
+                     "docker/Dockerfile"]

@@ -23,7 +23,7 @@ def test_honoured_keys_become_services_in_dependency_order(tmp_path: Path) -> No
     path = _compose(tmp_path, """
 version: "3.8"
 x-common: &common
-  environment: [A=1, B=two=2, FROM_HOST]
+  environment: [A=1, B=two=2]
 services:
   main:
     depends_on:
@@ -66,6 +66,10 @@ services:
     ("    cap_add: [SYS_ADMIN]\n", "services.api.cap_add: grove cannot map this key"),
     ("    restart: always\n", "services.api.restart: not supported by grove's compose mapping"),
     ("    command: echo $HOME\n", "interpolates a variable from the host's environment"),
+    ("    environment: [A=1, FROM_HOST]\n", "services.api.environment.FROM_HOST: has no value, so Compose would "
+     "take it from the host's environment, which grove does not pass to a task; write the value"),
+    ("    environment: {A: 1, FROM_HOST: }\n", "services.api.environment.FROM_HOST: has no value"),
+    ("    build: {context: ., args: [VERSION]}\n", "services.api.build.args.VERSION: has no value"),
     ("    build: {context: ../..}\n", "services.api.build.context: '../..' leaves the task's environment"),
     ("    build: {context: ., target: dev}\n", "services.api.build.target: not supported by grove image build"),
     ("    depends_on: [nowhere]\n", "services.api.depends_on names 'nowhere', which is no service"),
@@ -99,3 +103,17 @@ def test_a_dependency_cycle_is_refused_naming_it(tmp_path: Path) -> None:
     compose = load(_compose(tmp_path, text))
     with pytest.raises(ComposeRefused, match="depends_on makes a cycle \\(a -> b -> a\\)"):
         compose.order()
+
+
+def test_a_dockerfile_outside_the_context_but_inside_the_environment_is_kept(tmp_path: Path) -> None:
+    (tmp_path / "app").mkdir()
+    (tmp_path / "Dockerfile").write_text("FROM base\n")
+    compose = load(_compose(tmp_path, "services:\n  api:\n    build: {context: app, dockerfile: ../Dockerfile}\n"))
+    assert compose.services["api"].build == Build((tmp_path / "app").resolve(), (tmp_path / "Dockerfile").resolve(),
+                                                  {})
+
+
+def test_a_healthcheck_takes_only_the_keys_the_file_gives(tmp_path: Path) -> None:
+    text = "services:\n  api:\n    image: srv:1\n    healthcheck: {test: 'true', retries: 5}\n"
+    assert load(_compose(tmp_path, text)).services["api"].healthcheck == Healthcheck(["/bin/sh", "-c", "true"],
+                                                                                    retries=5)
