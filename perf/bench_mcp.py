@@ -16,10 +16,6 @@ import asyncio
 import time
 from typing import Any
 
-from mcp.client.session import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
-
 from grove.client import Grove
 from perf.common import (
     Router,
@@ -33,7 +29,14 @@ from perf.common import (
     target_table,
     utc_now,
 )
-from tests.support.sandbox_servers import LIBS, MCP_SERVER, MCP_STDIO_SERVER, drop_libs_dirs, start_server
+from tests.support.sandbox_servers import (
+    MCP_SERVER,
+    STDIO_COMMAND,
+    drop_libs_dirs,
+    install_stdio_server,
+    mcp_session,
+    start_server,
+)
 
 NAME = "mcp"
 SECTION = "## MCP: a stdio server through the bridge against one serving HTTP"
@@ -42,10 +45,7 @@ PORT = 8765
 
 async def _timed_calls(config: dict[str, Any], calls: int) -> list[float]:
     """Seconds of each ``add`` call in one session (after a few untimed ones)."""
-    async with create_mcp_http_client(headers=config["headers"]) as http, \
-            streamable_http_client(config["url"], http_client=http) as (read, write), \
-            ClientSession(read, write) as session:
-        await session.initialize()
+    async with mcp_session(config) as session:
         for i in range(5):
             await session.call_tool("add", {"a": i, "b": 1})
         times = []
@@ -64,9 +64,9 @@ def measure(router: Router, calls: int) -> dict[str, Any]:
         sandbox = grove.create(heartbeat=False, memory_mb=1024)
         try:
             start_server(sandbox, MCP_SERVER, PORT, ("mcp",))
-            sandbox.write_file("/opt/stdio-server.py", MCP_STDIO_SERVER)
+            install_stdio_server(sandbox)
             http = asyncio.run(_timed_calls(sandbox.mcp_server("http", PORT), calls))
-            stdio_config = sandbox.mcp_server("stdio", command=f"PYTHONPATH={LIBS} exec python3 /opt/stdio-server.py")
+            stdio_config = sandbox.mcp_server("stdio", command=STDIO_COMMAND)
             stdio = asyncio.run(_timed_calls(stdio_config, calls))
         finally:
             sandbox.close()

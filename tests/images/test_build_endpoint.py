@@ -5,9 +5,7 @@ the failing line; ``grove image build --remote`` uses it. Bad calls are a clear 
 from __future__ import annotations
 
 import http.client
-import io
 import json
-import tarfile
 import urllib.parse
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import pytest
 from grove.client import Grove
 from tests.images.test_build import _context
 from tests.images.test_commit import pulled_base
+from tests.support.imagetools import layer_tar
 from tests.support.registry import Registry
 from tests.support.router_fixtures import RouterProcess, wait_for
 
@@ -24,16 +23,6 @@ from tests.support.router_fixtures import RouterProcess, wait_for
 def base(router: RouterProcess, registry: Registry, base_layer: bytes, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The busybox base, in a registry and pulled into the router's store."""
     return pulled_base(router, registry, base_layer, tmp_path_factory.mktemp("oci"), "remotebase")
-
-
-def _tar(members: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def _post(router: RouterProcess, query: str, body: bytes, headers: dict[str, str] | None = None,
@@ -77,7 +66,7 @@ def test_remote_build_with_the_cli_then_cached(router: RouterProcess, grove: Gro
 
 def test_a_failing_step_ends_the_stream_naming_its_line(router: RouterProcess, base: str) -> None:
     dockerfile = f"FROM {base}\nRUN echo first\nRUN echo about to fail && exit 3\nRUN echo never\n".encode()
-    status, lines = _post(router, "tag=broken", _tar({"Dockerfile": dockerfile}))
+    status, lines = _post(router, "tag=broken", layer_tar({"Dockerfile": dockerfile}))
     assert status == 200 and isinstance(lines, list)
     said = [m["line"] for m in lines if "line" in m]
     assert "  about to fail" in said and "  never" not in said, said
@@ -91,11 +80,9 @@ def test_a_failing_step_ends_the_stream_naming_its_line(router: RouterProcess, b
 def test_a_build_counts_against_the_callers_project(router: RouterProcess, base: str, tmp_path: Path) -> None:
     made = router.cli("project", "create", "nobuild", "--sandboxes", "0")
     assert made.returncode == 0, made.stderr.decode()
-    added = router.cli("key", "add", "nobuild-member", "--project", "nobuild")
-    assert added.returncode == 0, added.stderr.decode()
-    key = added.stdout.decode().strip()
-    wait_for(lambda: router.http("GET", "/v1/sandboxes", key=key).status == 200, 5, what="the project's key")
-    status, lines = _post(router, "tag=quota-app", _tar({"Dockerfile": f"FROM {base}\nRUN true\n".encode()}), key=key)
+    key = router.member_key("nobuild", "nobuild-member")
+    status, lines = _post(router, "tag=quota-app", layer_tar({"Dockerfile": f"FROM {base}\nRUN true\n".encode()}),
+                          key=key)
     assert status == 200 and isinstance(lines, list)
     error = lines[-1]["error"]
     assert isinstance(error, dict) and error["code"] == "quota_exceeded" and "nobuild" in str(error["message"]), error
@@ -103,14 +90,17 @@ def test_a_build_counts_against_the_callers_project(router: RouterProcess, base:
 
 
 @pytest.mark.parametrize(("query", "body", "status", "message"), [
-    ("tag=x", _tar({"Containerfile": b"FROM busybox\n"}), 400, "dockerfile 'Dockerfile': no such file in the build"),
-    ("tag=x&dockerfile=../../etc/passwd", _tar({"Dockerfile": b"FROM busybox\n"}), 400, "no such file in the build"),
+    ("tag=x", layer_tar({"Containerfile": b"FROM busybox\n"}), 400,
+     "dockerfile 'Dockerfile': no such file in the build"),
+    ("tag=x&dockerfile=../../etc/passwd", layer_tar({"Dockerfile": b"FROM busybox\n"}), 400,
+     "no such file in the build"),
     ("tag=x", b"", 400, "the body is empty: send the build context as a tar"),
     ("tag=x", b"not a tar at all" * 100, 400, "not a build context this router can unpack as a tar"),
-    ("tag=x", _tar({"../escape": b"x", "Dockerfile": b"FROM busybox\n"}), 400, "not a build context"),
-    ("tag=x&build_arg=NOEQUALS", _tar({"Dockerfile": b"FROM busybox\n"}), 400, "build_arg takes K=V"),
-    ("tag=x&network=open", _tar({"Dockerfile": b"FROM busybox\n"}), 422, "query.network' must be one of deny, allow"),
-    ("dockerfile=Dockerfile", _tar({"Dockerfile": b"FROM busybox\n"}), 400, "query: field 'tag' is required"),
+    ("tag=x", layer_tar({"../escape": b"x", "Dockerfile": b"FROM busybox\n"}), 400, "not a build context"),
+    ("tag=x&build_arg=NOEQUALS", layer_tar({"Dockerfile": b"FROM busybox\n"}), 400, "build_arg takes K=V"),
+    ("tag=x&network=open", layer_tar({"Dockerfile": b"FROM busybox\n"}), 422,
+     "query.network' must be one of deny, allow"),
+    ("dockerfile=Dockerfile", layer_tar({"Dockerfile": b"FROM busybox\n"}), 400, "query: field 'tag' is required"),
 ])
 def test_bad_calls_are_refused_before_building(router: RouterProcess, query: str, body: bytes, status: int,
                                                message: str) -> None:
@@ -159,7 +149,7 @@ def test_a_caller_gone_mid_build_ends_the_build(router: RouterProcess, base: str
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=120)
     try:
         conn.request("POST", "/v1/images/build?tag=abandoned&no_cache=1",
-                     body=_tar({"Dockerfile": f"FROM {base}\nRUN sleep 600\n".encode()}),
+                     body=layer_tar({"Dockerfile": f"FROM {base}\nRUN sleep 600\n".encode()}),
                      headers={"Authorization": f"Bearer {router.key}", "Content-Type": "application/x-tar"})
         resp = conn.getresponse()
         assert resp.status == 200

@@ -59,7 +59,11 @@ def test_the_sdks_default_template_runs_code_with_state_and_tracebacks(router: R
         plain = re.sub(r"\x1b\[[0-9;]*m", "", failed.error.traceback)  # IPython colours it, as in E2B's
         assert "return 1 / 0" in plain and "ZeroDivisionError: division by zero" in plain
         printed = sbx.run_code("print('hello'); import sys; sys.version_info[:2]")
-        assert printed.logs.stdout == ["hello\n"] and printed.text == "(3, 11)"  # Debian's python, not the host's
+        assert printed.logs.stdout == ["hello\n"] and printed.text == "(3, 11)"
+        # The kernel runs on the image's Debian packages (the host's venv is not in the sandbox).
+        where = sbx.run_code("import jupyter_client; jupyter_client.__file__")
+        assert where.error is None and where.text is not None, where.error
+        assert where.text.strip("'") == "/usr/lib/python3/dist-packages/jupyter_client/__init__.py", where.text
         # The server is a process of the sandbox's one table: grove and E2B both list it.
         with router.client() as client:
             [server] = client.attach(sbx.sandbox_id).processes.list()

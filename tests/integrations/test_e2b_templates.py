@@ -54,16 +54,18 @@ def templates(router: RouterProcess, tmp_path_factory: pytest.TempPathFactory) -
 def test_create_starts_the_templates_command_and_waits_for_its_port(router: RouterProcess, e2b_env: None,
                                                                     templates: None) -> None:
     sbx = Sandbox.create("served", timeout=120)
-    with router.client() as client:
-        sandbox = client.attach(sbx.sandbox_id)
-        # Ready when create answered: no waiting here.
-        assert sandbox.exec("wget -qO- http://127.0.0.1:8099/index.html").stdout == b"served\n"
-        [server] = sandbox.processes.list()
-        assert server.running and server.command[:2] == ["/bin/busybox", "httpd"]
-    assert [p.pid for p in sbx.commands.list()] == [server.pid]  # E2B sees the same process
-    [start] = [s for s in steps_of(router, sbx.sandbox_id) if s["type"] == "process"]
-    assert start["event"] == "start" and start["command"] == server.command
-    sbx.kill()
+    try:
+        with router.client() as client:
+            sandbox = client.attach(sbx.sandbox_id)
+            # Ready when create answered: no waiting here.
+            assert sandbox.exec("wget -qO- http://127.0.0.1:8099/index.html").stdout == b"served\n"
+            [server] = sandbox.processes.list()
+            assert server.running and server.command[:2] == ["/bin/busybox", "httpd"]
+        assert [p.pid for p in sbx.commands.list()] == [server.pid]  # E2B sees the same process
+        [start] = [s for s in steps_of(router, sbx.sandbox_id) if s["type"] == "process"]
+        assert start["event"] == "start" and start["command"] == server.command
+    finally:
+        sbx.kill()
 
 
 def test_a_start_command_that_fails_fails_the_create_with_its_words(router: RouterProcess, e2b_env: None,

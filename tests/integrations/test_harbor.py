@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,14 +109,21 @@ def _reward(result: dict[str, object]) -> float:
     return float(verifier["rewards"]["reward"])
 
 
-def _labelled(router: RouterProcess, task: str, count: int) -> list[tuple[str, str, str, str, float]] | None:
-    """(job, task, harness, outcome, reward) of each stored trajectory of ``task``, once there are ``count``."""
+def _trajectories(router: RouterProcess, task: str, count: int) -> list[dict[str, Any]] | None:
+    """Each stored trajectory record of ``task`` (``GET /v1/trajectories/{id}``), once there are ``count``."""
     items = router.http("GET", f"/v1/trajectories?task_id={task}").json()["trajectories"]
     if len(items) != count:
         return None
+    return [router.http("GET", f"/v1/trajectories/{item.get('sandbox_id') or item['id']}").json() for item in items]
+
+
+def _labelled(router: RouterProcess, task: str, count: int) -> list[tuple[str, str, str, str, float]] | None:
+    """(job, task, harness, outcome, reward) of each stored trajectory of ``task``, once there are ``count``."""
+    records = _trajectories(router, task, count)
+    if records is None:
+        return None
     found = []
-    for item in items:
-        record = router.http("GET", f"/v1/trajectories/{item.get('sandbox_id') or item['id']}").json()
+    for record in records:
         sandbox, outcome = record["sandbox"], record["outcome"]
         found.append((sandbox["labels"]["harbor.job"], sandbox["labels"]["harbor.task"], sandbox["harness"],
                       outcome["result"], outcome["reward"]))
@@ -207,26 +215,32 @@ def test_compose_task_runs_its_services_as_siblings(router: RouterProcess, base:
     collected = list((tmp_path / "jobs" / "compose-oracle").rglob("collected.txt"))
     assert [p.read_text() for p in collected] == ["ok\n"], collected
     assert _reward(_run(router, task, "nop", tmp_path / "jobs", "compose-nop")) == 0.0
-    # Each trial's siblings were labelled as its services, and deleted with it.
-    records = wait_for(lambda: (lambda items: items if len(items) == 6 else None)(
-        router.http("GET", "/v1/trajectories?task_id=composed").json()["trajectories"]),
-        timeout=60, what="six stored trajectories (two trials of three services)")
+    # Each trial's siblings were labelled as its services (grove's `role` and `service` beside the trial's own
+    # labels), and deleted with it.
+    records = wait_for(lambda: _trajectories(router, "composed", 6), timeout=60,
+                       what="six stored trajectories (two trials of three services)")
     assert len(records) == 6
+    sandboxes = [record["sandbox"] for record in records]
+    members = sorted((s["labels"]["harbor.job"], s["labels"].get("role", ""), s["labels"].get("service", ""),
+                      s["harness"]) for s in sandboxes)
+    assert members == [(job, *member) for job in ("compose-nop", "compose-oracle")
+                       for member in (("", "", "harbor"), ("service", "api", "grove-service"),
+                                      ("service", "note", "grove-service"))], members
+    trials = [s["labels"]["harbor.trial"] for s in sandboxes]
+    assert len(set(trials)) == 2 and all(trials.count(t) == 3 for t in trials), trials
     assert router.live_ids() == set()
 
 
 def test_compose_keys_grove_cannot_map_are_refused(router: RouterProcess, base: str, tmp_path: Path) -> None:
     # One key through Harbor's CLI; the other refusals are tests/integrations/test_compose_file.py's.
-    for key, line, message in (
-            ("volumes", "    volumes: [\"/etc:/host-etc\"]\n", "services.note.volumes: grove cannot map this key"),):
-        task = _compose_task(tmp_path / key, base, COMPOSE + line, "#!/bin/sh\n")
-        argv = [str(HARBOR), "run", "-p", str(task), "--agent", "oracle", "--env", PROVIDER, "-o",
-                str(tmp_path / "j"), "--job-name", key]
-        # Harbor prints the refusal in a rich traceback: wide enough that no line of it wraps.
-        done = subprocess.run(argv, env={**_harbor_env(router), "COLUMNS": "1000"}, capture_output=True,
-                              timeout=300, check=False, stdin=subprocess.DEVNULL)
-        found = done.stdout.decode() + done.stderr.decode()
-        assert message in found, found[-3000:]
+    task = _compose_task(tmp_path / "volumes", base, COMPOSE + "    volumes: [\"/etc:/host-etc\"]\n", "#!/bin/sh\n")
+    argv = [str(HARBOR), "run", "-p", str(task), "--agent", "oracle", "--env", PROVIDER, "-o", str(tmp_path / "j"),
+            "--job-name", "volumes"]
+    # Harbor prints the refusal in a rich traceback: wide enough that no line of it wraps.
+    done = subprocess.run(argv, env={**_harbor_env(router), "COLUMNS": "1000"}, capture_output=True, timeout=300,
+                          check=False, stdin=subprocess.DEVNULL)
+    found = done.stdout.decode() + done.stderr.decode()
+    assert "services.note.volumes: grove cannot map this key" in found, found[-3000:]
     assert router.live_ids() == set()
 
 

@@ -74,12 +74,13 @@ async def _hello_and_echo(router: RouterProcess, sandbox_id: str, port: int) -> 
 def test_http_and_a_websocket_reach_the_pods_server_through_queue_proxy(
         module_knative_router: RouterProcess, module_cluster: Cluster, served: Served) -> None:
     sandbox, port = served.sandbox, served.port
-    before = module_cluster.knative.hops["queue-proxy"]
+    before = module_cluster.knative.hops["queue-proxy-upgrade"]
     status, body, echoed = asyncio.run(_hello_and_echo(module_knative_router, sandbox.id, port))
     assert status == 200 and body["path"] == "/hello/there?x=1" and body["method"] == "GET"
     assert "Authorization" not in body["headers"]
     assert echoed == "through knative"
-    assert module_cluster.knative.hops["queue-proxy"] > before  # the tunnels went through queue-proxy's upgrade path
+    # The tunnels went through queue-proxy's upgrade path (not a plain-HTTP request of its).
+    assert module_cluster.knative.hops["queue-proxy-upgrade"] > before
 
 
 def test_proxy_traffic_wakes_a_sandbox_at_zero_through_the_activator(
@@ -91,12 +92,12 @@ def test_proxy_traffic_wakes_a_sandbox_at_zero_through_the_activator(
     served.stop()
     module_cluster.knative.scale_to_zero(sandbox.id)
     assert ks.pod is None
-    activations = module_cluster.knative.hops["activator"]
+    activations = module_cluster.knative.hops["activator-upgrade"]
     reply = module_knative_router.http("GET", f"/v1/sandboxes/{sandbox.id}/ports/{port}/hello")
     # The request that woke the pod finds nothing listening yet (servers are the user's to start): a clear 502.
     assert reply.status == 502 and f"nothing listens on port {port}" in reply.json()["error"]["message"]
     assert ks.pod is not None and ks.starts == 2
-    assert module_cluster.knative.hops["activator"] > activations
+    assert module_cluster.knative.hops["activator-upgrade"] > activations
     served.start()
     status, body, echoed = asyncio.run(_hello_and_echo(module_knative_router, sandbox.id, port))
     assert status == 200 and body["path"] == "/hello/there?x=1" and echoed == "through knative"

@@ -8,13 +8,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from mcp.client.session import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from grove.client import Sandbox
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
-from tests.support.sandbox_servers import MCP_SERVER, drop_libs_dirs, start_server
+from tests.support.sandbox_servers import MCP_SERVER, drop_libs_dirs, mcp_session, start_server
 
 PORT = 8765
 
@@ -32,10 +29,7 @@ def test_an_mcp_tool_round_trip_is_recorded(router: RouterProcess, mcp_sandbox: 
     assert config["transport"] == "streamable_http"
 
     async def go() -> tuple[list[str], Any]:
-        async with create_mcp_http_client(headers=config["headers"]) as http, \
-                streamable_http_client(config["url"], http_client=http) as (read, write), \
-                ClientSession(read, write) as session:
-            await session.initialize()
+        async with mcp_session(config) as session:
             tools = await session.list_tools()
             result = await session.call_tool("add", {"a": 40, "b": 2})
             return [t.name for t in tools.tools], result

@@ -9,22 +9,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from mcp.client.session import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from grove.client import Grove, Sandbox
 from tests.support.router_fixtures import RouterProcess, error_of, wait_for
-from tests.support.sandbox_servers import LIBS, MCP_STDIO_SERVER, drop_libs_dirs, libs_dir
-
-COMMAND = f"PYTHONPATH={LIBS} exec python3 /opt/stdio-server.py"
+from tests.support.sandbox_servers import STDIO_COMMAND, drop_libs_dirs, install_stdio_server, mcp_session
 
 
 @pytest.fixture(scope="module")
 def with_server(router: RouterProcess, sandbox: Sandbox) -> Iterator[Sandbox]:
-    sandbox.upload(libs_dir(("mcp",)), LIBS)
-    sandbox.write_file("/opt/stdio-server.py", MCP_STDIO_SERVER)
+    install_stdio_server(sandbox)
     sandbox.exec("mkdir -p /workspace/here")
     yield sandbox
     drop_libs_dirs()
@@ -32,10 +26,7 @@ def with_server(router: RouterProcess, sandbox: Sandbox) -> Iterator[Sandbox]:
 
 async def _session_calls(config: dict[str, Any], *calls: tuple[str, dict[str, Any]]) -> tuple[list[str], list[Any]]:
     """Initialize a session with the real client, list the tools, and make the calls in order."""
-    async with create_mcp_http_client(headers=config["headers"]) as http, \
-            streamable_http_client(config["url"], http_client=http) as (read, write), \
-            ClientSession(read, write) as session:
-        await session.initialize()
+    async with mcp_session(config) as session:
         tools = await session.list_tools()
         results = []
         for tool, arguments in calls:
@@ -52,7 +43,7 @@ def _mcp_steps(router: RouterProcess, sandbox: Sandbox) -> list[dict[str, Any]]:
 
 
 def test_a_stdio_tool_round_trip_is_recorded(router: RouterProcess, with_server: Sandbox) -> None:
-    config = with_server.mcp_server("files", command=COMMAND, cwd="/workspace/here", env={"NOTE": "hi"})
+    config = with_server.mcp_server("files", command=STDIO_COMMAND, cwd="/workspace/here", env={"NOTE": "hi"})
     assert config["url"] == f"{router.url}/v1/sandboxes/{with_server.id}/mcp/files"
     assert config["transport"] == "streamable_http"
 
@@ -66,7 +57,7 @@ def test_a_stdio_tool_round_trip_is_recorded(router: RouterProcess, with_server:
     assert [(s["tool"], s["arguments"], s["result"], s["status"], s["is_error"]) for s in calls] == [
         ("add", {"a": 40, "b": 2}, "42", 200, False), ("where", {}, "/workspace/here hi", 200, False)]
     [start] = [s for s in steps if s["type"] == "process" and s["event"] == "start" and
-               s["command"] == ["/bin/sh", "-c", COMMAND]]
+               s["command"] == ["/bin/sh", "-c", STDIO_COMMAND]]
     assert start["cwd"] == "/workspace/here" and start["env_keys"] == ["NOTE"]
 
     # A second session (a new client) shares the same server process.
@@ -75,7 +66,7 @@ def test_a_stdio_tool_round_trip_is_recorded(router: RouterProcess, with_server:
 
 
 def test_a_stdio_server_that_exited_answers_a_clear_502(router: RouterProcess, with_server: Sandbox) -> None:
-    config = with_server.mcp_server("crashy", command=COMMAND)
+    config = with_server.mcp_server("crashy", command=STDIO_COMMAND)
     _, [crashed] = asyncio.run(_session_calls(config, ("crash", {"code": 4})))
     assert isinstance(crashed, MCPError) and "exited before it answered" in str(crashed)
 
@@ -98,9 +89,9 @@ def test_a_stdio_server_that_exited_answers_a_clear_502(router: RouterProcess, w
 def test_removing_a_publication_ends_its_process(router: RouterProcess, grove: Grove,
                                                   with_server: Sandbox) -> None:
     before = {p.pid for p in with_server.processes.list()}
-    with_server.mcp_server("brief", command=COMMAND)
+    with_server.mcp_server("brief", command=STDIO_COMMAND)
     [proc] = [p for p in with_server.processes.list() if p.pid not in before]
-    assert proc.running and proc.command == ["/bin/sh", "-c", COMMAND]
+    assert proc.running and proc.command == ["/bin/sh", "-c", STDIO_COMMAND]
     with_server.remove_mcp_server("brief")
     assert not with_server.processes.wait(proc.pid, timeout_s=30).running
     unknown = router.http("POST", f"/v1/sandboxes/{with_server.id}/mcp/brief", json_body={})
@@ -123,9 +114,8 @@ def test_a_publication_names_exactly_one_server(router: RouterProcess, with_serv
 def test_a_stdio_server_ended_by_scale_to_zero_says_so(router: RouterProcess, grove: Grove) -> None:
     sandbox = grove.create(heartbeat=False, idle_timeout_s=2, heartbeat_timeout_s=120)
     try:
-        sandbox.upload(libs_dir(("mcp",)), LIBS)
-        sandbox.write_file("/opt/stdio-server.py", MCP_STDIO_SERVER)
-        config = sandbox.mcp_server("sleepy", command=COMMAND)
+        install_stdio_server(sandbox)
+        config = sandbox.mcp_server("sleepy", command=STDIO_COMMAND)
         _, [added] = asyncio.run(_session_calls(config, ("add", {"a": 2, "b": 3})))
         assert [c.text for c in added.content if c.type == "text"] == ["5"]
         wait_for(lambda: grove.request("GET", f"/v1/sandboxes/{sandbox.id}")["status"] == "idle", 30,

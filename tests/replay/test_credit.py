@@ -219,9 +219,7 @@ def three_turns(task: dict[str, Any], sandbox: Sandbox, resume: Any = None) -> N
 
 def test_a_checkpoint_that_fails_is_recorded_the_attempt_goes_on_and_progress_replays(
         router: RouterProcess, tmp_path: Path) -> None:
-    done = router.cli("key", "add", "tight-user", "--project", "tight")
-    assert done.returncode == 0, done.stderr.decode()
-    key = done.stdout.decode().strip()
+    key = router.member_key("tight", "tight-user")
     # Room for the attempt's sandbox and nothing more: every checkpoint is over the project's disk quota.
     assert router.cli("project", "set", "tight", "--disk-mb", "256").returncode == 0
     wait_for(lambda: router.http("GET", "/v1/projects/tight", key=key).json()["quotas"]["disk_mb"] == 256, 5,

@@ -92,10 +92,7 @@ def test_a_sandbox_outside_the_group_cannot_reach_a_member(
         outsider.close()
         other_group.close()
     # Another project naming the same group gets a hub of its own: it does not reach this one's members.
-    made = router.cli("key", "add", "other-member", "--project", "other-" + secrets.token_hex(3))
-    assert made.returncode == 0, made.stderr
-    key = made.stdout.decode().strip()
-    wait_for(lambda: router.http("GET", "/v1/sandboxes", key=key).status == 200, 5, what="the new key")
+    key = router.member_key("other-" + secrets.token_hex(3), "other-member")
     with router.client(key=key) as stranger:
         intruder = stranger.create(network=network, heartbeat=False)
         try:

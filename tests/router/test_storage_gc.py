@@ -68,15 +68,6 @@ def ok(reply: Reply, status: int = 200) -> Any:
     return reply.json() if reply.body else None
 
 
-def member(router: RouterProcess, project: str) -> str:
-    """A new member key of ``project`` (``grove key add --project``), once the router takes it."""
-    done = router.cli("key", "add", f"{project}-member", "--project", project)
-    assert done.returncode == 0, done.stderr
-    key = done.stdout.decode().strip()
-    wait_for(lambda: router.http("GET", "/v1/sandboxes", key=key).status == 200, 5, what=f"{project}'s key")
-    return key
-
-
 def things(router: RouterProcess, key: str, run: str, *, end: bool = True) -> str:
     """A sandbox of the key's project that leaves everything a sandbox stores: a pushed file, a truncated
     command's full output, its trajectory (when ``end``); and a file of its rollout run."""
@@ -138,7 +129,7 @@ def removed(result: dict[str, Any], project: str) -> dict[str, list[str]]:
 def test_gc_removes_exactly_what_is_past_retention_and_owned_by_nothing_live(
     router: RouterProcess, bucket: ObjectStore
 ) -> None:
-    gca, gcb = member(router, "gca"), member(router, "gcb")
+    gca, gcb = router.member_key("gca", "gca-member"), router.member_key("gcb", "gcb-member")
     runs = {name: f"{name}-{TAG}" for name in ("old", "live", "new", "b", "d")}
     old = things(router, gca, runs["old"])
     live = things(router, gca, runs["live"], end=False)
@@ -261,7 +252,7 @@ def test_the_router_collects_by_itself_every_interval() -> None:
         ProjectFiles(r.state_dir).save(Project("gcp", retention_days=days))
         r.up_args = ("--gc-interval-h", "0.003")
         r.start()
-        key = member(r, "gcp")
+        key = r.member_key("gcp", "gcp-member")
         sid = things(r, key, f"p-{TAG}")
         wanted = ("trajectories 1 (1 sandbox)", "artifacts 1 (1 sandbox)", "outputs 1 (1 sandbox)", "runs 1 (1 run)")
 

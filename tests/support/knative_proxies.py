@@ -36,11 +36,13 @@ def _headers(request: web.Request, drop: frozenset[str] = frozenset()) -> dict[s
 
 async def timed_proxy(session: aiohttp.ClientSession, request: web.Request, target: Callable[[], str],
                       spec: Obj, message: str, on_cut: Callable[[], None], *,
-                      before: Awaitable[None] | None = None, drop: frozenset[str] = frozenset()) -> web.StreamResponse:
+                      before: Awaitable[None] | None = None, drop: frozenset[str] = frozenset(),
+                      on_upgrade: Callable[[], None] | None = None) -> web.StreamResponse:
     """Proxy ``request`` to ``target()`` (a base URL, asked once ``before`` is done) under Knative's timeout
     handler: a 504 with ``message`` when no byte came within the response-start (or idle) timeout of the
     request's arrival, ``before`` included; at ``timeoutSeconds`` a started response gets ``message`` appended
-    and ends. ``on_cut`` is told of each call this hop cut while its caller still listened."""
+    and ends. ``on_cut`` is told of each call this hop cut while its caller still listened, ``on_upgrade`` of
+    each upgrade request it took on its upgrade path (whatever the backend answers it)."""
     began = time.monotonic()
     total, start, idle = revision_timeouts(spec)
     first = min(total, start or total, idle or total)
@@ -50,6 +52,8 @@ async def timed_proxy(session: aiohttp.ClientSession, request: web.Request, targ
             on_cut()  # a caller that already left was cut by a hop in front of this one
 
     if is_upgrade(request):
+        if on_upgrade is not None:
+            on_upgrade()
         try:
             if before is not None:
                 await asyncio.wait_for(before, first)

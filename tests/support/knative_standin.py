@@ -153,7 +153,9 @@ class KnativeStandin:
         """The activator's address (port 8012)."""
         self._activator: web.AppRunner | None = None
         self.hops: collections.Counter[str] = collections.Counter()
-        """Requests each hop served: ``activator``, ``queue-proxy``, ``gateway`` (the cluster-local one)."""
+        """Requests each hop served: ``activator``, ``queue-proxy``, ``gateway`` (the cluster-local one); and the
+        upgrade requests the first two passed on their upgrade path (whatever the answer): ``activator-upgrade``,
+        ``queue-proxy-upgrade``."""
 
     @property
     def config(self) -> dict[str, dict[str, str]]:
@@ -488,6 +490,12 @@ class KnativeStandin:
     def _cut(self) -> None:
         self.timeouts += 1
 
+    def _upgrades(self, hop: str) -> Callable[[], None]:
+        """What counts an upgrade request ``hop`` passed on its upgrade path, as ``hops[f"{hop}-upgrade"]``."""
+        def count() -> None:
+            self.hops[f"{hop}-upgrade"] += 1
+        return count
+
     async def _activate(self, request: web.Request) -> web.StreamResponse:
         """The activator (``pkg/activator/handler``): the revision from Knative's revision headers, else from a
         Host ``<revision>.<namespace>.svc.<cluster domain>[:port]`` (``context_handler.go``); then hold the
@@ -516,7 +524,7 @@ class KnativeStandin:
                 return f"http://{ks.pod.address}:{QUEUE_PORT}"
             return await timed_proxy(self._client(), request, target, ks.obj["spec"]["template"]["spec"],
                                      "activator request timeout", self._cut, before=asyncio.shield(woken),
-                                     drop=_REVISION_HEADERS)
+                                     drop=_REVISION_HEADERS, on_upgrade=self._upgrades("activator"))
         finally:
             ks.inflight -= 1
             ks.last = time.monotonic()
@@ -565,7 +573,8 @@ class KnativeStandin:
             ks.inflight += 1  # queue-proxy reports its concurrency to the autoscaler
             try:
                 return await timed_proxy(self._client(), request, lambda: f"http://127.0.0.1:{pod.port}",
-                                         ks.obj["spec"]["template"]["spec"], "request timeout", self._cut)
+                                         ks.obj["spec"]["template"]["spec"], "request timeout", self._cut,
+                                         on_upgrade=self._upgrades("queue-proxy"))
             finally:
                 ks.inflight -= 1
                 ks.last = time.monotonic()

@@ -219,14 +219,6 @@ def logged_in(router: RouterProcess, key: str) -> Who:
     return Who(key, session, parser.csrf)
 
 
-def _add_key(router: RouterProcess, project: str) -> str:
-    done = router.cli("key", "add", f"{project}-member", "--project", project)
-    assert done.returncode == 0, done.stderr
-    key = done.stdout.decode().strip()
-    wait_for(lambda: router.http("GET", "/v1/sandboxes", key=key).status == 200, 5, what=f"{project}'s key")
-    return key
-
-
 def _ok(reply: Reply, status: int = 200) -> Any:
     assert reply.status == status, (reply.status, reply.body[:500])
     return reply.json() if reply.body else None
@@ -280,7 +272,7 @@ def cleanup(router: RouterProcess) -> None:
 
 def make_world(router: RouterProcess) -> World:
     """alpha's things (live and deleted sandboxes, a pool, a run), beta's own, and the three callers."""
-    alpha_key, beta_key = _add_key(router, ALPHA), _add_key(router, BETA)
+    alpha_key, beta_key = router.member_key(ALPHA, f"{ALPHA}-member"), router.member_key(BETA, f"{BETA}-member")
     meta = ALPHA_META
     live = _sandbox(router, alpha_key, ALPHA, {"request_id": f"alpha-req-{TAG}", "metadata": meta})
     ended = _sandbox(router, alpha_key, ALPHA, {"metadata": meta})

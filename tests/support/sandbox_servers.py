@@ -3,19 +3,26 @@ package's own server (streamable HTTP, or stdio), run by the sandbox's Python wi
 this venv.
 
 The default image binds the host's ``/usr``, so ``python3`` runs inside; the libraries are the exact files of
-this venv's distributions (and their dependency closure), uploaded through grove's own file API.
+this venv's distributions (and their dependency closure), uploaded through grove's own file API. A published MCP
+server is called with the ``mcp`` package's own client (:func:`mcp_session`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import shutil
 import tempfile
 import textwrap
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path, PurePosixPath
+from typing import Any
 
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from packaging.requirements import Requirement
 
 from grove.client import Sandbox
@@ -158,6 +165,28 @@ MCP_STDIO_SERVER = textwrap.dedent('''
 ''')
 """The ``mcp`` package's own server speaking stdio only: ``add``, ``where`` (its cwd and ``$NOTE``) and ``crash``
 (exits at once with the code given, after a line on stderr)."""
+
+STDIO_SERVER_PATH = "/opt/stdio-server.py"
+STDIO_COMMAND = f"PYTHONPATH={LIBS} exec python3 {STDIO_SERVER_PATH}"
+"""The command that publishes :data:`MCP_STDIO_SERVER` once :func:`install_stdio_server` put it in a sandbox."""
+
+
+def install_stdio_server(sandbox: Sandbox) -> None:
+    """Upload the ``mcp`` libraries to :data:`LIBS` and :data:`MCP_STDIO_SERVER` to :data:`STDIO_SERVER_PATH`, for
+    ``sandbox.mcp_server(name, command=STDIO_COMMAND)``."""
+    sandbox.upload(libs_dir(("mcp",)), LIBS)
+    sandbox.write_file(STDIO_SERVER_PATH, MCP_STDIO_SERVER)
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(config: dict[str, Any]) -> AsyncIterator[ClientSession]:
+    """An initialized session of the ``mcp`` package's own client with a published server (``config`` as
+    ``Sandbox.mcp_server`` returns it: its URL and the headers that authorize the call)."""
+    async with create_mcp_http_client(headers=config["headers"]) as http, \
+            streamable_http_client(config["url"], http_client=http) as (read, write), \
+            ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
 
 
 def start_server(sandbox: Sandbox, script: str, port: int, libs: tuple[str, ...], timeout: float = 60.0,
