@@ -1,6 +1,7 @@
 """Quotas and admission (issue 32): a project's quotas refuse with 429 naming the quota and recover; one
-project's burst does not stall another's creates; the host's memory admits a burst only as far as it has
-room, and refuses the rest whole (nothing half-started)."""
+project's burst does not stall another's creates; the host's memory admits a burst as far as it has room — a
+create short only of the room promised to starts in flight waits for them — and refuses the rest whole (nothing
+half-started)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from grove.client import AsyncGrove
 from grove.errors import QuotaExceeded
-from router.lifecycle.admission import read_host
+from router.lifecycle.admission import HOST_WAIT_S, START_MEMORY_MB, read_host
 from tests.support.router_fixtures import RouterProcess, router_state, wait_for
 
 pytestmark = pytest.mark.local_only
@@ -153,19 +154,21 @@ def test_one_projects_burst_does_not_stall_anothers_create(quota_router: RouterP
     assert beta_s < 0.25 * burst_s, (beta_s, burst_s)
 
 
-def test_the_host_admits_a_burst_only_as_far_as_its_memory_goes(s3_server: Any) -> None:
-    """A router whose host keeps all but ~400 MiB of what is available now: a burst of 40 creates (each counted
-    at 64 MiB while it starts: ~6 fit) gets some sandboxes, the rest 503 naming memory — every admitted one
-    ready, nothing left of the refused ones — and creates are admitted again once those are gone. The bounds
-    leave room for the host's available memory to move by over a GiB meanwhile (other tests' sandboxes end on
-    a shared host: a CI run once saw 13 admitted of 20)."""
-    reserve = read_host(Path("/")).memory_available_mb - 400
+def test_a_burst_larger_than_can_start_at_once_waits_for_the_starts_before_it(s3_server: Any) -> None:
+    """A router whose host keeps all but ~1,500 MiB of what is available now, and a burst of 60 creates, each
+    counted at 64 MiB while it starts (so ~23 may start at once): the creates past those wait for the starts
+    before them rather than failing, so more sandboxes are made than could start at once (all 60, unless the
+    shared host's memory falls meanwhile); any refused one is a 503 naming memory; every one made is ready and
+    nothing is left of a refused one."""
+    room = 1500
+    reserve = read_host(Path("/")).memory_available_mb - room
     with router_state(s3=s3_server, up_args=("--memory-reserve-mb", str(int(reserve)))) as router:
         answer = router.http("POST", "/v1/sandboxes/batch", json_body={
-            "template": {**SMALL, "memory_mb": 256}, "request_ids": [f"mem-{i}" for i in range(40)]}).json()
+            "template": {**SMALL, "memory_mb": 256}, "request_ids": [f"mem-{i}" for i in range(60)]},
+            timeout=300).json()
         made = [s for s in answer["sandboxes"] if "id" in s]
         refused = [s["error"] for s in answer["sandboxes"] if "id" not in s]
-        assert 1 <= len(made) <= 30 and len(refused) >= 10, (len(made), refused[:2])
+        assert len(made) > room // START_MEMORY_MB, (len(made), refused[:2])  # more than could start at once
         assert all(e["code"] == "unavailable" and "short of memory" in e["message"] and e.get("retry_after")
                    for e in refused), refused[:2]
         assert all(s["status"] == "ready" for s in made), made
@@ -175,17 +178,40 @@ def test_the_host_admits_a_burst_only_as_far_as_its_memory_goes(s3_server: Any) 
         assert again.status == 201, again.body[:300]
 
 
+def test_a_host_short_of_memory_with_nothing_starting_refuses_at_once(s3_server: Any) -> None:
+    """A host already past its reserve, with no start in flight to wait for: each create of a burst is a 503
+    naming memory and the reserve, with a ``Retry-After``, at once (not after the wait for starts), and
+    nothing of it is made."""
+    reserve = read_host(Path("/")).memory_available_mb + 512
+    with router_state(s3=s3_server, up_args=("--memory-reserve-mb", str(int(reserve)))) as router:
+        began = time.monotonic()
+        answer = router.http("POST", "/v1/sandboxes/batch", json_body={
+            "template": SMALL, "request_ids": [f"short-{i}" for i in range(5)]}, timeout=120).json()
+        took = time.monotonic() - began
+        errors = [s.get("error") for s in answer["sandboxes"]]
+        assert all(e is not None and e["code"] == "unavailable" and "short of memory" in e["message"]
+                   and "--memory-reserve-mb" in e["message"] and e.get("retry_after") for e in errors), errors
+        assert took < HOST_WAIT_S, took  # refused at once: nothing was starting, so nothing to wait for
+        assert router.live_ids() == set()
+
+
 def test_a_burst_of_desktops_is_counted_at_a_desktops_memory(s3_server: Any) -> None:
     """A desktop is counted at 400 MiB while it starts (a coding sandbox at 64): with ~1 GiB to spare, a burst of
-    ten desktops gets two or so and 503s naming memory for the rest, where ten coding sandboxes all fit."""
+    ten desktops whose screen and browser start with them gets a few (two start at once; more only as far as
+    the first leave room once running) and 503s naming memory for the rest, where ten coding sandboxes
+    all fit. (A desktop whose screen starts at its first action holds a coding sandbox's memory when ready, and
+    the host's room is checked at create only.)"""
     reserve = read_host(Path("/")).memory_available_mb - 1000
     with router_state(s3=s3_server, up_args=("--memory-reserve-mb", str(int(reserve)))) as router:
         desktops = router.http("POST", "/v1/sandboxes/batch", json_body={
-            "template": {**SMALL, "memory_mb": 2048, "desktop": {}}, "request_ids": [f"d-{i}" for i in range(10)]}
-                               ).json()["sandboxes"]
+            "template": {**SMALL, "memory_mb": 2048, "desktop": {"start": True, "browser": "about:blank"}},
+            "request_ids": [f"d-{i}" for i in range(10)]},
+            timeout=300).json()["sandboxes"]
         made = [s for s in desktops if "id" in s]
         refused = [s["error"] for s in desktops if "id" not in s]
-        assert 1 <= len(made) <= 3 and len(refused) >= 7, (len(made), refused[:1])
+        # Two start at once; how many more fit depends on what each browser holds once up (~200-350 MiB) and on the
+        # shared host's memory meanwhile: some, never all ten.
+        assert 1 <= len(made) <= 8 and len(refused) >= 2, (len(made), refused[:1])
         assert all("short of memory" in e["message"] for e in refused), refused[:1]
         router.delete_all()
         coding = router.http("POST", "/v1/sandboxes/batch", json_body={
