@@ -17,7 +17,8 @@ by other means, or a test that fills the disk on purpose). Past that the create 
 half-started, and its clients retry as the sandboxes before them end.
 
 A create that the host refuses *only* for the room promised to starts still in flight (it would fit were they
-done) waits for them instead, first come first served, for up to :data:`HOST_WAIT_S`
+done) waits for them instead, in its project's line (woken round-robin between projects, as starts are), for up
+to :data:`HOST_WAIT_S`
 (:meth:`Admission.wait_for_room`): a start's promise (64 MiB) is far more than the few MiB a ready sandbox then
 shows, so a 1,000 burst on a 24 GiB host would otherwise have most of its creates refused while the host had
 room for all of them (measured: 563 of 1,000, perf/README.md). A host short of memory with nothing starting still
@@ -27,8 +28,6 @@ refuses at once.
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grove.core.errors import QuotaExceeded, Unavailable
+from router.lifecycle.fairness import ProjectLines
 from router.models import CreateRequest
 from router.projects.files import ProjectFiles
 from router.projects.model import Quotas, Usage
@@ -127,8 +127,8 @@ class Admission:
         """Per project, creates admitted whose records are not in the registry yet (counted as live too)."""
         self._starting_mb = 0.0
         self._starting_disk_mb = 0.0
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        """Creates waiting for starts in flight to end (:meth:`wait_for_room`), first come first served."""
+        self._waiters = ProjectLines()
+        """Creates waiting for starts in flight to end (:meth:`wait_for_room`), round-robin between projects."""
 
     # -- the checks ----------------------------------------------------------------------------------
 
@@ -139,36 +139,33 @@ class Admission:
         if self._host:
             self._check_host(req)
 
-    async def wait_for_room(self, req: CreateRequest, timeout_s: float = HOST_WAIT_S) -> None:
-        """Wait, behind the creates already waiting, while the host refuses ``req`` only for the room promised to
-        starts in flight; return once it fits, or at ``timeout_s`` (then :meth:`admit` refuses it). Call
-        :meth:`admit` and :meth:`started` right after, with no await between: the next waiter is woken now and
-        runs only after them, so it sees this create counted."""
+    async def wait_for_room(self, project: str, req: CreateRequest, timeout_s: float = HOST_WAIT_S) -> None:
+        """Wait, in ``project``'s line, while the host refuses ``req`` only for the room promised to starts in
+        flight; return once it fits, or at ``timeout_s`` (then :meth:`admit` refuses it). Lines are woken
+        round-robin between projects, so another project's burst holds a create back by one turn, not by all
+        of it. Call :meth:`admit` and :meth:`started` right after, with no await between: the next waiter is
+        woken now and runs only after them, so it sees this create counted."""
         if not self._host:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         behind = bool(self._waiters)
+        keep_turn = False
         try:
             while behind or self._held_by_starts(req):
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
-                woken: asyncio.Future[None] = loop.create_future()
-                if behind:
-                    self._waiters.append(woken)
-                else:
-                    self._waiters.appendleft(woken)  # woken before and still short: it keeps its turn
-                behind = False
+                woken = self._waiters.join(project, keep_turn=keep_turn)
+                behind, keep_turn = False, True  # woken and still short: it keeps its turn
                 try:
                     await asyncio.wait_for(asyncio.shield(woken), remaining)
                 except TimeoutError:
                     pass
                 finally:
-                    with contextlib.suppress(ValueError):
-                        self._waiters.remove(woken)
+                    self._waiters.forget(project, woken)
         finally:
-            self._wake_next()  # this one goes (or gives up): the next may fit too
+            self._waiters.wake_next()  # this one goes (or gives up): the next may fit too
 
     def _held_by_starts(self, req: CreateRequest) -> bool:
         """Whether the host refuses ``req`` only for the room promised to starts in flight."""
@@ -179,13 +176,6 @@ class Admission:
         free = host.memory_available_mb - reserves.memory_mb
         memory = start_memory_mb(req)
         return reserves.memory_mb > 0 and free - self._starting_mb < memory <= free
-
-    def _wake_next(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
 
     def why_not(self, project: str, req: CreateRequest) -> str | None:
         """:meth:`admit`'s refusal as text, or None (a warm pool's filler asks before each member)."""
@@ -293,7 +283,7 @@ class Admission:
         self._starting_mb = max(0.0, self._starting_mb - start_memory_mb(req))
         self._starting_disk_mb = max(0.0, self._starting_disk_mb - min(req.disk_mb, START_DISK_MB))
         self._reading = None  # read the host afresh: what it started shows there now
-        self._wake_next()  # its promise is given back: the first waiting create may fit now
+        self._waiters.wake_next()  # its promise is given back: the first waiting create may fit now
 
     def usage(self, project: str) -> dict[str, object]:
         """What ``project`` holds and reserves now, with its starting count and stored bytes (for the API)."""

@@ -100,7 +100,7 @@ class Starts(InFlight):
                                image_config=run_config.record() if run_config is not None else None)
         service.backend.check(record.spec())
         # A burst larger than the host can start at once waits here for the starts before it (bounded).
-        await service.admission.wait_for_room(req)
+        await service.admission.wait_for_room(project, req)
         # The project's quotas and the host's room, checked and counted with no await in between: a burst's
         # creates all see each other.
         service.admission.admit(project, req)
