@@ -7,7 +7,6 @@ backend's zygote builds the shell ahead of its forks (see :mod:`executor.served`
 from __future__ import annotations
 
 import base64
-import logging
 import os
 from typing import Any
 
@@ -29,9 +28,6 @@ from executor.snapshot import Snapshots
 from executor.swerex import swerex_blueprint
 from grove.core import wire
 from grove.core.errors import BadRequest, Conflict
-
-log = logging.getLogger("grove.executor")
-
 
 _SLOT = "grove.executor"
 
