@@ -81,8 +81,9 @@ async def _drive() -> None:
         from router.client import AsyncGrove  # type: ignore[import-not-found,no-redef]
     from perf.common import running_router
 
+    stack = contextlib.ExitStack()
     if not Path("grove/cli").is_dir():  # before issue 30 the CLI was router.cli, which the venv's script lacks
-        shim = Path(tempfile.mkdtemp(prefix="exec-ab-"))
+        shim = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="exec-ab-")))
         (shim / "grove").write_text(f"#!{sys.executable}\nimport sys\nfrom router.cli import main\nsys.exit(main())\n")
         (shim / "grove").chmod(0o755)
         sys.executable = str(shim / "python")  # running_router runs the grove beside sys.executable
@@ -95,7 +96,7 @@ async def _drive() -> None:
         sys.stdout.write(json.dumps(obj) + "\n")
         sys.stdout.flush()
 
-    with running_router() as router:
+    with stack, running_router() as router:
         async with AsyncGrove(router.url, router.key) as grove:
             sandbox = await grove.create("default", heartbeat=False)
             raw = _Raw(router.url, router.key, sandbox.id)
