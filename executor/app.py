@@ -7,48 +7,27 @@ backend's zygote builds the shell ahead of its forks (see :mod:`executor.served`
 from __future__ import annotations
 
 import base64
-import errno
-import hmac
-import logging
 import os
-from collections.abc import Iterator
 from typing import Any
 
 from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
 
+from executor.answers import as_grove_error, authenticate, body_type, error_headers
 from executor.archive import extract_tar, stream_tar
-from executor.dedup import Deduplicator
 from executor.e2b_processes import e2b_blueprint
+from executor.exec_route import ExecRoute
 from executor.files import delete, listing, open_for_read, parse_mode, write_atomic
-from executor.jsonfit import JSON_FACTOR, escaped_size, fit_for_json
 from executor.manifest import manifest
-from executor.models import ExecRequest
 from executor.outputs import read_kept
 from executor.ports import ports_blueprint
 from executor.process_routes import processes_blueprint
 from executor.push import check_items, put_file, require_files
-from executor.runner import Chunk
 from executor.served import Served, Slot
 from executor.settings import ExecutorSettings
 from executor.snapshot import Snapshots
 from executor.swerex import swerex_blueprint
 from grove.core import wire
-from grove.core.api import chunk_frame, encode_frame, error_frame, result_frame
-from grove.core.errors import (
-    BadRequest,
-    Conflict,
-    Forbidden,
-    GroveError,
-    InternalError,
-    MethodNotAllowed,
-    NotFound,
-    TooLarge,
-    Unauthorized,
-)
-
-log = logging.getLogger("grove.executor")
-
+from grove.core.errors import BadRequest, Conflict
 
 _SLOT = "grove.executor"
 
@@ -83,15 +62,8 @@ def app_shell(root: str) -> Flask:
 
     @app.before_request
     def _authenticate() -> None:
-        if request.path == "/healthz":
-            return
-        token = slot.get().token
-        header = request.headers.get("Authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not given:
-            raise Unauthorized("missing 'Authorization: Bearer <token>' header")
-        if not hmac.compare_digest(given.strip().encode(), token):
-            raise Unauthorized("the bearer token is not valid for this sandbox")
+        if request.path != "/healthz":
+            authenticate(request.headers.get("Authorization", ""), slot.get().token)
 
     @app.errorhandler(Exception)
     def _error(exc: Exception) -> Response:
@@ -100,44 +72,6 @@ def app_shell(root: str) -> Flask:
     @app.get("/healthz")
     def healthz() -> Response:
         return _reply({"ok": True})
-
-    @app.post("/v1/exec")
-    def exec_() -> Response:
-        served = slot.get()
-        settings, runner, dedup = served.settings, served.runner, served.dedup
-        length = request.content_length
-        if length is not None and length > settings.max_request_bytes:
-            raise TooLarge(f"exec body of {length} bytes exceeds {settings.max_request_bytes}")
-        body = request.get_data(cache=False)
-        if len(body) > settings.max_request_bytes:
-            raise TooLarge(f"exec body exceeds {settings.max_request_bytes} bytes")
-        req = ExecRequest.parse(wire.decode(body, request.content_type), settings)
-        stream = request.args.get("stream") in ("1", "true")
-        if req.request_id is not None:
-            first, entry = dedup.claim(req.request_id, req.fingerprint())
-            if not first:
-                earlier = dedup.wait(entry, req.timeout_s + 30)
-                if earlier is None:
-                    raise BadRequest(f"request_id {req.request_id!r} belongs to a call that failed or still runs")
-                earlier = earlier if _wants_msgpack() else fit_for_json(earlier, req.max_output_bytes)
-                return _stream_of([earlier]) if stream else _reply(earlier)
-            try:
-                started = runner.run(req)
-            except BaseException:
-                dedup.finish(req.request_id, entry, None)
-                raise
-            events = _remember(started, dedup, req.request_id, entry)
-        else:
-            events = runner.run(req)
-        if not _wants_msgpack():
-            events = _fitted(events, req.max_output_bytes)
-        if stream:
-            return _stream_of(events)
-        result: dict[str, Any] = {}
-        for event in events:
-            if isinstance(event, dict):
-                result = event
-        return _reply(result)
 
     @app.post("/v1/snapshot")
     def snapshot() -> Response:
@@ -255,95 +189,21 @@ def app_shell(root: str) -> Flask:
     app.register_blueprint(e2b_blueprint(slot.get), url_prefix="/e2b")
     # Ports and the terminal: connections upgraded, then carried by a relay thread (executor.ports).
     app.register_blueprint(ports_blueprint(slot.get))
+    # POST /v1/exec, the hot route, answered in front of Flask (executor.exec_route); the rest by the routes above.
+    app.wsgi_app = ExecRoute(app.wsgi_app, slot)  # type: ignore[method-assign]
     return app
-
-
-def _remember(
-    events: Iterator[Chunk | dict[str, Any]], dedup: Deduplicator, request_id: str, entry: Any
-) -> Iterator[Chunk | dict[str, Any]]:
-    """Pass events through and publish the final result to retries of the same request id."""
-    result: dict[str, Any] | None = None
-    try:
-        for event in events:
-            if isinstance(event, dict):
-                result = event
-            yield event
-    finally:
-        dedup.finish(request_id, entry, result)
-
-
-def _fitted(events: Iterator[Chunk | dict[str, Any]], max_output_bytes: int) -> Iterator[Chunk | dict[str, Any]]:
-    """The events, the result's streams cut to fit their budget once escaped for JSON (jsonfit.py); streamed
-    chunks stop once a stream's escaped chunks reach it (the result still carries head and tail)."""
-    spent = {"stdout": 0, "stderr": 0}
-    for event in events:
-        if isinstance(event, dict):
-            yield fit_for_json(event, max_output_bytes)
-            continue
-        spent[event.stream] += escaped_size(event.data)
-        if spent[event.stream] <= JSON_FACTOR * max_output_bytes:
-            yield event
 
 
 def _wants_msgpack() -> bool:
     return wire.is_msgpack(request.headers.get("Accept"))
 
 
-def _reply(value: Any, status: int = 200) -> Response:
+def _reply(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     as_msgpack = _wants_msgpack()
-    return Response(
-        wire.encode(value, as_msgpack),
-        status=status,
-        mimetype=wire.MSGPACK if as_msgpack else wire.JSON,
-    )
-
-
-def _stream_of(events: Any) -> Response:
-    """Chunked response: one frame per chunk (msgpack objects, or JSON lines), the result last."""
-    as_msgpack = _wants_msgpack()
-
-    def frames() -> Iterator[bytes]:
-        try:
-            for event in events:
-                frame = chunk_frame(event.stream, event.data) if isinstance(event, Chunk) else result_frame(event)
-                yield encode_frame(frame, as_msgpack)
-        except GroveError as exc:
-            yield encode_frame(error_frame(exc.to_body()), as_msgpack)
-
-    mimetype = wire.MSGPACK if as_msgpack else "application/x-ndjson"
-    return Response(frames(), mimetype=mimetype, headers={"X-Accel-Buffering": "no"})
-
-
-_CLIENT_ERRNOS: dict[int, type[GroveError]] = {
-    errno.ENAMETOOLONG: BadRequest, errno.ELOOP: BadRequest, errno.EINVAL: BadRequest, errno.EILSEQ: BadRequest,
-    errno.ENOENT: NotFound, errno.ENOTDIR: NotFound, errno.EACCES: Forbidden, errno.EPERM: Forbidden,
-    errno.EROFS: Forbidden, errno.EISDIR: Conflict, errno.EEXIST: Conflict, errno.ENOTEMPTY: Conflict,
-    errno.ENOSPC: TooLarge, errno.EDQUOT: TooLarge, errno.EFBIG: TooLarge,
-}
+    return Response(wire.encode(value, as_msgpack), status=status, mimetype=body_type(as_msgpack), headers=headers)
 
 
 def _error_response(exc: Exception) -> Response:
-    """The one place an exception becomes an HTTP error."""
-    if isinstance(exc, HTTPException):
-        code = exc.code or 500
-        if code == 404:
-            err: GroveError = NotFound(f"no such endpoint: {request.method} {request.path}")
-        elif code == 405:
-            err = MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
-        elif code == 413:
-            err = TooLarge("request body too large")
-        else:
-            err = BadRequest(exc.description or "bad request") if code < 500 else InternalError(str(exc))
-    elif isinstance(exc, GroveError):
-        err = exc
-    elif isinstance(exc, OSError) and exc.errno in _CLIENT_ERRNOS:
-        # A path the caller chose that the kernel refuses (too long, a loop, not a directory, ...):
-        # the caller's mistake, named, not a server error.
-        err = _CLIENT_ERRNOS[exc.errno](f"{os.strerror(exc.errno)}: {exc.filename or request.path}")
-    else:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        err = InternalError(f"executor error: {type(exc).__name__}: {exc}")
-    resp = _reply(err.to_body(), status=err.status)
-    if err.retry_after is not None:
-        resp.headers["Retry-After"] = str(max(1, round(err.retry_after)))
-    return resp
+    """An exception as the one error answer (executor.answers)."""
+    err = as_grove_error(exc, request.method, request.path)
+    return _reply(err.to_body(), status=err.status, headers=error_headers(err))

@@ -149,28 +149,25 @@ class IdleSnapshots:
         self._cond = threading.Condition()
 
     def install(self, app: Flask) -> None:
-        """Count the app's requests (health checks excepted) and start the timer thread."""
+        """Count the app's requests (health checks excepted) and start the timer thread. Counted around the
+        whole WSGI app, so that routes served in front of Flask (``/v1/exec``, executor.exec_route) count too."""
+        inner = app.wsgi_app
 
-        @app.before_request
-        def _started() -> None:
-            from flask import request
-
-            if request.path != "/healthz":
-                with self._cond:
-                    self._inflight += 1
-                    self._dirty = True
-                    request.environ["grove.counted"] = True
-
-        @app.teardown_request
-        def _ended(_: BaseException | None) -> None:
-            from flask import request
-
-            if request.environ.pop("grove.counted", False):
+        def counted(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            if environ.get("PATH_INFO") == "/healthz":
+                return inner(environ, start_response)
+            with self._cond:
+                self._inflight += 1
+                self._dirty = True
+            try:
+                return inner(environ, start_response)
+            finally:
                 with self._cond:
                     self._inflight -= 1
                     self._last = time.monotonic()
                     self._cond.notify()
 
+        app.wsgi_app = counted  # type: ignore[method-assign]
         threading.Thread(target=self._run, name="grove-idle-snapshot", daemon=True).start()
 
     def _run(self) -> None:

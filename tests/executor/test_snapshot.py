@@ -7,6 +7,7 @@ on loopback; the restore reads a presigned GET URL.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 import signal
@@ -104,6 +105,26 @@ def test_idle_timer_snapshots_once_per_burst_of_activity(object_store: ObjectSto
         while object_store.list("snapshots/")[0].etag == first and time.monotonic() < deadline:
             time.sleep(0.05)
         assert object_store.list("snapshots/")[0].etag != first
+        client.close()
+
+
+def test_an_exec_in_flight_holds_the_idle_snapshot_back(object_store: ObjectStore, broker: BrokerServer) -> None:
+    # /v1/exec is answered in front of Flask (executor.exec_route): the idle clock must count it all the same.
+    env = snapshot_env(object_store, broker, GROVE_EXECUTOR_IDLE_SNAPSHOT_S="0.3")
+    with start_executor(env=env) as ex:
+        client = ex.client()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            running = pool.submit(client.run, command="sleep 1.5; echo done > n", cwd="/work/space")
+            snapshot_during = False
+            while not running.done():
+                snapshot_during = snapshot_during or object_store.exists(KEY)
+                time.sleep(0.05)
+            assert running.result()["exit_code"] == 0
+        assert not snapshot_during  # the 0.3 s idle timer did not fire while the exec ran
+        deadline = time.monotonic() + 10
+        while not object_store.exists(KEY) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert object_store.exists(KEY), ex.log()  # and the exec counted as activity: one once it ended
         client.close()
 
 
