@@ -141,10 +141,13 @@ async def _drive() -> None:
 
 
 class _Driver:
-    def __init__(self, checkout: Path) -> None:
+    """A driver process in ``checkout`` (``script`` run by path with ``--drive``): one order a line, one JSON
+    answer a line."""
+
+    def __init__(self, checkout: Path, script: Path = Path(__file__)) -> None:
         self.checkout = checkout
         env = {**os.environ, "PYTHONPATH": str(checkout)}
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--drive"], env=env,
+        self.proc = subprocess.Popen([sys.executable, str(script.resolve()), "--drive"], env=env,
                                      cwd=checkout, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def ask(self, order: str) -> Any:
@@ -156,11 +159,12 @@ class _Driver:
             raise RuntimeError(f"the driver of {self.checkout} ended: {self.proc.wait()}")
         return json.loads(line)
 
-    def wait_ready(self) -> None:
+    def wait_ready(self) -> dict[str, Any]:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
-        if not line or not json.loads(line).get("ready"):
+        if not line or not (ready := json.loads(line)).get("ready"):
             raise RuntimeError(f"the driver of {self.checkout} did not start")
+        return dict(ready)
 
     def stop(self) -> None:
         with contextlib.suppress(OSError, ValueError):
