@@ -13,7 +13,6 @@ the rounds with its spread, and each checkout's over the first's.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -109,23 +108,19 @@ def compare(checkouts: list[Path], rounds: int, n: int, profile: Path | None) ->
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line."""
-    parser = argparse.ArgumentParser(prog="python perf/burst_ab.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkouts", nargs="*", help="git worktrees to compare; the first is the reference")
-    parser.add_argument("--rounds", type=int, default=3)
+    """Command line (of the coordinator; a driver is started with ``--drive`` alone)."""
+    from perf.exec_ab import ab_checkouts, ab_parser
+
+    parser = ab_parser("python perf/burst_ab.py", __doc__)
     parser.add_argument("--n", type=int, default=100, help="sandboxes per burst")
     parser.add_argument("--profile", type=Path, help="where py-spy writes the last checkout's router.folded")
-    parser.add_argument("--drive", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.drive:
-        asyncio.run(_drive())
-        return
-    if not args.checkouts:
-        parser.error("name at least one checkout")
-    report = compare([Path(c).resolve() for c in args.checkouts], args.rounds, args.n, args.profile)
+    report = compare(ab_checkouts(parser, args), args.rounds, args.n, args.profile)
     print(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--drive"]:  # a driver, in a checkout whose perf.exec_ab may lack what main() imports
+        asyncio.run(_drive())
+    else:
+        main()

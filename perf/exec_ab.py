@@ -234,24 +234,34 @@ def compare(checkouts: list[Path], rounds: int, calls: int, warmup: int, cpu_cal
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Command line."""
-    parser = argparse.ArgumentParser(prog="python perf/exec_ab.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def ab_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """The command line an A/B of checkouts starts from: the checkouts, ``--rounds``, the hidden ``--drive``."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkouts", nargs="*", help="git worktrees to compare; the first is the reference")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--drive", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def ab_checkouts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[Path]:
+    """The checkouts named on the command line, resolved; at least one."""
+    if not args.checkouts:
+        parser.error("name at least one checkout")
+    return [Path(c).resolve() for c in args.checkouts]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line."""
+    parser = ab_parser("python perf/exec_ab.py", __doc__)
     parser.add_argument("--calls", type=int, default=200, help="calls of each kind per checkout per round")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--cpu-calls", type=int, default=300, help="raw calls per CPU measurement")
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
-    parser.add_argument("--drive", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.drive:
         asyncio.run(_drive())
         return
-    if not args.checkouts:
-        parser.error("name at least one checkout")
-    report = compare([Path(c).resolve() for c in args.checkouts], args.rounds, args.calls, args.warmup,
+    report = compare(ab_checkouts(parser, args), args.rounds, args.calls, args.warmup,
                      args.cpu_calls)
     print(json.dumps(report, indent=1) if args.json else _table(report))
 
