@@ -48,6 +48,9 @@ from sandbox_image.init import BASE_ENV
 _READY_TIMEOUT_S = 30.0
 _STOP_TIMEOUT_S = 10.0
 _DETACH_TIMEOUT_S = 10.0
+_SETTLE_TIMEOUT_S = 5.0
+"""How long a delete waits for a killed tree's namespace to empty before it polls the cgroups (and answers 503 if a
+process outlasts that too: one that cannot take its SIGKILL yet)."""
 _DRAIN_TIMEOUT_S = 30.0
 """How long a closing router (and one collecting orphans at its start) waits for deleted sandboxes' remains."""
 # Sandbox starts in flight per CPU. A start is CPU work (fork, mounts, the executor's own start-up):
@@ -388,12 +391,17 @@ class LocalBackend:
     async def _kill(self, sandbox_id: str, handle: dict[str, Any]) -> set[int]:
         """Kill the tree and what else is in its cgroups; the pids found there (after PID 1's death, usually none)."""
         pid, started = handle.get("pid"), handle.get("start_time")
+        cgroups = CgroupSet(self.instance, sandbox_id)
         if isinstance(pid, int) and isinstance(started, int):
             self._exits.kill(sandbox_id, pid, started)
             await self._exits.wait(sandbox_id, pid, started, _STOP_TIMEOUT_S)
+            # Its main thread gone, PID 1 may still wait for its namespace's processes to die (a loaded host takes
+            # its time over each): the kernel says when they have, so the cgroups need not be polled for them.
+            if cgroups.pids():
+                await self._exits.settled(sandbox_id, _SETTLE_TIMEOUT_S)
         self._exits.forget(sandbox_id)
         # Killing PID 1 kills its namespace; anything left in the cgroups is collected here.
-        left = CgroupSet(self.instance, sandbox_id).pids()
+        left = cgroups.pids()
         for pid_left in left:
             procs.kill(pid_left, procs.start_time(pid_left) or -1)
         return left
