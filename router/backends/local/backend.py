@@ -427,6 +427,8 @@ class LocalBackend:
         A directory goes only once no loop device holds its disk image."""
         emptied = [sandbox_id for sandbox_id in sandbox_ids
                    if CgroupSet(self.instance, sandbox_id).remove_once() is None]
+        if not emptied:  # every one still has a task being reaped: no scan of the loop devices for nothing
+            return set()
         held = disk.held_images([self._dir(sandbox_id) / disk.IMAGE_NAME for sandbox_id in emptied])
         gone = set()
         for sandbox_id in emptied:
