@@ -10,6 +10,9 @@ older checkout without this file can be measured: everything it imports exists t
 
 ``--ab OLD_CHECKOUT [--new CHECKOUT]`` does the alternation itself: ``--rounds`` times old then new, each a
 process of its own with the right ``PYTHONPATH``, and prints the p50s side by side.
+
+``--burst N`` measures a fresh Orchard-shaped burst of ``N`` instead (:mod:`perf.burst`, on a router whose CPU is
+accounted by role): its wall time, each role's CPU per sandbox, the delete's p50 and the sandboxes' lifetimes.
 """
 
 from __future__ import annotations
@@ -47,6 +50,35 @@ def measure(calls: int, warmup: int, creates: int) -> dict[str, Any]:
     }
 
 
+BURST_FIGURES = ("wall_s", "cpu_ms.grove_router", "cpu_ms.grove_sandboxes", "cpu_ms.grove_s3", "cpu_ms.others",
+                 "delete_p50_ms", "lifetime_p50_ms", "lifetime_p99_ms")
+EXEC_FIGURES = ("exec_ratio_p50.router_json", "exec_ratio_p50.sdk", "exec_p50_ms.router_json", "exec_p50_ms.floor",
+                "create_p50_ms", "delete_p50_ms", "router_cpu_per_create_ms")
+
+
+def measure_burst(n: int) -> dict[str, Any]:
+    """One router of the imported code: a fresh burst of ``n`` after a small warm-up one."""
+    from perf import burst_phases
+    from perf.bench_burst import warm_router
+    from perf.burst import burst
+    from perf.common import code_version
+
+    with warm_router() as (router, group):
+        meter = burst_phases.CpuMeter(group)
+        meter.start()
+        report = asyncio.run(burst(router.url, router.key, n)).report()
+        cpu = meter.stop(n)
+    return {
+        "code": code_version(),
+        "success_rate": report["success_rate"],
+        "wall_s": report["end_to_end_s"],
+        "cpu_ms": cpu["cpu_ms_per_sandbox"],
+        "delete_p50_ms": report["delete"]["p50_ms"],
+        "lifetime_p50_ms": report["lifetime"]["p50_ms"],
+        "lifetime_p99_ms": report["lifetime"]["p99_ms"],
+    }
+
+
 def alternate(old: Path, new: Path, rounds: int, extra: list[str]) -> list[dict[str, Any]]:
     """``rounds`` times old then new, each in its own process; every line they wrote."""
     with tempfile.TemporaryDirectory(prefix="grove-ab-") as tmp:
@@ -60,11 +92,10 @@ def alternate(old: Path, new: Path, rounds: int, extra: list[str]) -> list[dict[
         return [json.loads(line) for line in out.read_text().splitlines()]
 
 
-def side_by_side(lines: list[dict[str, Any]]) -> dict[str, Any]:
+def side_by_side(lines: list[dict[str, Any]], figures: tuple[str, ...] = EXEC_FIGURES) -> dict[str, Any]:
     """Median over the rounds of each figure, old and new, and new/old."""
     out: dict[str, Any] = {}
-    for figure in ("exec_ratio_p50.router_json", "exec_ratio_p50.sdk", "exec_p50_ms.router_json",
-                   "exec_p50_ms.floor", "create_p50_ms", "delete_p50_ms", "router_cpu_per_create_ms"):
+    for figure in figures:
         values: dict[str, list[float]] = {"old": [], "new": []}
         for line in lines:
             value: Any = line
@@ -88,14 +119,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--new", metavar="CHECKOUT", help="with --ab: the newer checkout (default: this one; a "
                                                           "worktree of it leaves this one free to edit meanwhile)")
     parser.add_argument("--rounds", type=int, default=2, help="with --ab: old/new pairs (default 2)")
+    parser.add_argument("--burst", type=int, metavar="N", help="measure a fresh burst of N instead of exec/create")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path.cwd()))
     if args.ab:
         extra = ["--calls", str(args.calls), "--warmup", str(args.warmup), "--creates", str(args.creates)]
+        extra += ["--burst", str(args.burst)] if args.burst else []
         lines = alternate(Path(args.ab).resolve(), Path(args.new).resolve() if args.new else HERE, args.rounds, extra)
-        print(json.dumps({"runs": lines, "median": side_by_side(lines)}, indent=1))
+        figures = BURST_FIGURES if args.burst else EXEC_FIGURES
+        print(json.dumps({"runs": lines, "median": side_by_side(lines, figures)}, indent=1))
         return
-    report = {"label": args.label, **measure(args.calls, args.warmup, args.creates)}
+    measured = measure_burst(args.burst) if args.burst else measure(args.calls, args.warmup, args.creates)
+    report = {"label": args.label, **measured}
     print(json.dumps(report, indent=1))
     if args.out:
         with open(args.out, "a", encoding="utf-8") as fh:

@@ -48,4 +48,4 @@ def test_sigkill_mid_burst_then_restart(fresh_router: RouterProcess) -> None:
         assert cgroup_procs(router.state_dir, sandbox_id)
     # Deleting them all through the API leaves the host clean (the fixture checks for leaks too).
     router.delete_all()
-    assert not list((router.layout.sandboxes).iterdir())
+    wait_for(lambda: not list((router.layout.sandboxes).iterdir()), 30, 0.1, "the deleted sandboxes' remains removed")

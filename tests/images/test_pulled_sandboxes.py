@@ -14,7 +14,7 @@ from router.backends.local.images import MAX_LAYERS
 from tests.images.test_pull import whiteout_layers
 from tests.support.imagetools import Layer
 from tests.support.registry import Registry, write_oci_layout
-from tests.support.router_fixtures import RouterProcess, wait_for
+from tests.support.router_fixtures import RouterProcess, wait_for, wait_removed
 
 
 def _owned_layer() -> bytes:
@@ -88,13 +88,15 @@ def test_rm_while_a_sandbox_uses_the_image(
              "the sandbox to scale to zero")
     assert sb.exec("cat /marker; ls /bin/busybox").stdout == b"gone\n/bin/busybox\n"
 
-    sb.close()  # its layer goes with it; the base stays for `keep`
+    sb.close()  # its layer goes with its files; the base stays for `keep`
+    wait_removed(router.state_dir, sb.id)
     after = {p.name for p in layers.iterdir() if p.is_dir()}
     assert len(after) == len(before) - 1 and after < before
     keep = grove.create("keep")
     assert keep.exec("cat /marker").stdout == b"keep\n"
     assert router.cli("image", "rm", "keep").returncode == 0
     keep.close()
+    wait_removed(router.state_dir, keep.id)
     # Back to what other images of the module hold: every layer and blob of these two is gone.
     assert ({p.name for p in layers.iterdir() if p.is_dir()}, {p.name for p in blobs.iterdir()}) == initial
 

@@ -186,7 +186,8 @@ def test_a_missing_checkpoint_falls_back_to_replay_with_the_same_estimates_and_r
     # --release: the kept sandboxes are gone, and their checkpoints' records and files with them.
     assert router.live_ids() == set()
     assert list((router.state_dir / "checkpoints").glob("ck-*")) == []
-    assert [p for row in rows for p in router.layout.sandboxes.glob(f"{row['sandbox_id']}*")] == []
+    wait_for(lambda: [p for row in rows for p in router.layout.sandboxes.glob(f"{row['sandbox_id']}*")] == [], 30,
+             what="the released sandboxes' files removed (the teardown's passes follow a delete)")
 
 
 def test_the_cli_takes_checkpoint_every_and_records_the_kept_states(router: RouterProcess, tmp_path: Path) -> None:

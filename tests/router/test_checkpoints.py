@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 
 from grove.client import Grove, Sandbox
-from tests.support.router_fixtures import RouterProcess, cgroup_procs, error_of, instance_of, router_state, wait_for
+from tests.support.router_fixtures import (
+    RouterProcess,
+    cgroup_procs,
+    error_of,
+    instance_of,
+    router_state,
+    wait_for,
+    wait_removed,
+)
 
 pytestmark = pytest.mark.local_only
 
@@ -127,6 +135,7 @@ def test_delete_semantics_and_listing(ck_router: RouterProcess, client: Grove) -
     reply = ck_router.http("POST", "/v1/sandboxes", json_body={"checkpoint": second["id"]})
     assert reply.status == 404 and "deleting a sandbox deletes its checkpoints" in error_of(reply)["message"]
     assert child.read_file("/workspace/x") == b"1"
+    wait_removed(ck_router.state_dir, parent.id)  # the teardown's passes follow the delete
     leftovers = list((ck_router.layout.sandboxes).glob(f"{parent.id}*"))
     assert leftovers == []
 

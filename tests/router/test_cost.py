@@ -16,7 +16,7 @@ from artifacts.s3config import S3Config
 from artifacts.store import ObjectStore
 from grove.client import Grove
 from router.backends.local.cgroups import ACCOUNTING, CGROUP_ROOT
-from tests.support.router_fixtures import RouterProcess, instance_of, wait_for
+from tests.support.router_fixtures import RouterProcess, instance_of, wait_for, wait_removed
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\n"
 """A Python program that uses ``s`` CPU-seconds by its own clock."""
@@ -91,6 +91,7 @@ def test_a_sandbox_costs_what_it_used(router: RouterProcess, grove: Grove, bucke
     assert record["cost"] == cost and summary["cost"] == cost
     after = grove.request("GET", f"/v1/sandboxes/{busy.id}")
     assert after["status"] == "deleted" and after["cost"] == cost and after["project"] == "default"
+    wait_removed(router.state_dir, busy.id)  # its teardown's passes follow the delete
     assert not accounting.exists(), "the accounting group outlived the sandbox"
 
 

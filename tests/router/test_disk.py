@@ -27,6 +27,7 @@ from tests.support.router_fixtures import (
     mounts_with,
     to_plain_layer,
     wait_for,
+    wait_removed,
 )
 
 pytestmark = pytest.mark.local_only
@@ -113,6 +114,7 @@ def test_delete_leaves_no_loop_device_mount_or_file(router: RouterProcess, grove
     assert len(loops_with(f"{base}/")) == 1
     reply = router.http("DELETE", f"/v1/sandboxes/{sb.id}")
     assert reply.status == 200, reply.body
+    wait_removed(router.state_dir, sb.id)  # the delete answered once the sandbox could no longer run
     assert loops_with(f"{base}/") == {}
     assert mounts_with(str(base)) == []
     assert not base.exists()

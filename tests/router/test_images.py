@@ -10,7 +10,7 @@ import pytest
 
 from grove.client import Grove
 from tests.support.imagetools import make_busybox_rootfs, make_docker_save_tar, tar_directory
-from tests.support.router_fixtures import RouterProcess, error_of, wait_for
+from tests.support.router_fixtures import RouterProcess, error_of, wait_for, wait_removed
 
 
 def _import(router: RouterProcess, name: str, source: Path) -> str:
@@ -135,7 +135,9 @@ def test_replacing_or_removing_an_image_leaves_its_sandboxes_their_own_version(
         grove.create("versioned", heartbeat=False)
     assert getattr(gone.value, "status", None) == 404 and "no image 'versioned'" in str(gone.value)
 
-    old.close()  # its version is collected with it; the other stays for `new`
+    old.close()  # its version is collected with it (once its files are gone); the other stays for `new`
+    wait_removed(router.state_dir, old.id)
     assert _retired(router) == {second}
     new.close()
+    wait_removed(router.state_dir, new.id)
     assert _retired(router) == set()

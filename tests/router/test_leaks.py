@@ -58,6 +58,8 @@ def test_create_delete_cycles_leak_nothing(router: RouterProcess) -> None:
     elapsed = time.monotonic() - started
 
     assert router.http("GET", "/v1/sandboxes").json()["sandboxes"] == []
+    # A delete answers once its sandbox can no longer run; the teardown's passes remove the rest soon after.
+    wait_for(lambda: not list(router.layout.sandboxes.iterdir()), 30, what="the deleted sandboxes' remains removed")
     assert sandbox_cgroups(router.state_dir) == []
     # Only the checkpoint volume under sandboxes/ (router/backends/local/cow.py), mounted while the router runs.
     volume = str(router.layout.sandboxes)

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from grove.client import Grove
-from tests.support.router_fixtures import RouterProcess, cgroup_procs, error_of, layer_file, wait_for
+from tests.support.router_fixtures import RouterProcess, cgroup_procs, error_of, layer_file, wait_for, wait_removed
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +82,7 @@ def test_ttl_expiry_deletes(router: RouterProcess, grove: Grove) -> None:
     assert "ttl" in str(info["end_reason"])
     reply = router.http("POST", f"/v1/sandboxes/{sb.id}/exec", json_body={"command": "true"})
     assert reply.status == 409 and "ttl" in error_of(reply)["message"]
+    wait_removed(router.state_dir, sb.id)  # its teardown's passes follow the delete
     assert not (router.layout.sandbox(sb.id)).exists()
     assert cgroup_procs(router.state_dir, sb.id) == []
     assert grove.list() == []

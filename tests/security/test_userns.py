@@ -11,7 +11,14 @@ import pytest
 
 from grove.client import Grove, Sandbox
 from router.backends.local.uids import FLOOR
-from tests.support.router_fixtures import RouterProcess, cgroup_procs, layer_owner, to_plain_layer, wait_for
+from tests.support.router_fixtures import (
+    RouterProcess,
+    cgroup_procs,
+    layer_owner,
+    to_plain_layer,
+    wait_for,
+    wait_removed,
+)
 
 RANGE = 65536
 NS_GET_OWNER_UID = 0xB704  # ioctl_ns(2): _IO(0xb7, 0x4)
@@ -195,6 +202,7 @@ def test_the_range_and_the_owners_survive_scale_to_zero(router: RouterProcess) -
             assert again.stdout == b"kept\n7 7\n", again.stderr
         finally:
             sb.close()
+    wait_removed(router.state_dir, sb.id)
     assert not os.path.exists(router.layout.sandbox(sb.id))
 
 

@@ -85,6 +85,20 @@ def cgroup_procs(state_dir: Path, sandbox_id: str, controller: str = "pids") -> 
         return []
 
 
+def remains_of(state_dir: Path, sandbox_id: str) -> list[str]:
+    """What of a deleted local sandbox is still on the host: its directory, cgroups, loop devices (empty: none)."""
+    base = StateDir(state_dir).sandbox(sandbox_id)
+    found = [f"cgroup {p}" for p in sandbox_cgroups(state_dir) if p.name == sandbox_id]
+    found += [f"loop device {name}" for name in loops_with(f"{base}/")]
+    return found + ([f"sandbox dir {base}"] if base.exists() else [])
+
+
+def wait_removed(state_dir: Path, sandbox_id: str, timeout: float = 30.0) -> None:
+    """Until a deleted local sandbox's remains are gone: its delete answers before its teardown's passes remove
+    them (router/backends/local/teardown.py)."""
+    wait_for(lambda: not remains_of(state_dir, sandbox_id), timeout, 0.05, f"the remains of {sandbox_id} removed")
+
+
 def mounts_with(needle: str) -> list[str]:
     """Lines of this namespace's mount table that mention ``needle``."""
     with open("/proc/self/mounts", encoding="utf-8", errors="replace") as fh:

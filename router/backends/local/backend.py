@@ -33,9 +33,12 @@ from router.backends.local.hostlimits import raise_file_max
 from router.backends.local.image_derive import derive
 from router.backends.local.image_pull import pull_image
 from router.backends.local.images import Image, ImageStore
+from router.backends.local.network import RECORD as EGRESS_RECORD
 from router.backends.local.network import EgressNetwork
+from router.backends.local.private_net import RECORD as PRIVATE_RECORD
 from router.backends.local.private_net import PrivateNetworks
 from router.backends.local.registry_pull import PullPolicy
+from router.backends.local.teardown import Teardown
 from router.backends.local.uids import UidRanges, shift_owners
 from router.backends.local.unpack_limits import UnpackLimits
 from router.backends.local.zygote import Zygote
@@ -45,6 +48,11 @@ from sandbox_image.init import BASE_ENV
 _READY_TIMEOUT_S = 30.0
 _STOP_TIMEOUT_S = 10.0
 _DETACH_TIMEOUT_S = 10.0
+_SETTLE_TIMEOUT_S = 5.0
+"""How long a delete waits for a killed tree's namespace to empty before it polls the cgroups (and answers 503 if a
+process outlasts that too: one that cannot take its SIGKILL yet)."""
+_DRAIN_TIMEOUT_S = 30.0
+"""How long a closing router (and one collecting orphans at its start) waits for deleted sandboxes' remains."""
 # Sandbox starts in flight per CPU. A start is CPU work (fork, mounts, the executor's own start-up):
 # more at once only slows every one down — 1,000 at once made starts time out — and leaves more
 # sandboxes waiting half-made. Callers beyond the limit wait their turn (first come, first served)
@@ -98,6 +106,8 @@ class LocalBackend:
         self._hogs: asyncio.Task[None] | None = None
         self._pull = pull
         self._pulls: dict[str, asyncio.Lock] = {}
+        self._teardown: Teardown | None = None
+        """Deleted sandboxes' remains, removed in batches (router/backends/local/teardown.py); made in open()."""
 
     @property
     def snapshot_uploads(self) -> SnapshotUploads | None:
@@ -121,6 +131,7 @@ class LocalBackend:
         self._bundle = await asyncio.to_thread(build_bundle, self._runtime)
         await asyncio.to_thread(self.images.ensure_default)
         await asyncio.to_thread(self._collect_retired)
+        self._teardown = Teardown(self._sweep, self._released)
         # Sandboxes that use up their CPU quota yield to the others (noisy neighbours; router/backends/local/hogs.py).
         self._hogs = asyncio.create_task(HogWatch(self.instance).run())
 
@@ -139,6 +150,9 @@ class LocalBackend:
                 await self._hogs
         if self._zygote_proc is not None:
             await self._zygote_proc.close()
+        if self._teardown is not None:
+            await self._teardown.drain(_DRAIN_TIMEOUT_S)  # left over: orphans the next start removes
+            await self._teardown.close()
         self._exits.close()
         remove_instance(self.instance)
         await asyncio.to_thread(self._cow.close)  # only once no sandbox is left on it
@@ -180,6 +194,7 @@ class LocalBackend:
         """Make the directories and cgroups, then start the tree."""
         source = spec.checkpoint
         base = self._dir(spec.id)
+        await self._finish_teardown(spec.id)
         try:
             if source is None:
                 image = await self._image(spec.image)
@@ -203,6 +218,7 @@ class LocalBackend:
     async def resume(self, spec: SandboxSpec, handle: dict[str, Any]) -> Started:
         """Start the tree again over the layer it left."""
         base = self._dir(spec.id)
+        await self._finish_teardown(spec.id)  # a deleted sandbox's layer is not resumed while it is being removed
         if not base.is_dir():
             raise NotFound(f"sandbox {spec.id} has no files left on this host; it cannot be resumed")
         try:
@@ -372,38 +388,70 @@ class LocalBackend:
         await asyncio.to_thread(self._collect_retired)
         return {}
 
-    async def _kill(self, sandbox_id: str, handle: dict[str, Any]) -> None:
+    async def _kill(self, sandbox_id: str, handle: dict[str, Any]) -> set[int]:
+        """Kill the tree and what else is in its cgroups; the pids found there (after PID 1's death, usually none)."""
         pid, started = handle.get("pid"), handle.get("start_time")
+        cgroups = CgroupSet(self.instance, sandbox_id)
         if isinstance(pid, int) and isinstance(started, int):
             self._exits.kill(sandbox_id, pid, started)
             await self._exits.wait(sandbox_id, pid, started, _STOP_TIMEOUT_S)
+            # Its main thread gone, PID 1 may still wait for its namespace's processes to die (a loaded host takes
+            # its time over each): the kernel says when they have, so the cgroups need not be polled for them.
+            if cgroups.pids():
+                await self._exits.settled(sandbox_id, _SETTLE_TIMEOUT_S)
         self._exits.forget(sandbox_id)
         # Killing PID 1 kills its namespace; anything left in the cgroups is collected here.
-        cgroups = CgroupSet(self.instance, sandbox_id)
-        for pid_left in cgroups.pids():
+        left = cgroups.pids()
+        for pid_left in left:
             procs.kill(pid_left, procs.start_time(pid_left) or -1)
+        return left
 
     async def delete(self, sandbox_id: str, handle: dict[str, Any]) -> None:
-        """Kill the tree, remove cgroups and files."""
-        await self._kill(sandbox_id, handle)
-        # Two thread hops where there were four: on a busy router each costs hand-offs of the GIL.
-        await asyncio.to_thread(self._unplug, sandbox_id)
-        await _detached(self._dir(sandbox_id) / disk.IMAGE_NAME)
-        try:
-            await asyncio.to_thread(self._remove_files, sandbox_id)
-        finally:  # the directory is gone (rmtree ignores errors) even if collecting retired things failed
-            if self._uids is not None:
-                self._uids.release(sandbox_id)
+        """Kill the tree and remove its network links; its cgroups and files go in the teardown's next passes.
 
-    def _unplug(self, sandbox_id: str) -> None:
-        """Remove the sandbox's network links and its cgroups (killing what is left in them)."""
-        self._disconnect(self._dir(sandbox_id))
-        CgroupSet(self.instance, sandbox_id).destroy()
+        Answered once the sandbox can no longer run: its PID 1 is dead and its cgroups hold no process. A
+        process still there (one that cannot take its SIGKILL yet) is waited for here, as before, and the
+        delete fails with 503 if it outlasts the wait (the reaper finishes it later)."""
+        base = self._dir(sandbox_id)
+        left = await self._kill(sandbox_id, handle)
+        if (base / EGRESS_RECORD).exists() or (base / PRIVATE_RECORD).exists():
+            # Before the answer: the links' addresses and rules may be given to the next sandbox.
+            await asyncio.to_thread(self._disconnect, base)
+        if left:
+            await asyncio.to_thread(CgroupSet(self.instance, sandbox_id).destroy)
+        assert self._teardown is not None, "open() first"
+        self._teardown.add(sandbox_id)
 
-    def _remove_files(self, sandbox_id: str) -> None:
-        """Remove the sandbox's directory, then what no sandbox uses any more."""
-        shutil.rmtree(self._dir(sandbox_id), True)
-        self._collect_retired()
+    def _sweep(self, sandbox_ids: list[str]) -> set[str]:
+        """One teardown pass (on a worker thread): the ids whose cgroups, loop device and directory are all gone.
+        A directory goes only once no loop device holds its disk image."""
+        emptied = [sandbox_id for sandbox_id in sandbox_ids
+                   if CgroupSet(self.instance, sandbox_id).remove_once() is None]
+        if not emptied:  # every one still has a task being reaped: no scan of the loop devices for nothing
+            return set()
+        held = disk.held_images([self._dir(sandbox_id) / disk.IMAGE_NAME for sandbox_id in emptied])
+        gone = set()
+        for sandbox_id in emptied:
+            if self._dir(sandbox_id) / disk.IMAGE_NAME not in held:
+                shutil.rmtree(self._dir(sandbox_id), True)
+                gone.add(sandbox_id)
+        if gone:
+            self._collect_retired()
+        return gone
+
+    async def _finish_teardown(self, sandbox_id: str) -> None:
+        """The remains of an earlier run of this id removed before it starts again (a create started over)."""
+        if self._teardown is not None:
+            await self._teardown.finish(sandbox_id, _DETACH_TIMEOUT_S)
+
+    def _released(self, sandbox_id: str) -> None:
+        """The sandbox's remains are gone: its host id range may be given out again."""
+        if self._uids is not None:
+            self._uids.release(sandbox_id)
+
+    async def removed(self, timeout_s: float = _DRAIN_TIMEOUT_S) -> bool:
+        """Wait (bounded) until every deleted sandbox's remains are gone; whether they are."""
+        return self._teardown is None or await self._teardown.drain(timeout_s)
 
     def _collect_retired(self) -> None:
         """Delete replaced runtime bundles no running sandbox has mounted and replaced or removed images
@@ -497,6 +545,7 @@ class LocalBackend:
         orphans = sorted(found - known_ids)
         for sandbox_id in orphans:
             await self.delete(sandbox_id, {})
+        await self.removed()  # a start leaves no orphan's remains behind it
         # Egress links of sandboxes that stopped while no router watched, and rules no sandbox claims.
         if self._sandboxes.is_dir():
             dirs = [p for p in self._sandboxes.iterdir() if p.is_dir()]

@@ -140,28 +140,30 @@ class CgroupSet:
     def destroy(self, timeout_s: float = 5.0) -> None:
         """Kill whatever is left in the cgroups and remove them."""
         deadline = time.monotonic() + timeout_s
-        while True:
-            pids = self.pids()
-            for pid in pids:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            removed = True
-            for controller in HIERARCHIES:
-                path = self.path(controller)
-                try:
-                    path.rmdir()
-                except FileNotFoundError:
-                    pass
-                except OSError:
-                    removed = False  # still has tasks (zombies being reaped): try again
-            if removed:
-                return
+        while (pids := self.remove_once()) is not None:
             if time.monotonic() > deadline:
                 raise Unavailable(f"sandbox {self.sandbox_id} is not deleted yet: its processes {sorted(pids)} have "
                                   f"not exited {timeout_s:g} s after being killed (a busy host, or a process that "
                                   "cannot take the signal yet); the router finishes the delete in the background: "
                                   "retry it to see it done", retry_after=1)
             time.sleep(0.01)
+
+    def remove_once(self) -> set[int] | None:
+        """One try: kill whatever is left in the cgroups and remove them; None once they are all gone, else the
+        pids found in them (a group with tasks being reaped refuses ``rmdir`` for a moment: try again)."""
+        pids = self.pids()
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        removed = True
+        for controller in HIERARCHIES:
+            try:
+                self.path(controller).rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                removed = False
+        return None if removed else pids
 
 
 def tcp_memory_bytes(memory_mb: int) -> int:

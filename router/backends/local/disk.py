@@ -189,8 +189,26 @@ def attached_loops(image: Path, among: list[str] | None = None) -> list[str]:
     not every loop device of the host: there can be a thousand, read each time).
     """
     wanted = str(image)
+    return [name for name, backing in _backings(among if among is not None else _bound_loops())
+            if _holds(backing, wanted)]
+
+
+def held_images(images: list[Path]) -> set[Path]:
+    """Those of ``images`` some loop device still holds, from one scan of the loop devices for all of them (a
+    batch of deletes: :mod:`router.backends.local.teardown`)."""
+    backings = {backing for _, backing in _backings(_bound_loops())}
+    return {image for image in images if not backings.isdisjoint(_names_of(str(image)))}
+
+
+def _names_of(path: str) -> list[str]:
+    """Every backing-file name under which a loop device holds the file ``path`` (see :func:`_holds`)."""
+    parts = path.split("/")
+    return [path, *("/" + "/".join(parts[i:]) for i in range(2, len(parts) - 1))]
+
+
+def _backings(names: list[str]) -> list[tuple[str, str]]:
+    """``(loopN, backing file)`` of those of the loop devices that are attached."""
     found = []
-    names = among if among is not None else _bound_loops()
     for name in names:
         # os-level calls: three system calls where open().read() makes nine, each one a release of the GIL
         # (a scan reads a file for each sandbox running on the host, from a thread beside the event loop).
@@ -204,14 +222,16 @@ def attached_loops(image: Path, among: list[str] | None = None) -> list[str]:
             continue
         finally:
             os.close(fd)
-        if backing.endswith(" (deleted)"):
-            backing = backing[:-len(" (deleted)")]
-        # On the checkpoint volume (router/backends/local/cow.py) the kernel names the file from that volume's
-        # root: the sandbox's copy of the mount was detached with its old root at pivot_root, so
-        # ``<state>/sandboxes/<id>/disk.img`` reads ``/<id>/disk.img``.
-        if backing == wanted or (backing.startswith("/") and wanted.endswith(backing) and backing.count("/") >= 2):
-            found.append(name)
+        found.append((name, backing.removesuffix(" (deleted)")))
     return found
+
+
+def _holds(backing: str, wanted: str) -> bool:
+    """Whether a loop device whose backing file reads ``backing`` holds the file ``wanted``."""
+    # On the checkpoint volume (router/backends/local/cow.py) the kernel names the file from that volume's
+    # root: the sandbox's copy of the mount was detached with its old root at pivot_root, so
+    # ``<state>/sandboxes/<id>/disk.img`` reads ``/<id>/disk.img``.
+    return backing == wanted or (backing.startswith("/") and wanted.endswith(backing) and backing.count("/") >= 2)
 
 
 def _bound_loops() -> list[str]:

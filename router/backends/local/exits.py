@@ -91,6 +91,17 @@ class Exits:
                 return True  # its main thread is gone; the rest is held by what cannot die yet
         return True
 
+    async def settled(self, sandbox_id: str, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) for the kernel's word that the watched PID 1 has exited whole (its pidfd
+        readable: the last of its threads gone, which is after every process of its namespace died); whether it
+        has. No polling: the event or the timeout. False when no pidfd watches the tree (the caller polls)."""
+        watch = self._watched.get(sandbox_id)
+        if watch is None:
+            return False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(watch.exited), timeout_s)
+        return watch.exited.done()
+
     def forget(self, sandbox_id: str) -> None:
         """Stop watching the sandbox's tree (it was deleted or stopped): its pidfd is closed."""
         watch = self._watched.pop(sandbox_id, None)

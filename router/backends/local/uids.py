@@ -47,12 +47,14 @@ class UidRanges:
         self._registry = registry
         registry.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._used: dict[int, str] = {}
+        self._slots: dict[str, set[int]] = {}
+        """The inverse of ``_used``: each sandbox's slots (a release looks up its own, not every sandbox's)."""
         with self._locked():  # claims left by routers whose state dir was removed (a crash, a wiped /tmp)
             self._collect_stale()
         for entry in sandboxes.glob(f"*/{_FILE}") if sandboxes.is_dir() else ():
             slot = _read_slot(entry)
             if slot is not None:
-                self._used[slot] = entry.parent.name
+                self._hold(slot, entry.parent.name)
                 with self._locked():
                     self._claim(slot, entry)  # recorded before ranges were host-wide, or after a wipe
         self._next = 0
@@ -67,14 +69,18 @@ class UidRanges:
                 tmp = path.with_suffix(".tmp")
                 tmp.write_text(f"{FLOOR + slot * RANGE}\n", encoding="ascii")
                 os.replace(tmp, path)
-        self._used[slot] = sandbox_id
+        self._hold(slot, sandbox_id)
         return FLOOR + slot * RANGE
+
+    def _hold(self, slot: int, sandbox_id: str) -> None:
+        self._used[slot] = sandbox_id
+        self._slots.setdefault(sandbox_id, set()).add(slot)
 
     def release(self, sandbox_id: str) -> None:
         """The sandbox is gone: its range may be given out again (here and by every other router)."""
         path = str(self._sandboxes / sandbox_id / _FILE)
-        for slot, owner in list(self._used.items()):
-            if owner == sandbox_id:
+        for slot in sorted(self._slots.pop(sandbox_id, ())):
+            if self._used.get(slot) == sandbox_id:
                 del self._used[slot]
                 with self._locked():
                     if _claimant(self._registry / str(slot)) == path:
