@@ -24,7 +24,7 @@ from grove.core.errors import Conflict, GroveError, Unavailable
 from router.backends.local import disk
 from router.backends.local.cgroups import ACCOUNTING, CgroupSet
 from router.backends.local.image_derive import derive
-from router.backends.local.images import Image, ImageStore
+from router.backends.local.images import Image, ImageStore, check_name
 
 _FREEZE_TIMEOUT_S = 10.0
 _TAR_TIMEOUT_S = 600.0
@@ -59,15 +59,19 @@ def commit(store: ImageStore, sandbox_dir: Path, cgroups: CgroupSet, id_base: in
     if not loops:
         raise Conflict(f"sandbox {sandbox_dir.name} has no mounted disk (it is not running, or was made before "
                        "sandboxes had disks): it cannot be committed")
-    # A scratch dir the layer store's collection knows: one left by a killed router goes with the next collection.
-    scratch = Path(tempfile.mkdtemp(prefix=".pull-commit-", dir=store.root))
-    try:
-        layer = scratch / "layer.tar"
-        with frozen(cgroups):
-            _write_layer(f"/dev/{loops[0]}", id_base, layer)
-        return derive(store, name, parent, layer, **meta)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    check_name(name)  # before the layer is written: a bad name costs nothing
+    # A scratch dir the layer store's collection knows: one left by a killed router goes with the next collection;
+    # one in use is kept from it by the import lock, held until the image names its layers (a deleted sandbox's
+    # teardown pass may collect at any moment).
+    with store.layers.importing():
+        scratch = Path(tempfile.mkdtemp(prefix=".pull-commit-", dir=store.root))
+        try:
+            layer = scratch / "layer.tar"
+            with frozen(cgroups):
+                _write_layer(f"/dev/{loops[0]}", id_base, layer)
+            return derive(store, name, parent, layer, **meta)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _write_layer(device: str, id_base: int, out: Path) -> None:
