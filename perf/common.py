@@ -327,10 +327,11 @@ def running_router(*, key: str = "bench-key", ready_timeout_s: float = 120.0) ->
                 print(f"cleanup: could not delete sandboxes through the API: {exc}", file=sys.stderr)
         report["router_exit_code"] = process.stop()
         report["removed_by_force"] = leaks(state)
-        force_cleanup(state)
+        if left := force_cleanup(state):
+            report["could_not_remove"] = left
         if router is not None:
             router.cleanup = report
-        if report.get("deleted_via_api") or report["removed_by_force"]:
+        if report.get("deleted_via_api") or report["removed_by_force"] or report.get("could_not_remove"):
             print(f"cleanup: {report}", file=sys.stderr)
 
 
@@ -352,7 +353,8 @@ def sweep_stale(tmp: Path | None = None) -> list[str]:
     for state in stale:
         if str(state) in routers:
             continue
-        force_cleanup(state)
+        if left := force_cleanup(state):
+            print(f"could not remove the cgroups of {state}: {', '.join(left)}", file=sys.stderr)
         removed.append(state.name)
     return removed
 

@@ -268,9 +268,11 @@ def _cmdline(pid: int) -> str:
         return "?"
 
 
-def force_cleanup(state_dir: Path) -> None:
+def force_cleanup(state_dir: Path) -> list[str]:
     """Remove whatever a state dir left: its sandboxes' processes (found through its own cgroups and by
-    its path in their command line — nothing else), its cgroups, the state dir itself."""
+    its path in their command line — nothing else), its cgroups, the state dir itself. Returns the cgroups it
+    could not remove (a process that would not die within the wait): once the state dir is gone nothing else
+    knows them, so a caller must say so."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         pids = set(processes_with(str(state_dir)))
@@ -302,7 +304,9 @@ def force_cleanup(state_dir: Path) -> None:
     if any(line.split()[1] == volume for line in mounts_with(volume) if len(line.split()) > 1):
         subprocess.run(["umount", "-l", volume], capture_output=True, check=False)
     unmount_state_disk(state_dir)
+    left = [str(cg) for cg in [*sandbox_cgroups(state_dir), *instance_cgroups(state_dir)]]
     shutil.rmtree(state_dir, ignore_errors=True)
+    return left
 
 
 @dataclass
@@ -588,11 +592,11 @@ def router_state(
             problems.append(f"the router exited with {code} on SIGTERM")
         problems += leaks(state)
         log = router.log()
-        force_cleanup(state)
+        left = force_cleanup(state)
         if router.log_file is not None:
             for path in router.log_file.parent.glob(router.log_file.name + "*"):  # the log and its ready files
                 path.unlink()
-        assert not instance_cgroups(state), "could not remove the instance's cgroups"
+        assert not left, f"could not remove these cgroups (a process in them would not die): {left}"
         assert not state.exists(), f"could not remove {state}"
         if problems:
             pytest.fail("router state dir was not clean:\n  " + "\n  ".join(problems) + f"\n--- router log:\n{log}")
