@@ -40,6 +40,7 @@ from router.backends.local import egress_rules
 from router.backends.local.backend import LocalBackend
 from router.backends.local.cgroups import HIERARCHIES
 from router.backends.local.private_net import PrivateNetworks
+from router.projects.files import ProjectFiles
 from sandbox_image.bundle import build_bundle
 from tests.conftest import free_tcp_port
 from tests.support.executor_fixtures import MSGPACK, Reply, processes_with
@@ -470,12 +471,19 @@ class RouterProcess:
         )
 
     def member_key(self, project: str, label: str = "member") -> str:
-        """A new member key of ``project`` made by ``grove key add``, returned once the router takes it (it
-        re-reads its key file at most once a second, so a key used at once can still be refused)."""
+        """A new member key of ``project`` made by ``grove key add``, returned once the router takes it and shows
+        the project as its file now defines it (the router re-reads its key file and its projects' folder each at
+        most once a second, apart: a key taken before the quotas a test just set would be held to older ones)."""
         done = self.cli("key", "add", label, "--project", project)
         assert done.returncode == 0, done.stderr.decode()
         key = done.stdout.decode().strip()
-        wait_for(lambda: self.http("GET", "/v1/projects", key=key).status == 200, 30, what="the new key taken")
+        defined = ProjectFiles(self.state_dir).get(project).to_dict()
+
+        def taken() -> bool:
+            shown = self.http("GET", f"/v1/projects/{project}", key=key)
+            return shown.status == 200 and {k: shown.json().get(k) for k in defined} == defined
+
+        wait_for(taken, 30, what=f"the new key taken, and project {project} shown as defined")
         return key
 
     def live_ids(self) -> set[str]:
