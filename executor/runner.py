@@ -254,7 +254,9 @@ def _set_oom_score(pid: int, score: int) -> None:
 
     The executor keeps 0 (root here cannot lower its own score) and the command is written right after
     its exec, so a child it forked before that would keep the executor's 0: its descendants are found
-    (the sandbox's /proc holds only its own few processes) and written too, until a pass finds none new.
+    (the sandbox's /proc holds only its own processes) and written too, until a pass finds none new.
+    That pass reads every process's ``stat``, so it is skipped when the last pid handed out in the executor's
+    pid namespace is still the command's once it is written: then nothing has been forked since it started.
     """
     done: set[int] = set()
     todo = {pid}
@@ -266,7 +268,18 @@ def _set_oom_score(pid: int, score: int) -> None:
             except OSError:
                 pass  # it has exited already
         done |= todo
+        if _last_pid() == pid:
+            return
         todo = _descendants(pid) - done
+
+
+def _last_pid() -> int | None:
+    """The last pid handed out in this process's pid namespace (None when it cannot be read)."""
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "rb") as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        return None
 
 
 def _descendants(pid: int) -> set[int]:
