@@ -71,7 +71,21 @@ def encode(value: Any, as_msgpack: bool) -> bytes:
     """Encode a response body; JSON turns bytes into text with invalid UTF-8 replaced."""
     if as_msgpack:
         return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
-    return json.dumps(to_text(value), separators=(",", ":")).encode()
+    try:
+        # The C encoder asks _bytes_as_text only for what it cannot encode itself: one pass, no copy of the
+        # structure (to_text's walk cost 15 of 22 µs for an exec's result, on every answer of every hop).
+        return _JSON.encode(value).encode()
+    except ValueError:  # a non-finite number, which allow_nan=False refuses: the walk turns it into null
+        return json.dumps(to_text(value), separators=(",", ":")).encode()
+
+
+def _bytes_as_text(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_JSON = json.JSONEncoder(separators=(",", ":"), default=_bytes_as_text, allow_nan=False)
 
 
 def to_text(value: Any) -> Any:
