@@ -1,7 +1,7 @@
 """Quotas and admission (issue 32): a project's quotas refuse with 429 naming the quota and recover; one
 project's burst does not stall another's creates; the host's memory admits a burst as far as it has room — a
-create short only of the room promised to starts in flight waits for them — and refuses the rest whole (nothing
-half-started)."""
+create short only of the room promised to starts in flight waits for them, while one over its project's quota is
+refused at once — and refuses the rest whole (nothing half-started)."""
 
 from __future__ import annotations
 
