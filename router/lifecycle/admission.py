@@ -22,7 +22,8 @@ to :data:`HOST_WAIT_S`
 (:meth:`Admission.wait_for_room`): a start's promise (64 MiB) is far more than the few MiB a ready sandbox then
 shows, so a 1,000 burst on a 24 GiB host would otherwise have most of its creates refused while the host had
 room for all of them (measured: 563 of 1,000, perf/README.md). A host short of memory with nothing starting still
-refuses at once.
+refuses at once, and so is a create over its project's quotas: those are checked before the wait (counting
+nothing) and again when it is admitted (creates admitted while it waited may have taken them).
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ class Admission:
     def admit(self, project: str, req: CreateRequest) -> None:
         """Raise :class:`QuotaExceeded` (429) or :class:`Unavailable` (503), naming why, unless a sandbox of
         ``project`` made as ``req`` asks may start now."""
-        self._check_quotas(project, req)
+        self.check_quotas(project, req)
         if self._host:
             self._check_host(req)
 
@@ -144,7 +145,8 @@ class Admission:
         flight; return once it fits, or at ``timeout_s`` (then :meth:`admit` refuses it). Lines are woken
         round-robin between projects, so another project's burst holds a create back by one turn, not by all
         of it. Call :meth:`admit` and :meth:`started` right after, with no await between: the next waiter is
-        woken now and runs only after them, so it sees this create counted."""
+        woken now and runs only after them, so it sees this create counted. Call :meth:`check_quotas` before:
+        a create over its project's quotas is refused at once, not after the wait."""
         if not self._host:
             return
         loop = asyncio.get_running_loop()
@@ -185,7 +187,9 @@ class Admission:
             return exc.message
         return None
 
-    def _check_quotas(self, project: str, req: CreateRequest) -> None:
+    def check_quotas(self, project: str, req: CreateRequest) -> None:
+        """Raise :class:`QuotaExceeded` (429) naming the quota unless ``project`` may hold one more sandbox made as
+        ``req``: what it holds, what it has admitted and not yet recorded, and what is starting. Counts nothing."""
         quotas = self.projects.get(project).quotas
         if quotas == Quotas():
             return
@@ -286,9 +290,10 @@ class Admission:
         self._waiters.wake_next()  # its promise is given back: the first waiting create may fit now
 
     def usage(self, project: str) -> dict[str, object]:
-        """What ``project`` holds and reserves now, with its starting count and stored bytes (for the API)."""
+        """What ``project`` holds and reserves now, with its starting count, its creates waiting for the host's
+        room (:meth:`wait_for_room`) and its stored bytes (for the API)."""
         usage: Usage = self._registry.usage(project)
-        return {**usage.to_dict(), "starting": self.starting.get(project, 0),
+        return {**usage.to_dict(), "starting": self.starting.get(project, 0), "waiting": self._waiters.count(project),
                 "stored_bytes": self._stored_bytes(project) if self._stored_bytes is not None else None}
 
 

@@ -99,10 +99,15 @@ class Starts(InFlight):
                                created_at=time.time(), project=project, lineage=lineage,
                                image_config=run_config.record() if run_config is not None else None)
         service.backend.check(record.spec())
+        # Over its project's quotas, a create gets its 429 now, not after waiting for the host's room (up to
+        # HOST_WAIT_S): this only reads, so nothing is counted or left behind should the wait end in a 503 or
+        # the request be cancelled.
+        service.admission.check_quotas(project, req)
         # A burst larger than the host can start at once waits here for the starts before it (bounded).
         await service.admission.wait_for_room(project, req)
-        # The project's quotas and the host's room, checked and counted with no await in between: a burst's
-        # creates all see each other.
+        # The project's quotas again, and the host's room, checked and counted with no await in between: a
+        # burst's creates all see each other, and the quota may have been taken while this one waited, by the
+        # project's creates admitted meanwhile.
         service.admission.admit(project, req)
         service.admission.started(project, req)
         self._admitted[record.id] = (project, req)

@@ -14,7 +14,6 @@ import dataclasses
 import errno
 import json
 import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,8 +34,8 @@ from tests.support.router_fixtures import (
     error_of,
     mount_state_disk,
     new_state_dir,
-    processes_with,
     router_state,
+    starts_held,
     unmount_state_disk,
     wait_for,
 )
@@ -276,18 +275,6 @@ def test_a_write_cut_off_by_the_full_disk_leaves_no_torn_file(tiny_disk: Path) -
     assert json.loads((tiny_disk / "records" / f"{record.id}.json").read_text())["status"] == "ready"
 
 
-def zygote_of(router: RouterProcess) -> int:
-    """PID of the router's zygote (the process that forks every sandbox; a child of the router)."""
-    def parent(pid: int) -> int:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
-        return int(raw[raw.rfind(b")") + 2 :].split()[1])
-
-    found = [pid for pid in processes_with("sandbox_image.zygote") if parent(pid) == router.pid]
-    assert len(found) == 1, found
-    return found[0]
-
-
 def test_disk_fills_while_a_sandbox_starts(small_disk_router: RouterProcess) -> None:
     """The disk fills between a create's answer (``wait: false``) and the end of the start: the record
     that would say ``ready`` cannot be written, so the sandbox is taken down and reported failed with
@@ -297,20 +284,16 @@ def test_disk_fills_while_a_sandbox_starts(small_disk_router: RouterProcess) -> 
     # Scaled to zero before the disk fills, so only the router writes to the disk while it is full (a
     # running sandbox's layer is on it too); the restart below then re-adopts it asleep.
     steady = create(router, idle_timeout_s=1)
-    zygote = zygote_of(router)
     wait_for(lambda: router.http("GET", f"/v1/sandboxes/{steady}").json()["status"] == "idle", 30,
              what="the steady sandbox scaled to zero")
     reserve = state / "reserve"
     reserve.write_bytes(b"r" * (256 << 10))
     fill(state / "filler")
     reserve.unlink()  # room for the create's record and journal, not much more
-    os.kill(zygote, signal.SIGSTOP)
-    try:
+    with starts_held(router):
         reply = router.http("POST", "/v1/sandboxes", json_body={"wait": False})
         assert reply.status == 201 and reply.json()["status"] == "pending", reply.body[:300]
         fill(state / "filler-2")
-    finally:
-        os.kill(zygote, signal.SIGCONT)
     sandbox_id = reply.json()["id"]
     info = wait_for(lambda: (i := router.http("GET", f"/v1/sandboxes/{sandbox_id}").json())["status"] != "pending"
                     and i, 60, what="the start to end")

@@ -1,13 +1,15 @@
 """Quotas and admission (issue 32): a project's quotas refuse with 429 naming the quota and recover; one
 project's burst does not stall another's creates; the host's memory admits a burst as far as it has room — a
-create short only of the room promised to starts in flight waits for them — and refuses the rest whole (nothing
-half-started)."""
+create short only of the room promised to starts in flight waits for them, while one over its project's quota is
+refused at once — and refuses the rest whole (nothing half-started)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +18,16 @@ import pytest
 from grove.client import AsyncGrove
 from grove.errors import QuotaExceeded
 from router.lifecycle.admission import HOST_WAIT_S, START_MEMORY_MB, read_host
-from tests.support.router_fixtures import RouterProcess, router_state, wait_for
+from tests.support.router_fixtures import RouterProcess, router_state, starts_held, wait_for
 
 pytestmark = pytest.mark.local_only
 
 SMALL = {"cpu": 0.25, "memory_mb": 256, "disk_mb": 256}
+ROOM_MB = 1500
+"""What a tight host has to spare above its reserve: each create is counted at 64 MiB while it starts, so ~23 may
+start at once."""
+BURST = 60
+"""A burst larger than a tight host can start at once: the creates past ~23 wait for the starts before them."""
 
 
 def _key(router: RouterProcess, project: str) -> str:
@@ -40,6 +47,14 @@ def _create(router: RouterProcess, key: str, **body: Any) -> Any:
 @pytest.fixture(scope="module")
 def quota_router(s3_server: Any) -> Iterator[RouterProcess]:
     with router_state(s3=s3_server) as router:
+        yield router
+
+
+@pytest.fixture
+def tight_router(s3_server: Any) -> Iterator[RouterProcess]:
+    """A router of its own whose host keeps all but :data:`ROOM_MB` of the memory available now."""
+    reserve = read_host(Path("/")).memory_available_mb - ROOM_MB
+    with router_state(s3=s3_server, up_args=("--memory-reserve-mb", str(int(reserve)))) as router:
         yield router
 
 
@@ -154,28 +169,170 @@ def test_one_projects_burst_does_not_stall_anothers_create(quota_router: RouterP
     assert beta_s < 0.25 * burst_s, (beta_s, burst_s)
 
 
-def test_a_burst_larger_than_can_start_at_once_waits_for_the_starts_before_it(s3_server: Any) -> None:
-    """A router whose host keeps all but ~1,500 MiB of what is available now, and a burst of 60 creates, each
-    counted at 64 MiB while it starts (so ~23 may start at once): the creates past those wait for the starts
+def test_a_burst_larger_than_can_start_at_once_waits_for_the_starts_before_it(tight_router: RouterProcess) -> None:
+    """A tight host and a burst of 60 creates: the creates past those that may start at once wait for the starts
     before them rather than failing, so more sandboxes are made than could start at once (all 60, unless the
     shared host's memory falls meanwhile); any refused one is a 503 naming memory; every one made is ready and
     nothing is left of a refused one."""
-    room = 1500
-    reserve = read_host(Path("/")).memory_available_mb - room
-    with router_state(s3=s3_server, up_args=("--memory-reserve-mb", str(int(reserve)))) as router:
-        answer = router.http("POST", "/v1/sandboxes/batch", json_body={
-            "template": {**SMALL, "memory_mb": 256}, "request_ids": [f"mem-{i}" for i in range(60)]},
-            timeout=300).json()
-        made = [s for s in answer["sandboxes"] if "id" in s]
-        refused = [s["error"] for s in answer["sandboxes"] if "id" not in s]
-        assert len(made) > room // START_MEMORY_MB, (len(made), refused[:2])  # more than could start at once
-        assert all(e["code"] == "unavailable" and "short of memory" in e["message"] and e.get("retry_after")
-                   for e in refused), refused[:2]
-        assert all(s["status"] == "ready" for s in made), made
-        assert router.live_ids() == {s["id"] for s in made}  # nothing of the refused ones was made
-        router.delete_all()
-        again = router.http("POST", "/v1/sandboxes", json_body={**SMALL, "memory_mb": 256})
-        assert again.status == 201, again.body[:300]
+    router = tight_router
+    answer = router.http("POST", "/v1/sandboxes/batch", json_body={
+        "template": {**SMALL, "memory_mb": 256}, "request_ids": [f"mem-{i}" for i in range(BURST)]},
+        timeout=300).json()
+    made = [s for s in answer["sandboxes"] if "id" in s]
+    refused = [s["error"] for s in answer["sandboxes"] if "id" not in s]
+    assert len(made) > ROOM_MB // START_MEMORY_MB, (len(made), refused[:2])  # more than could start at once
+    assert all(e["code"] == "unavailable" and "short of memory" in e["message"] and e.get("retry_after")
+               for e in refused), refused[:2]
+    assert all(s["status"] == "ready" for s in made), made
+    assert router.live_ids() == {s["id"] for s in made}  # nothing of the refused ones was made
+    router.delete_all()
+    again = router.http("POST", "/v1/sandboxes", json_body={**SMALL, "memory_mb": 256})
+    assert again.status == 201, again.body[:300]
+
+
+async def _until(check: Callable[[], Awaitable[Any]], what: str, timeout_s: float = 30.0) -> Any:
+    """Poll ``check`` until it returns something truthy, and return that (:func:`wait_for`, in a running loop)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not (value := await check()):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {value!r})")
+        await asyncio.sleep(0.1)
+    return value
+
+
+async def _usage(client: AsyncGrove, project: str) -> dict[str, Any]:
+    """What the router shows ``project`` holding, starting and waiting for (``GET /v1/projects/{name}``)."""
+    usage: dict[str, Any] = (await client.request("GET", f"/v1/projects/{project}"))["usage"]
+    return usage
+
+
+@dataclass
+class _Burst:
+    """Creates of a project sent while the router's starts are held."""
+
+    tasks: list[asyncio.Task[Any]]
+    """Each create's request (``wait: false``: each answers once admitted, before its start)."""
+    release: Callable[[], None]
+    """Let the router's starts go on (a no-op once done)."""
+
+
+@contextlib.asynccontextmanager
+async def _held_burst(router: RouterProcess, client: AsyncGrove, project: str) -> AsyncIterator[_Burst]:
+    """:data:`BURST` creates of ``project`` on a tight host whose starts are held (:func:`starts_held`), yielded once
+    the router shows some of them waiting for the host's room, the others admitted with their starts in flight
+    (none of which can end until released). However the block ends, the starts are released, and it is left only
+    once the router shows no create of any project waiting or starting: nothing of the test's is started after
+    its cleanup has deleted the sandboxes."""
+    with contextlib.ExitStack() as hold:
+        hold.enter_context(starts_held(router))
+        tasks = [asyncio.create_task(client.request("POST", "/v1/sandboxes", json_body={**SMALL, "wait": False}))
+                 for _ in range(BURST)]
+
+        async def waiting() -> dict[str, Any] | None:
+            refused = [t.exception() for t in tasks if t.done() and t.exception() is not None]
+            assert not refused, refused[:1]  # e.g. the shared host's memory fell below the reserve meanwhile
+            usage = await _usage(client, project)
+            return usage if usage["waiting"] > 0 and usage["starting"] > 0 else None
+
+        async def settled() -> bool:
+            async with AsyncGrove(router.url, router.key, project="*") as admin:  # every project's creates
+                shown = (await admin.request("GET", "/v1/projects"))["projects"]
+            return all(p["usage"]["waiting"] == 0 and p["usage"]["starting"] == 0 for p in shown)
+
+        try:
+            await _until(waiting, f"{project}'s creates past those the host's room admits waiting for it")
+            yield _Burst(tasks, hold.close)
+        finally:
+            hold.close()
+            for task in tasks:
+                task.cancel()  # only those a failed test left unanswered
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await _until(settled, "the router done with every create", timeout_s=HOST_WAIT_S + 120)
+
+
+async def _all_ready(client: AsyncGrove, count: int) -> list[dict[str, Any]]:
+    """The client's project's sandboxes, once there are ``count`` and every one is ready."""
+    async def ready() -> list[dict[str, Any]] | None:
+        listed: list[dict[str, Any]] = (await client.request("GET", "/v1/sandboxes"))["sandboxes"]
+        if any(s["status"] == "failed" for s in listed):
+            raise AssertionError(f"a start failed: {[s for s in listed if s['status'] == 'failed'][:1]}")
+        return listed if len(listed) == count and all(s["status"] == "ready" for s in listed) else None
+
+    found: list[dict[str, Any]] = await _until(ready, f"{count} sandboxes ready", timeout_s=240)
+    return found
+
+
+def test_a_create_over_its_quota_is_refused_at_once_while_the_hosts_room_is_held(
+        tight_router: RouterProcess) -> None:
+    """Project alpha holds its quota of one sandbox while beta's burst holds a tight host's room with starts in
+    flight (held: the router's zygote is stopped, so none can end) and the rest of the burst waits for it. alpha's
+    next create is a 429 naming the quota while all that is still so: no start of beta's ended, none more was
+    admitted, some still wait. (Before, it waited in alpha's line until a start ended or :data:`HOST_WAIT_S`
+    passed: it is sent with a client timeout of half that.) Then every one of beta's creates ends ready, and
+    alpha still holds its one sandbox."""
+    router = tight_router
+    _project(router, "create", "alpha", "--sandboxes", "1")
+    alpha, beta = _key(router, "alpha"), _key(router, "beta")
+    assert _create(router, alpha).status == 201  # alpha is full (and the router's zygote runs from now on)
+
+    async def refused_while_held() -> None:
+        async with AsyncGrove(router.url, beta) as b, \
+                AsyncGrove(router.url, alpha, timeout_s=HOST_WAIT_S / 2) as a, \
+                _held_burst(router, b, "beta") as burst:
+            before = await _usage(b, "beta")
+            with pytest.raises(QuotaExceeded) as refused:
+                await a.request("POST", "/v1/sandboxes", json_body=SMALL)
+            after = await _usage(b, "beta")
+            unanswered = sum(not t.done() for t in burst.tasks)
+            listed = (await b.request("GET", "/v1/sandboxes"))["sandboxes"]
+            burst.release()
+            message = refused.value.message
+            assert "'sandboxes' quota" in message and "holds 1 of 1" in message, message
+            assert refused.value.retry_after is not None and refused.value.retry_after >= 1
+            # The 429 came while beta's starts were all still in flight and the rest of its burst still waited.
+            assert after["starting"] == before["starting"] > 0, (before, after)
+            assert after["waiting"] > 0 and unanswered >= after["waiting"], (after, unanswered)
+            assert {s["status"] for s in listed} == {"pending"}, listed[:2]
+            # Nothing else disturbed: every one of beta's creates is admitted and ends ready once starts go on.
+            answers = await asyncio.gather(*burst.tasks)
+            assert all(answer["status"] == "pending" for answer in answers), answers[:2]
+            assert {s["id"] for s in await _all_ready(b, BURST)} == {answer["id"] for answer in answers}
+            shown = await _usage(a, "alpha")
+            assert shown["sandboxes"] == 1 and shown["starting"] == shown["waiting"] == 0, shown  # nothing left
+
+    asyncio.run(refused_while_held())
+
+
+def test_a_create_within_its_quota_still_waits_for_the_hosts_room_and_is_admitted(
+        tight_router: RouterProcess) -> None:
+    """The same held burst of beta's, and alpha with room in its quota (one sandbox of two): alpha's create waits
+    for the host's room in alpha's line (the router shows it waiting, not starting), and once the starts go on
+    it is admitted and ends ready beside all of beta's."""
+    router = tight_router
+    _project(router, "create", "alpha", "--sandboxes", "2")
+    alpha, beta = _key(router, "alpha"), _key(router, "beta")
+    assert _create(router, alpha).status == 201  # the router's zygote runs from now on
+
+    async def alpha_waiting(client: AsyncGrove) -> dict[str, Any] | None:
+        usage = await _usage(client, "alpha")
+        return usage if usage["waiting"] == 1 else None
+
+    async def waits_then_admitted() -> None:
+        async with AsyncGrove(router.url, beta) as b, AsyncGrove(router.url, alpha) as a, \
+                _held_burst(router, b, "beta") as burst:
+            mine = asyncio.create_task(a.request("POST", "/v1/sandboxes", json_body={**SMALL, "wait": False}))
+            try:
+                shown = await _until(lambda: alpha_waiting(a), "alpha's create waiting for the host's room")
+                assert shown["starting"] == 0 and shown["sandboxes"] == 1 and not mine.done(), shown
+                burst.release()
+                made = await mine
+            finally:
+                mine.cancel()  # only if the test failed before its answer
+            answers = await asyncio.gather(*burst.tasks)
+            assert made["id"] in {s["id"] for s in await _all_ready(a, 2)}
+            assert len(await _all_ready(b, BURST)) == len(answers)
+
+    asyncio.run(waits_then_admitted())
 
 
 def test_a_host_short_of_memory_with_nothing_starting_refuses_at_once(s3_server: Any) -> None:

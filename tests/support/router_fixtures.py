@@ -668,6 +668,31 @@ def grove(router: RouterProcess) -> Iterator[Grove]:
         router.delete_all(keep=before)
 
 
+def zygote_of(router: RouterProcess) -> int:
+    """PID of the router's zygote (the process that forks every sandbox; a child of the router, started with the
+    router's first sandbox)."""
+    def parent(pid: int) -> int:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+        return int(raw[raw.rfind(b")") + 2 :].split()[1])
+
+    found = [pid for pid in processes_with("sandbox_image.zygote") if parent(pid) == router.pid]
+    assert len(found) == 1, found
+    return found[0]
+
+
+@contextlib.contextmanager
+def starts_held(router: RouterProcess) -> Iterator[None]:
+    """The router's sandbox starts held for the block: its zygote stopped (SIGSTOP, by PID), so no start can end
+    meanwhile; resumed (SIGCONT) however the block ends. Hold it for well under the zygote's spawn timeout (60 s)."""
+    zygote = zygote_of(router)
+    os.kill(zygote, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(zygote, signal.SIGCONT)
+
+
 def wait_for(predicate: Any, timeout: float, interval: float = 0.1, what: str = "condition") -> Any:
     """Poll ``predicate`` until it returns something truthy; return that, or fail after ``timeout``."""
     deadline = time.monotonic() + timeout
