@@ -142,13 +142,15 @@ class Journal:
         create = os.O_CREAT if mode == os.O_TRUNC else 0  # only start() makes a journal
         fd = os.open(self._file(sandbox_id), os.O_WRONLY | create | mode | os.O_CLOEXEC, 0o600)
         try:
-            end = os.fstat(fd).st_size
+            view = memoryview(data)
             try:
-                view = memoryview(data)
                 while view:  # a nearly full disk takes part of a write and refuses the rest
                     view = view[os.write(fd, view) :]
             except OSError:
-                os.ftruncate(fd, end)  # never leave half an entry: everything after it would be unreadable
+                # Never leave half an entry: everything after it would be unreadable. The end before this write
+                # is found only here (what is on file now, less what this write put there): an fstat ahead of
+                # every write cost one more system call per exec's step.
+                os.ftruncate(fd, os.fstat(fd).st_size - (len(data) - len(view)))
                 raise
         finally:
             os.close(fd)
