@@ -93,8 +93,8 @@ def cmd_project(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(projects, indent=1))
         return 0
-    print(f"{'PROJECT':<20} {'SANDBOXES':>11} {'STARTING':>9} {'CPU':>11} {'MEMORY MiB':>17} {'DISK MiB':>17} "
-          f"{'STORED GiB':>13}  RETENTION")
+    print(f"{'PROJECT':<20} {'SANDBOXES':>11} {'STARTING':>9} {'WAITING':>7} {'CPU':>11} {'MEMORY MiB':>17} "
+          f"{'DISK MiB':>17} {'STORED GiB':>13}  RETENTION")
     for project in projects:
         print(_row(project))
     return 0
@@ -119,11 +119,16 @@ def _used(usage: dict[str, Any] | None, key: str, quota: Any, scale: float = 1.0
     return f"{have}/{'-' if quota is None else f'{quota / scale:g}'}"
 
 
+def _waiting(usage: dict[str, Any] | None) -> str:
+    """Its creates waiting for the host's room (no quota of its own; ``-`` from a router that does not say)."""
+    return "-" if usage is None or usage.get("waiting") is None else str(usage["waiting"])
+
+
 def _row(project: dict[str, Any]) -> str:
     q, u = project["quotas"], project.get("usage")
     retention = "kept" if project.get("retention_days") is None else f"{project['retention_days']:g} d"
     return (f"{project['name']:<20} {_used(u, 'sandboxes', q['sandboxes']):>11} "
-            f"{_used(u, 'starting', q['starting']):>9} {_used(u, 'cpu', q['cpu']):>11} "
+            f"{_used(u, 'starting', q['starting']):>9} {_waiting(u):>7} {_used(u, 'cpu', q['cpu']):>11} "
             f"{_used(u, 'memory_mb', q['memory_mb']):>17} {_used(u, 'disk_mb', q['disk_mb']):>17} "
             f"{_used(u, 'stored_bytes', q['stored_bytes'], 1 << 30):>13}  {retention}")
 

@@ -324,6 +324,11 @@ def test_a_create_within_its_quota_still_waits_for_the_hosts_room_and_is_admitte
             try:
                 shown = await _until(lambda: alpha_waiting(a), "alpha's create waiting for the host's room")
                 assert shown["starting"] == 0 and shown["sandboxes"] == 1 and not mine.done(), shown
+                listed = router.cli("project", "ls")  # what a person sees: its WAITING column
+                assert listed.returncode == 0, listed.stderr.decode()
+                header, *rows = listed.stdout.decode().splitlines()
+                row = next(line for line in rows if line.startswith("alpha "))
+                assert header.split()[3] == "WAITING" and row.split()[1:4] == ["1/2", "0/-", "1"], (header, row)
                 burst.release()
                 made = await mine
             finally:
