@@ -43,7 +43,7 @@ from router.backends.local.private_net import PrivateNetworks
 from router.projects.files import ProjectFiles
 from sandbox_image.bundle import build_bundle
 from tests.conftest import free_tcp_port
-from tests.support.executor_fixtures import MSGPACK, Reply, processes_with
+from tests.support.executor_fixtures import MSGPACK, Reply, children_of, processes_with
 from tests.support.s3_fixtures import new_bucket
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -671,12 +671,7 @@ def grove(router: RouterProcess) -> Iterator[Grove]:
 def zygote_of(router: RouterProcess) -> int:
     """PID of the router's zygote (the process that forks every sandbox; a child of the router, started with the
     router's first sandbox)."""
-    def parent(pid: int) -> int:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
-        return int(raw[raw.rfind(b")") + 2 :].split()[1])
-
-    found = [pid for pid in processes_with("sandbox_image.zygote") if parent(pid) == router.pid]
+    found = sorted(set(processes_with("sandbox_image.zygote")) & set(children_of(router.pid)))
     assert len(found) == 1, found
     return found[0]
 
