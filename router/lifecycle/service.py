@@ -13,8 +13,7 @@ import dataclasses
 import logging
 import time
 import weakref
-from collections.abc import Coroutine
-from types import TracebackType
+from collections.abc import Coroutine, Iterator
 from typing import Any
 
 from grove.core.errors import Conflict, Invalid, Unavailable
@@ -63,29 +62,6 @@ class Claiming:
     ids: list[str]
     """The new request ids, held until the claims end (a create with one of them waits for it)."""
     written: asyncio.Future[None]
-
-
-class Calling:
-    """:meth:`SandboxService.calling`'s block: a class, not a generator, because it wraps every data-path call
-    (a ``contextlib.contextmanager`` costs a generator and its bookkeeping per call, three to four times this)."""
-
-    __slots__ = ("_record", "_service")
-
-    def __init__(self, service: SandboxService, record: SandboxRecord) -> None:
-        self._service, self._record = service, record
-
-    def __enter__(self) -> None:
-        service, record = self._service, self._record
-        service.touch(record)
-        record.inflight += 1
-        service.calls_in_flight += 1
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        service, record = self._service, self._record
-        record.inflight -= 1
-        service.calls_in_flight -= 1
-        service.last_call_ended = time.monotonic()
-        service.touch(record)
 
 
 class SandboxService:
@@ -352,9 +328,19 @@ class SandboxService:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def calling(self, record: SandboxRecord) -> Calling:
+    @contextlib.contextmanager
+    def calling(self, record: SandboxRecord) -> Iterator[None]:
         """A data-path call in flight: the sandbox is busy (never idle, never reaped) until it ends."""
-        return Calling(self, record)
+        self.touch(record)
+        record.inflight += 1
+        self.calls_in_flight += 1
+        try:
+            yield
+        finally:
+            record.inflight -= 1
+            self.calls_in_flight -= 1
+            self.last_call_ended = time.monotonic()
+            self.touch(record)
 
     def touch(self, record: SandboxRecord) -> None:
         """Any API call or heartbeat: not idle, client alive."""

@@ -10,12 +10,13 @@ sandbox's :class:`~router.trajectory.journal.Journal` as it happens.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import logging
 import time
 from collections import OrderedDict
-from types import TracebackType
+from collections.abc import Iterator
 from typing import Any
 
 from artifacts.catalog import artifact_key
@@ -151,10 +152,18 @@ class Recorder:
         log.info("sandbox %s lost its executor by its own doing: %s", record.id, own)
         self.journal.append(record.id, {"sandbox_error": {"t": time.time(), "reason": f"{reason}: {own}"}})
 
-    def faults(self, record: SandboxRecord, what: str) -> Faults:
+    @contextlib.contextmanager
+    def faults(self, record: SandboxRecord, what: str) -> Iterator[None]:
         """Record the environment faults raised in the block (executor lost, sandbox not resumable, a
         service timeout), then let them propagate."""
-        return Faults(self, record, what)
+        try:
+            yield
+        except StreamAborted as exc:
+            self.fault(record, f"{what}: {exc}")
+            raise
+        except (BadGateway, Unavailable, UpstreamTimeout, InternalError) as exc:
+            self.fault(record, f"{what}: {exc.code}: {exc.message}")
+            raise
 
     # -- harness events ------------------------------------------------------------------------------
 
@@ -167,25 +176,6 @@ class Recorder:
             if outcome is not None:
                 self.journal.append(record.id, {"outcome": outcome})
         return next((o for o in reversed(outcomes) if o is not None), None)
-
-
-class Faults:
-    """:meth:`Recorder.faults`' block: a class, not a generator, because it wraps every data-path call (a
-    ``contextlib.contextmanager`` costs a generator and its bookkeeping per call, three to four times this)."""
-
-    __slots__ = ("_record", "_recorder", "_what")
-
-    def __init__(self, recorder: Recorder, record: SandboxRecord, what: str) -> None:
-        self._recorder, self._record, self._what = recorder, record, what
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if isinstance(exc, StreamAborted):
-            self._recorder.fault(self._record, f"{self._what}: {exc}")
-        elif isinstance(exc, BadGateway | Unavailable | UpstreamTimeout | InternalError):
-            self._recorder.fault(self._record, f"{self._what}: {exc.code}: {exc.message}")
 
 
 def outcome_of(data: Any) -> dict[str, Any]:
