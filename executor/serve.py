@@ -19,6 +19,7 @@ from gunicorn.app.base import BaseApplication
 
 from executor.settings import ExecutorSettings
 from executor.snapshot import IdleSnapshots, Snapshots, unrestored_app
+from executor.worker import LingeringWorker
 
 log = logging.getLogger("grove.executor")
 _IDLE_TICK_S = 15.0
@@ -57,7 +58,8 @@ class ExecutorServer(BaseApplication):  # type: ignore[misc]
         options: dict[str, Any] = {
             "bind": [bind],
             "workers": 1,
-            "worker_class": "gthread",
+            # gthread, with the thread that answered kept for the connection's next request (executor.worker).
+            "worker_class": LingeringWorker,
             "threads": self._threads,
             # Longer than the router's pooled-connection idle time, so the router never reuses a closed one.
             "keepalive": 75,
