@@ -33,9 +33,11 @@ _BUSY_POLL_S = 0.05
 # While users' sandboxes work (creates starting, calls in flight), a start waits; at most this long, so a
 # router that is never idle still refills, at one start per this many seconds (~3 % of one CPU here).
 _MOST_DEFERRED_S = 2.0
-# Starts at once while no user's sandbox works: a start waits on its zygote and executor part of its time, so
-# two keep both CPUs of a small host busy (a step's refill, not a burst, pays for them).
-_IDLE_STARTS = 2
+# Starts at once while no user's sandbox works (a step's refill, not a burst, pays for them). A start waits much
+# of its time (its zygote, cgroup locks, its disk's flushes, its executor's first answer): on 2 CPUs, two at once
+# kept the host 44 % busy and filled 300 members in 11.3 s, three 10.3 s (perf/README.md). Three, not the
+# four start slots a local 2-CPU host has: a user's create arriving meanwhile still finds one free.
+IDLE_STARTS = 3
 
 
 def pool_key(project: str, name: str) -> str:
@@ -166,7 +168,7 @@ class Filler:
                 running.add(asyncio.create_task(self._fill_guarded(pool)))
                 # One start at a time while users' sandboxes work; with the router idle (a training step
                 # between bursts) a few at once, so the pool is full again before the next burst.
-                while len(running) >= (1 if busy else _IDLE_STARTS):
+                while len(running) >= (1 if busy else IDLE_STARTS):
                     _, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in running:  # a start itself goes on (shielded); its member is kept for the next router

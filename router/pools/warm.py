@@ -3,7 +3,7 @@
 A pool's definition and its claim counters are files under ``<state>/pools`` (:mod:`router.pools.files`), so
 they survive restarts; its members are ordinary sandbox records with ``pool`` set, hidden from the API until
 claimed. One filler task starts members one at a time while users' sandboxes work (deferring to them), so
-refilling does not compete with a burst, and two at a time while the router is idle.
+refilling does not compete with a burst, and a few at a time (``filler.IDLE_STARTS``) while the router is idle.
 What a claim applies and guarantees is :meth:`router.lifecycle.claims.Claims.claim`'s business; this module keeps the
 pools: definitions, their members, the filling.
 """

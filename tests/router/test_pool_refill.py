@@ -1,16 +1,17 @@
-"""An idle router refills a pool two starts at a time (a training step's gap is when a pool must become full
-again), and never makes more members than the pool's size."""
+"""An idle router refills a pool a few starts at a time (``IDLE_STARTS``: a training step's gap is when a pool must
+become full again), and never makes more members than the pool's size."""
 
 from __future__ import annotations
 
 import time
 
 from grove.client import Grove
+from router.pools.filler import IDLE_STARTS
 from tests.router.test_pools import SMALL, _members
 from tests.support.router_fixtures import RouterProcess, wait_for
 
 
-def test_an_idle_router_refills_two_at_a_time_and_never_past_the_size(router: RouterProcess, grove: Grove) -> None:
+def test_an_idle_router_refills_a_few_at_a_time_and_never_past_the_size(router: RouterProcess, grove: Grove) -> None:
     size = 8
     grove.create_pool("refill-two", size=size, resources={**SMALL, "memory_mb": 288})
     try:
@@ -22,7 +23,7 @@ def test_an_idle_router_refills_two_at_a_time_and_never_past_the_size(router: Ro
             starting_seen.add(shown["starting"])
             most_members = max(most_members, len(_members(router, "refill-two")))
             time.sleep(0.05)
-        assert max(starting_seen) == 2, f"starts at once seen: {sorted(starting_seen)}"
+        assert max(starting_seen) == IDLE_STARTS, f"starts at once seen: {sorted(starting_seen)}"
         assert most_members <= size and len(_members(router, "refill-two")) == size
         assert grove.pool("refill-two")["starting"] == 0
     finally:
