@@ -44,29 +44,55 @@ async def open_upgraded(endpoint: Endpoint, path: str, protocol: str,
         head = (f"GET {target} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {endpoint.token}\r\n"
                 f"Connection: Upgrade\r\nUpgrade: {protocol}\r\n\r\n")
         await loop.sock_sendall(sock, head.encode())
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            chunk = await loop.sock_recv(sock, 4096)
-            if not chunk or len(answer) > _HEAD_LIMIT:
-                raise BadGateway(f"the sandbox's executor closed the connection while upgrading to {protocol}")
-            answer += chunk
+        head_bytes = await _read_head(sock, protocol)
     except OSError as exc:
         sock.close()
         raise BadGateway(f"the sandbox's executor went away while upgrading to {protocol}: {exc}") from exc
     except BaseException:
         sock.close()
         raise
-    head_bytes, _, rest = answer.partition(b"\r\n\r\n")
     if head_bytes.split(b" ", 2)[1:2] != [b"101"]:
-        rest += await _rest_of_body(sock, head_bytes, rest)
+        rest = await _rest_of_body(sock, head_bytes, b"")
         sock.close()
         raise _refusal(head_bytes, rest)
-    # The executor answers 101 before the port's server has said anything, and grove's clients speak first
-    # (HTTP, WebSocket, terminal frames), so nothing can have followed the head yet.
-    if rest:
-        sock.close()
-        raise BadGateway(f"the sandbox's executor sent bytes after its 101 to {protocol} before any request")
+    # What follows the 101 is the other side's first bytes (a terminal's shell prompts at once, a process may
+    # write before it is read, a server may greet first): left in the socket for whoever reads it next.
     return sock
+
+
+async def _read_head(sock: socket.socket, protocol: str) -> bytes:
+    """The answer's head through its blank line, taken off the socket exactly: not a byte of what follows."""
+    loop = asyncio.get_running_loop()
+    head = b""
+    while True:
+        await _readable(loop, sock)
+        try:
+            seen = sock.recv(_HEAD_LIMIT, socket.MSG_PEEK)
+        except BlockingIOError:
+            continue
+        if not seen:
+            raise BadGateway(f"the sandbox's executor closed the connection while upgrading to {protocol}")
+        end = (head[-3:] + seen).find(b"\r\n\r\n")
+        if end >= 0:  # the blank line ends within what is waiting: take the head up to it, no further
+            return head + sock.recv(end + 4 - len(head[-3:]))
+        if len(head) + len(seen) > _HEAD_LIMIT:
+            raise BadGateway(f"the sandbox's executor answered the upgrade to {protocol} with an over-long head")
+        head += sock.recv(len(seen))  # all of it is head: its end has not come yet
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Until ``sock`` has something to read (or its peer closed it)."""
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(sock.fileno(), wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(sock.fileno())
 
 
 async def _connect(endpoint: Endpoint) -> tuple[socket.socket, str]:
