@@ -79,6 +79,8 @@ def test_default_image_layout(store: ImageStore) -> None:
         assert (root / "etc" / name).stat().st_size > 0
     assert (root / "etc" / "os-release").read_bytes() == Path("/etc/os-release").read_bytes()
     assert not (root / "etc" / "os-release").is_symlink()
+    assert (root / "etc" / "ld.so.cache").read_bytes() == Path("/etc/ld.so.cache").read_bytes()
+    assert stat.S_IMODE((root / "etc" / "ld.so.cache").stat().st_mode) == 0o644
     assert store.get("default") == image and store.list() == [image]
 
 

@@ -50,6 +50,19 @@ def test_busybox_image_runs_without_python(router: RouterProcess, grove: Grove, 
     assert not (image_root / "workspace" / "x.txt").exists() and not (image_root / "root" / "y").exists()
 
 
+def test_the_default_image_finds_libraries_through_the_hosts_loader_cache(grove: Grove) -> None:
+    # The default image runs the host's /usr, so it carries the host's loader cache: a dynamically linked command
+    # looks its libraries up there instead of trying every library directory for each.
+    with grove.create("default", heartbeat=False) as sandbox:
+        listed = sandbox.exec(["/sbin/ldconfig", "-p"])
+        assert listed.exit_code == 0, listed.stderr
+        head, _, rest = listed.stdout.decode().partition("\n")
+        assert head.endswith("libs found in cache `/etc/ld.so.cache'"), head
+        libc = re.search(r"^\s+libc\.so\.6 \(.*\) => (\S+)$", rest, re.MULTILINE)
+        assert libc, rest[:500]
+        assert sandbox.exec(["test", "-f", libc.group(1)]).exit_code == 0, f"{libc.group(1)} is not in the sandbox"
+
+
 def test_image_ls_lists_both(router: RouterProcess, busybox: str) -> None:
     done = router.cli("image", "ls")
     assert done.returncode == 0, done.stderr

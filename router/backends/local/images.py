@@ -56,8 +56,11 @@ MAX_LAYERS = 24
 500, but every lookup of a name no layer has walks all of them: at 50 layers a sandbox took 1.25x as
 long to start as on one layer (perf/README.md), at 24 it is within 1.1x."""
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-# Bumping this rebuilds every host's default image (its layout is code, not data).
-_DEFAULT_LAYOUT = 1
+# Bumping this rebuilds every host's default image (its layout is code, not data). 2: the host's ld.so.cache.
+_DEFAULT_LAYOUT = 2
+# The dynamic loader's cache of where the host's libraries are. The default image runs the host's /usr, so the host's
+# cache is right for it; without one, every dynamically linked command searched a dozen directories per library.
+_LD_CACHE = Path("/etc/ld.so.cache")
 _HOST_USR_LINKS = ("bin", "sbin", "lib", "lib64")
 
 
@@ -504,7 +507,8 @@ _ETC = {
 def _host_fingerprint() -> str:
     """What the default image depends on besides its own tree: the host's packages and python3."""
     h = hashlib.sha256(f"layout {_DEFAULT_LAYOUT}\0".encode())
-    for path in ("/var/lib/dpkg/status", "/etc/os-release"):
+    # The loader's cache too: a library installed without dpkg (then `ldconfig`) changes it alone.
+    for path in ("/var/lib/dpkg/status", "/etc/os-release", str(_LD_CACHE)):
         with suppress(FileNotFoundError):
             h.update(Path(path).read_bytes())
         h.update(b"\0")
@@ -539,6 +543,9 @@ def _build_default(rootfs: Path) -> None:
         (rootfs / "etc" / name).write_text(text)
         os.chmod(rootfs / "etc" / name, 0o644)
     os.symlink("../proc/self/mounts", rootfs / "etc" / "mtab")
+    with suppress(FileNotFoundError):  # a host without one: commands search the library directories, as before
+        shutil.copyfile(_LD_CACHE, rootfs / "etc" / "ld.so.cache")
+        os.chmod(rootfs / "etc" / "ld.so.cache", 0o644)
 
 
 # --- digests ----------------------------------------------------------------------------------------
