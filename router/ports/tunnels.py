@@ -51,7 +51,7 @@ async def open_upgraded(endpoint: Endpoint, path: str, protocol: str,
     except BaseException:
         sock.close()
         raise
-    if head_bytes.split(b" ", 2)[1:2] != [b"101"]:
+    if _status(head_bytes) != b"101":
         rest = await _rest_of_body(sock, head_bytes, b"")
         sock.close()
         raise _refusal(head_bytes, rest)
@@ -61,7 +61,7 @@ async def open_upgraded(endpoint: Endpoint, path: str, protocol: str,
 
 
 async def _read_head(sock: socket.socket, protocol: str) -> bytes:
-    """The answer's head through its blank line, taken off the socket exactly: not a byte of what follows."""
+    """The answer's head (its blank line taken off the socket too, not returned), and not a byte of what follows."""
     loop = asyncio.get_running_loop()
     head = b""
     while True:
@@ -74,7 +74,7 @@ async def _read_head(sock: socket.socket, protocol: str) -> bytes:
             raise BadGateway(f"the sandbox's executor closed the connection while upgrading to {protocol}")
         end = (head[-3:] + seen).find(b"\r\n\r\n")
         if end >= 0:  # the blank line ends within what is waiting: take the head up to it, no further
-            return head + sock.recv(end + 4 - len(head[-3:]))
+            return (head + sock.recv(end + 4 - len(head[-3:])))[:-4]
         if len(head) + len(seen) > _HEAD_LIMIT:
             raise BadGateway(f"the sandbox's executor answered the upgrade to {protocol} with an over-long head")
         head += sock.recv(len(seen))  # all of it is head: its end has not come yet
@@ -132,11 +132,15 @@ async def _rest_of_body(sock: socket.socket, head: bytes, have: bytes) -> bytes:
     return more
 
 
+def _status(head: bytes) -> bytes:
+    """The status code of an answer's head (``HTTP/1.1 101 Switching Protocols``: ``101``; the reason is optional)."""
+    return b"".join(head.split(b"\r\n", 1)[0].split(b" ", 2)[1:2])
+
+
 def _refusal(head: bytes, body: bytes) -> GroveError:
     """The executor's own error from a refused upgrade (its JSON body), or a ``BadGateway`` naming the status."""
-    status = head.split(b" ", 2)[1]
     with contextlib.suppress(ValueError):
-        return error_from_body(int(status), json.loads(body))
+        return error_from_body(int(_status(head)), json.loads(body))
     return Refused(f"the sandbox's executor refused the upgrade: {head.splitlines()[0].decode(errors='replace')}")
 
 

@@ -73,6 +73,15 @@ def test_a_head_in_pieces_is_read_whole_and_no_further(tmp_path: Path) -> None:
     assert first == b"hello"
 
 
+def test_a_status_line_without_a_reason_phrase_is_a_101_too(tmp_path: Path) -> None:
+    async def bare(writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 101\r\nUpgrade: grove-pty\r\n\r\n$ ")
+        await writer.drain()
+
+    _, first = asyncio.run(_upgrade_against(tmp_path, bare))
+    assert first == b"$ "
+
+
 def test_a_refusal_is_the_executors_own_error(tmp_path: Path) -> None:
     body = b'{"error": {"code": "not_found", "message": "no session named s1"}}'
 
