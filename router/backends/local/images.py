@@ -56,10 +56,14 @@ MAX_LAYERS = 24
 500, but every lookup of a name no layer has walks all of them: at 50 layers a sandbox took 1.25x as
 long to start as on one layer (perf/README.md), at 24 it is within 1.1x."""
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-# Bumping this rebuilds every host's default image (its layout is code, not data). 2: the host's ld.so.cache.
-_DEFAULT_LAYOUT = 2
+# Bumping this rebuilds every host's default image (its layout is code, not data), and so replaces every pool
+# member made from it: an upgrade of grove alone should not.
+_DEFAULT_LAYOUT = 1
 # The dynamic loader's cache of where the host's libraries are. The default image runs the host's /usr, so the host's
-# cache is right for it; without one, every dynamically linked command searched a dozen directories per library.
+# cache is right for it; without one, every dynamically linked command searched a dozen directories per library. A
+# default image built before it was copied gets it at its next rebuild (the host's packages change), not at the
+# upgrade: until then its commands search as they did. A cache older than a library installed by hand finds less,
+# never more wrongly, than no cache.
 _LD_CACHE = Path("/etc/ld.so.cache")
 _HOST_USR_LINKS = ("bin", "sbin", "lib", "lib64")
 
@@ -507,8 +511,7 @@ _ETC = {
 def _host_fingerprint() -> str:
     """What the default image depends on besides its own tree: the host's packages and python3."""
     h = hashlib.sha256(f"layout {_DEFAULT_LAYOUT}\0".encode())
-    # The loader's cache too: a library installed without dpkg (then `ldconfig`) changes it alone.
-    for path in ("/var/lib/dpkg/status", "/etc/os-release", str(_LD_CACHE)):
+    for path in ("/var/lib/dpkg/status", "/etc/os-release"):
         with suppress(FileNotFoundError):
             h.update(Path(path).read_bytes())
         h.update(b"\0")
