@@ -84,10 +84,15 @@ def call(conn: UnixHTTPConnection, path: str = "/") -> str:
 
 
 def test_calls_back_to_back_are_answered_by_the_thread_already_there(tmp_path: Path) -> None:
+    # Two connections, called in turn. gthread alone hands each call to whichever pool thread is idle (the same
+    # one every time, calls being one at a time); here each connection keeps the thread that answered it.
     with serving(tmp_path, "LongLinger", threads=4) as (sock, _):
-        conn = UnixHTTPConnection(sock, timeout=10)
-        threads = {call(conn, f"/{i}") for i in range(20)}
-        assert len(threads) == 1
+        a, b = UnixHTTPConnection(sock, timeout=10), UnixHTTPConnection(sock, timeout=10)
+        threads_a, threads_b = set(), set()
+        for i in range(10):
+            threads_a.add(call(a, f"/a{i}"))
+            threads_b.add(call(b, f"/b{i}"))
+        assert len(threads_a) == 1 and len(threads_b) == 1 and threads_a != threads_b
 
 
 def test_at_most_half_the_pool_waits_so_new_connections_find_a_thread(tmp_path: Path) -> None:
@@ -152,5 +157,5 @@ def test_a_caller_closing_its_connection_frees_the_waiting_thread(tmp_path: Path
         first.close()
         second, third = UnixHTTPConnection(sock, timeout=10), UnixHTTPConnection(sock, timeout=10)
         waiting = call(second)
-        call(third)
+        assert call(third) != waiting  # the second's thread waits on it: the first's wait no longer counts
         assert call(second, "/again") == waiting

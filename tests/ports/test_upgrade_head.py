@@ -41,6 +41,7 @@ async def _upgrade_against(tmp_path: Path, answer: Writes) -> tuple[bytes, bytes
     try:
         sock = await open_upgraded(Endpoint(f"unix:{path}", "token"), "/v1/pty", "grove-pty")
         try:
+            assert not sock.getblocking()  # the caller's asyncio streams need it so
             first = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(sock, 4096), 10)
         finally:
             sock.close()
@@ -105,27 +106,3 @@ def test_a_peer_that_hangs_up_mid_head_is_a_bad_gateway(tmp_path: Path) -> None:
         asyncio.run(_upgrade_against(tmp_path, hang_up))
     assert raised.value.status == 502 and "closed the connection while upgrading" in raised.value.message
 
-
-def test_the_socket_is_left_non_blocking_for_asyncio(tmp_path: Path) -> None:
-    async def together(writer: asyncio.StreamWriter) -> None:
-        writer.write(HEAD)
-        await writer.drain()
-
-    async def run() -> bool:
-        path = str(tmp_path / "executor.sock")
-
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readuntil(b"\r\n\r\n")
-            await together(writer)
-
-        server = await asyncio.start_unix_server(handle, path=path)
-        try:
-            sock = await open_upgraded(Endpoint(f"unix:{path}", "token"), "/v1/pty", "grove-pty")
-            blocking = sock.getblocking()
-            sock.close()
-            return blocking
-        finally:
-            server.close()
-            await server.wait_closed()
-
-    assert asyncio.run(run()) is False

@@ -62,8 +62,8 @@ _DEFAULT_LAYOUT = 1
 # The dynamic loader's cache of where the host's libraries are. The default image runs the host's /usr, so the host's
 # cache is right for it; without one, every dynamically linked command searched a dozen directories per library. A
 # default image built before it was copied gets it at its next rebuild (the host's packages change), not at the
-# upgrade: until then its commands search as they did. A cache older than a library installed by hand finds less,
-# never more wrongly, than no cache.
+# upgrade: until then its commands search as they did. A cache older than the host's libraries is no worse than
+# none: a library it does not list, or lists where it no longer is, is looked for in the library directories.
 _LD_CACHE = Path("/etc/ld.so.cache")
 _HOST_USR_LINKS = ("bin", "sbin", "lib", "lib64")
 
