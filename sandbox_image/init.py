@@ -38,6 +38,10 @@ BUNDLE_MOUNT = "/.grove"
 # What every command sees unless the sandbox's env says otherwise (as a container runtime sets them).
 BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
 PTYS_MAX = 128
+RESERVED_PORTS = (49999,)
+"""Ports the sandbox's own processes are never given when they ask for any free port: E2B's code interpreter
+listens on 49999, which lies in the range those ports come from, and a server that starts a Jupyter kernel before
+it listens (as code interpreters do) would otherwise find the kernel on its port now and then."""
 """Terminals one sandbox may hold at once (tmux, shells, expect: an agent uses a handful)."""
 _DEVICES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "urandom": (1, 9), "tty": (5, 0)}
 
@@ -169,6 +173,7 @@ def _setup(config: dict[str, Any], userns_fd: int | None) -> None:
         _make_dev(new.mounted("dev"))
         linux.sethostname(config["hostname"])
         linux.loopback_up()
+        linux.reserve_ports(RESERVED_PORTS)
         new.pivot()
     importpaths.remap_on_import(config["bundle"], BUNDLE_MOUNT)
     # The OOM killer must pick the sandbox's commands, never its executor: commands get the highest

@@ -197,6 +197,13 @@ def loopback_up() -> None:
         fcntl.ioctl(sock.fileno(), _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
 
 
+def reserve_ports(ports: tuple[int, ...]) -> None:
+    """Keep ``ports`` out of the ports the kernel picks by itself (a bind to port 0, a connect's own port) in the
+    current network namespace; a server that binds one of them by number still can."""
+    with open("/proc/sys/net/ipv4/ip_local_reserved_ports", "w", encoding="ascii") as fh:
+        fh.write(",".join(map(str, ports)))
+
+
 _PR_CAPBSET_DROP = 24
 _PR_SET_DUMPABLE = 4
 # What root in a sandbox keeps (Docker's default set, without MKNOD: there is no devices cgroup here,

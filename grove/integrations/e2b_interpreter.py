@@ -21,6 +21,7 @@ import asyncio
 import datetime
 import json
 import os
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -225,7 +226,8 @@ class Server:
 
 
 async def health(request: web.Request) -> web.Response:
-    """``GET /health``: the server is up (its default kernel ready: it starts before the server listens)."""
+    """``GET /health``: the server is up (its default kernel ready: it starts before the server listens, its port
+    taken before either: :func:`reserve`)."""
     return web.Response(text="OK")
 
 
@@ -248,7 +250,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, dest="port")
     parser.add_argument("--cwd", default=os.getcwd(), help="the default context's working directory")
     args = parser.parse_args(argv)
-    web.run_app(make_app(args.cwd), host=args.host, port=args.port, print=None)
+    web.run_app(make_app(args.cwd), sock=reserve(args.host, args.port), print=None)
+
+
+def reserve(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port``, not yet listening: the server's port is taken before the default kernel
+    starts, and listens (aiohttp's start) once that kernel is ready.
+
+    A kernel's five ports are free ports the system picks, from the range a client's own ports come from: were the
+    server's port still free then, a kernel could take it, and the server would then fail to bind while a
+    kernel's ZeroMQ socket answered on its port."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                         flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp's own site does: a restart at once
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise SystemExit(f"grove's code interpreter cannot listen on {host}:{port}: {exc.strerror}") from exc
+    return sock
 
 
 if __name__ == "__main__":

@@ -161,6 +161,16 @@ def test_the_sandbox_can_serve_itself_on_loopback(pair: tuple[Sandbox, Sandbox])
     assert r.stdout.strip() == b"200", r.stderr
 
 
+def test_the_code_interpreters_port_is_never_a_port_the_kernel_picks(pair: tuple[Sandbox, Sandbox]) -> None:
+    """49999 (E2B's code interpreter) is in the range a bind to port 0 or a connect's own port comes from: in a
+    sandbox it is kept out of it, so a server that starts a Jupyter kernel before it listens finds its port free."""
+    a, _ = pair
+    assert a.exec(["cat", "/proc/sys/net/ipv4/ip_local_reserved_ports"]).text.strip() == "49999"
+    bound = a.exec(["python3", "-c", "import socket; s = socket.socket(); s.bind(('127.0.0.1', 49999)); "
+                    "s.listen(); print(s.getsockname()[1])"])
+    assert bound.text.strip() == "49999", bound  # asked for by number, it is the server's
+
+
 def test_router_key_is_not_in_the_sandbox(router: RouterProcess, pair: tuple[Sandbox, Sandbox]) -> None:
     a, _ = pair
     key = router.key
