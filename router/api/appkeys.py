@@ -17,7 +17,7 @@ SERVICE = web.AppKey("service", SandboxService)
 """The sandbox service (made when the app starts, once object storage is open)."""
 KEYS = web.AppKey("keys", KeyRing)
 """The API keys (and the projects they act in)."""
-CALLER = "grove_caller"
+CALLER = web.RequestKey("grove_caller", Caller)
 """The request's :class:`Caller`, set by the key check (the API's middleware, the viewer's guard)."""
 
 
