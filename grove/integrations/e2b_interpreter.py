@@ -260,14 +260,16 @@ def reserve(host: str, port: int) -> socket.socket:
     A kernel's five ports are free ports the system picks, from the range a client's own ports come from: were the
     server's port still free then, a kernel could take it, and the server would then fail to bind while a
     kernel's ZeroMQ socket answered on its port."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                         flags=socket.AI_PASSIVE)[0]
-    sock = socket.socket(family, kind, proto)
+    sock: socket.socket | None = None
     try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp's own site does: a restart at once
         sock.bind(address)
-    except OSError as exc:
-        sock.close()
+    except OSError as exc:  # a taken port, an address not this host's, a name that resolves to none
+        if sock is not None:
+            sock.close()
         raise SystemExit(f"grove's code interpreter cannot listen on {host}:{port}: {exc.strerror}") from exc
     return sock
 

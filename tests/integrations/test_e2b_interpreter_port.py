@@ -104,7 +104,7 @@ def test_the_servers_port_is_its_own_when_a_kernel_could_take_it(crowded_servers
         assert [line["text"] for line in lines if line["type"] == "result"] == ["42"]
 
 
-def test_a_port_already_taken_is_a_clear_error(tmp_path: Path) -> None:
+def test_a_port_it_cannot_have_is_a_clear_error(tmp_path: Path) -> None:
     taken = ("import socket, subprocess, sys\n"
              f"held = socket.socket(); held.bind(('127.0.0.1', {PORT})); held.listen()\n"
              f"sys.exit(subprocess.run([sys.executable, '-m', 'grove.integrations.e2b_interpreter', '--cwd', "
@@ -113,3 +113,9 @@ def test_a_port_already_taken_is_a_clear_error(tmp_path: Path) -> None:
                             f"\"{taken}\""], capture_output=True, text=True, timeout=60)
     assert ended.returncode == 1, ended.stderr
     assert f"grove's code interpreter cannot listen on 127.0.0.1:{PORT}: Address already in use" in ended.stderr
+
+    elsewhere = subprocess.run([sys.executable, "-m", "grove.integrations.e2b_interpreter", "--host", "192.0.2.1",
+                                "--cwd", str(tmp_path), str(PORT)], capture_output=True, text=True, timeout=60)
+    assert elsewhere.returncode == 1, elsewhere.stderr  # an address of no interface here (TEST-NET-1)
+    assert (f"grove's code interpreter cannot listen on 192.0.2.1:{PORT}: Cannot assign requested address"
+            in elsewhere.stderr)
