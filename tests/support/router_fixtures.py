@@ -42,7 +42,6 @@ from router.backends.local.cgroups import HIERARCHIES
 from router.backends.local.private_net import PrivateNetworks
 from router.projects.files import ProjectFiles
 from sandbox_image.bundle import build_bundle
-from tests.conftest import free_tcp_port
 from tests.support.executor_fixtures import MSGPACK, Reply, children_of, processes_with
 from tests.support.s3_fixtures import new_bucket
 
@@ -316,7 +315,10 @@ class RouterProcess:
 
     state_dir: Path
     key: str
-    port: int = field(default_factory=free_tcp_port)
+    port: int = 0
+    """0 until the first start, where the router binds a free port itself (one picked here and bound later could
+    be taken in between by another test's process: CI saw it); its later starts reuse it. Routers that must
+    know each other's URL before they start (shards) set it."""
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     up_args: tuple[str, ...] = ()
@@ -335,6 +337,7 @@ class RouterProcess:
     @property
     def url(self) -> str:
         """Base URL of the router."""
+        assert self.port, "the router has no port yet: it binds a free one at its first start (or set .port)"
         return f"http://127.0.0.1:{self.port}"
 
     @property
@@ -384,7 +387,11 @@ class RouterProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"grove up exited with {self.proc.returncode}:\n{self.log()}")
-            if ready.exists() and ready.read_text().strip() == self.url:
+            said = ready.read_text().strip() if ready.exists() else ""
+            if said.startswith("http://127.0.0.1:") and said.rsplit(":", 1)[1].isdigit():
+                if not self.port:
+                    self.port = int(said.rsplit(":", 1)[1])
+                assert said == self.url, f"the router listens on {said}, not on {self.url}"
                 return self
             time.sleep(0.02)
         raise RuntimeError(f"grove up not ready after {timeout}s:\n{self.log()}")
