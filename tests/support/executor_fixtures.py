@@ -23,7 +23,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from tests.conftest import free_tcp_port, short_tempdir
+from tests.conftest import short_tempdir
 
 TOKEN = "test-token-7d1f"
 MSGPACK = "application/msgpack"
@@ -260,13 +260,24 @@ def _stop(ex: RunningExecutor) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _loopback_listener() -> socket.socket:
+    """A listening socket on a free loopback port, for a child to serve on."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    return sock
+
+
 @contextlib.contextmanager
 def start_executor(*, unix: bool = False, env: dict[str, str] | None = None) -> Iterator[RunningExecutor]:
     """Run a real executor for the duration of the block; its root is a fresh temporary directory."""
     with short_tempdir() as tmp:
         root = os.path.join(tmp, "root")
         os.makedirs(os.path.join(root, "work"))
-        bind = f"unix:{tmp}/executor.sock" if unix else f"127.0.0.1:{free_tcp_port()}"
+        # A TCP executor gets a socket already bound here (gunicorn's fd://): a port picked here and bound by the
+        # child a moment later could be taken in between by another test's process.
+        listener = None if unix else _loopback_listener()
+        bind = f"unix:{tmp}/executor.sock" if listener is None else f"127.0.0.1:{listener.getsockname()[1]}"
         child_env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "GROVE_EXECUTOR_TOKEN": TOKEN,
@@ -276,14 +287,16 @@ def start_executor(*, unix: bool = False, env: dict[str, str] | None = None) -> 
             **(env or {}),
         }
         log_path = os.path.join(tmp, "executor.log")
-        with open(log_path, "wb") as log:
+        argument = bind if listener is None else f"fd://{listener.fileno()}"
+        with open(log_path, "wb") as log, listener or contextlib.nullcontext():  # the child keeps its own copies
             proc = subprocess.Popen(
-                [sys.executable, "-m", "executor", "--bind", bind],
+                [sys.executable, "-m", "executor", "--bind", argument],
                 env=child_env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
+                pass_fds=() if listener is None else (listener.fileno(),),
             )
         ex = RunningExecutor(proc, root, bind, log_path)
         try:
