@@ -48,7 +48,8 @@ async def call_executor(
     service = service_of(request)
     record = service.registry.get(request.match_info["id"])
     started = time.time()
-    with service.calling(record), service.recorder.faults(record, f"{request.method} {upstream_path}"):
+    what = f"{request.method} {upstream_path}"
+    with service.calling(record, request.transport), service.recorder.faults(record, what):
         response = await _forward_once_more_if_unreached(request, record, upstream_path, **kwargs)
     if response.status == 500:
         service.recorder.infra_error(record, f"{request.method} {upstream_path}: the executor failed internally")

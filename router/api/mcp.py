@@ -89,8 +89,9 @@ async def mcp_handler(request: web.Request) -> web.StreamResponse:
                        f"{name} with its port or command first")
     if server.stdio is not None:
         body = await read_capped(request, MAX_MESSAGE, "MCP message")
-        with service_of(request).calling(record):  # a call of the sandbox's like any other (tool calls recorded
-            return await serve_asgi(request, server.stdio.handle, body)  # by the bridge as it sees them)
+        # A call of the sandbox's like any other (tool calls recorded by the bridge as it sees them).
+        with service_of(request).calling(record, request.transport):
+            return await serve_asgi(request, server.stdio.handle, body)
     assert server.port is not None
     target = server.path + (f"?{request.query_string}" if request.query_string else "")
     if request.method != "POST":

@@ -71,7 +71,7 @@ async def proxy(request: web.Request, record: SandboxRecord, port: int, target: 
     arrives (the client may leave before its end). The sandbox is woken if it
     sleeps, and counts as busy while the connection is open."""
     service = service_of(request)
-    with service.calling(record):
+    with service.calling(record, request.transport):
         with service.recorder.faults(record, f"port {port}"):
             endpoint = await service.endpoint(record)
         session = ports_of(request).clients.session(endpoint)

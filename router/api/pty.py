@@ -107,7 +107,7 @@ async def pty_handler(request: web.Request) -> web.StreamResponse:
     cols, rows = _size(request, "cols", 80), _size(request, "rows", 24)
     service = service_of(request)
     name = secrets.token_hex(8)
-    with service.calling(record):
+    with service.calling(record, request.transport):
         link = await _open(request, record, {"cols": str(cols), "rows": str(rows), "session": name})
         ws = web.WebSocketResponse(max_msg_size=ptyframes.MAX_FRAME)
         steps = _Steps(service.recorder, record)

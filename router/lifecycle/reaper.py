@@ -106,8 +106,9 @@ class Reaper:
             return
         if now - record.created_at > req.ttl_s:
             await service.delete(record.id, reason=f"ttl of {req.ttl_s:g}s expired")
-        elif record.inflight == 0 and now - record.last_activity > req.heartbeat_timeout_s:
-            # A client waiting on a call in flight is alive, however long the command runs.
+        elif now - record.last_activity > req.heartbeat_timeout_s and not record.waited_on():
+            # A client waiting on a call in flight is alive, however long the command runs; one whose connection
+            # closed mid-call (its process killed) is not.
             await service.delete(record.id, reason=f"no heartbeat for {req.heartbeat_timeout_s:g}s")
         elif record.status == "ready" and record.inflight == 0 and now - record.last_activity > req.idle_timeout_s:
             await self._scaling.to_idle(record)

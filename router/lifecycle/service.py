@@ -329,14 +329,19 @@ class SandboxService:
         task.add_done_callback(self._background.discard)
 
     @contextlib.contextmanager
-    def calling(self, record: SandboxRecord) -> Iterator[None]:
-        """A data-path call in flight: the sandbox is busy (never idle, never reaped) until it ends."""
+    def calling(self, record: SandboxRecord, caller: asyncio.BaseTransport | None = None) -> Iterator[None]:
+        """A data-path call in flight: the sandbox is busy (never idle, never reaped) until it ends, or, given
+        the ``caller``'s connection, until that closes (its client died waiting: nobody heartbeats any more)."""
         self.touch(record)
         record.inflight += 1
         self.calls_in_flight += 1
+        if caller is not None:
+            record.callers.append(caller)
         try:
             yield
         finally:
+            if caller is not None:
+                record.callers.remove(caller)
             record.inflight -= 1
             self.calls_in_flight -= 1
             self.last_call_ended = time.monotonic()

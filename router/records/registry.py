@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -62,6 +63,8 @@ class SandboxRecord:
     # Not persisted: after a restart every sandbox counts as just used.
     last_activity: float = field(default_factory=time.time)
     inflight: int = 0
+    callers: list[asyncio.BaseTransport] = field(default_factory=list)
+    """The client connections of the calls in flight that came with one (``SandboxService.calling``)."""
     start_error: GroveError | None = None
     """Why its start failed, as raised (an ``Invalid`` is the create's own fault: a 422, not a 503)."""
     lineage: dict[str, Any] | None = None
@@ -95,6 +98,12 @@ class SandboxRecord:
             checkpoint=CheckpointSource(self.lineage["parent"], self.lineage["checkpoint"]) if self.lineage else None,
             group=f"{self.project}/{req.network.group}" if req.network.group else None,
         )
+
+    def waited_on(self) -> bool:
+        """Whether a call in flight still has someone waiting for its answer. A client that died mid-call (its
+        process killed) closed its connection: its call, running on in the sandbox, keeps the sandbox from
+        nothing, its heartbeat timeout included."""
+        return self.inflight > sum(1 for caller in self.callers if caller.is_closing())
 
     def endpoint(self) -> Endpoint | None:
         """Where the executor answers, if it runs."""
@@ -169,7 +178,7 @@ def _encode(record: SandboxRecord) -> bytes:
     return _ENCODER.encode(record.to_disk()).encode()  # one C-encoder call, one write (json.dump writes per token)
 
 
-_MEMORY_ONLY = ("last_activity", "inflight", "start_error")
+_MEMORY_ONLY = ("last_activity", "inflight", "callers", "start_error")
 _DISK_FIELDS = tuple(f for f in dataclasses.fields(SandboxRecord) if f.name not in _MEMORY_ONLY)
 class Registry:
     """id → record, persisted one JSON file per sandbox under ``<state>/records``."""

@@ -154,8 +154,10 @@ def test_one_projects_burst_does_not_stall_anothers_create(quota_router: RouterP
     async def burst() -> tuple[float, float]:
         async with AsyncGrove(quota_router.url, alpha) as a, AsyncGrove(quota_router.url, beta) as b:
             began = time.monotonic()
+            # 80: a burst long enough that the start or two beta waits for stays a small part of it on a loaded
+            # host too (with 40, a CI run saw 0.29 of it; on a quiet host 80 gives 0.06-0.10).
             alpha_task = asyncio.create_task(a.request("POST", "/v1/sandboxes/batch", json_body={
-                "template": {**SMALL, "memory_mb": 64}, "request_ids": [f"burst-{i}" for i in range(40)]}))
+                "template": {**SMALL, "memory_mb": 64}, "request_ids": [f"burst-{i}" for i in range(80)]}))
             await asyncio.sleep(0.3)  # alpha's burst is queued in front
             asked = time.monotonic()
             await b.request("POST", "/v1/sandboxes", json_body=SMALL)

@@ -47,6 +47,7 @@ import hashlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -59,7 +60,6 @@ import yaml
 from aiohttp import web
 
 from sandbox_image.bundle import DEFAULT_MOUNT_POINT, Bundle
-from tests.conftest import free_tcp_port
 from tests.support.cluster_network import ServiceNetwork, on_own_address
 from tests.support.crd_schema import load_schema, validate
 from tests.support.k8s_standin import KubeStandin, Obj
@@ -312,7 +312,6 @@ class KnativeStandin:
         await asyncio.sleep(self.pull_s)
         container = ks.obj["spec"]["template"]["spec"]["containers"][0]
         ns = ks.obj["metadata"]["namespace"]
-        port = free_tcp_port()
         root = tempfile.mkdtemp(prefix="pod-", dir=self.scratch)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GROVE_EXECUTOR_ROOT": root, "PORT": "8080",
                "K_SERVICE": ks.obj["metadata"]["name"], "K_REVISION": ks.revision}
@@ -330,13 +329,20 @@ class KnativeStandin:
         if (container.get("securityContext") or {}).get("runAsNonRoot"):  # every test image's user is root
             raise RuntimeError("CreateContainerConfigError: container has runAsNonRoot and image will run as root "
                                f"(pod: \"{ks.revision}-deployment-7c9d8b5f4-x2x9z_{ns}\", container: sandbox)")
+        # The pod's executor serves on a socket bound here (gunicorn's fd://): a port picked here and bound by the
+        # child a moment later could be taken in between by another test's process.
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(128)
+        port = listener.getsockname()[1]
         argv = [a.replace(DEFAULT_MOUNT_POINT, str(self.bundle.path), 1) if a.startswith(DEFAULT_MOUNT_POINT)
-                else a.replace("0.0.0.0:8080", f"127.0.0.1:{port}") for a in container["command"]]
+                else a.replace("0.0.0.0:8080", f"fd://{listener.fileno()}") for a in container["command"]]
         env["TMPDIR"] = os.path.join(root, "tmp")  # the container's /tmp is on its writable layer
         os.makedirs(env["TMPDIR"])
         log = open(os.path.join(root, ".pod.log"), "wb")  # noqa: SIM115 - the child owns it
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True)
+        with listener:  # the child keeps its own copy
+            proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                    start_new_session=True, pass_fds=(listener.fileno(),))
         log.close()
         self.procs.add(proc)
         ks.pod, ks.starts, ks.last = Pod(proc, port, root), ks.starts + 1, time.monotonic()
