@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.router_fixtures import wait_for
+
 PORT = 49999
 _RANGE = (49980, 49999)
 _HELD = range(49981, 49989, 2)
@@ -63,9 +65,29 @@ def crowded_servers(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
         yield procs
     finally:
         for proc in procs:
-            with contextlib.suppress(ProcessLookupError):  # a server that ended took its group with it
-                os.killpg(proc.pid, signal.SIGKILL)
+            # The kernels run in sessions of their own: every process of the server's network namespace goes.
+            members = _in_network_namespace_of(proc.pid)
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             proc.wait()
+            wait_for(lambda gone=members: not any(os.path.exists(f"/proc/{pid}") for pid in gone), 10, 0.05,
+                     f"the processes of server {proc.pid}'s network namespace gone")
+
+
+def _in_network_namespace_of(pid: int) -> list[int]:
+    """The processes in ``pid``'s network namespace (none if ``pid`` has ended)."""
+    try:
+        namespace = os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return []
+    members = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{name}/ns/net") == namespace:
+                    members.append(int(name))
+    return members
 
 
 def _in_namespace(pid: int, code: str) -> subprocess.CompletedProcess[str]:
