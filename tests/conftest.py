@@ -29,6 +29,15 @@ def free_tcp_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def loopback_listener() -> socket.socket:
+    """A socket listening on a free loopback port, for a child to serve on (gunicorn's ``fd://``): unlike
+    :func:`free_tcp_port`, no other process can take the port before the child serves."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    return sock
+
+
 @contextlib.contextmanager
 def short_tempdir(prefix: str = "grove-t-") -> Iterator[str]:
     """A fresh directory under /tmp with a short path (Unix socket paths must stay under 108 bytes)."""

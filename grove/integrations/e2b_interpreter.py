@@ -270,7 +270,8 @@ def reserve(host: str, port: int) -> socket.socket:
     except OSError as exc:  # a taken port, an address not this host's, a name that resolves to none
         if sock is not None:
             sock.close()
-        raise SystemExit(f"grove's code interpreter cannot listen on {host}:{port}: {exc.strerror}") from exc
+        raise SystemExit(f"grove's code interpreter cannot listen on {host}:{port}: {exc.strerror}; stop what holds "
+                         "the port, or give another (--port N) or an address of this host (--host)") from exc
     return sock
 
 

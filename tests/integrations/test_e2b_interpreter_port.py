@@ -135,6 +135,7 @@ def test_a_port_it_cannot_have_is_a_clear_error(tmp_path: Path) -> None:
                             f"\"{taken}\""], capture_output=True, text=True, timeout=60)
     assert ended.returncode == 1, ended.stderr
     assert f"grove's code interpreter cannot listen on 127.0.0.1:{PORT}: Address already in use" in ended.stderr
+    assert "stop what holds the port, or give another (--port N)" in ended.stderr
 
     elsewhere = subprocess.run([sys.executable, "-m", "grove.integrations.e2b_interpreter", "--host", "192.0.2.1",
                                 "--cwd", str(tmp_path), str(PORT)], capture_output=True, text=True, timeout=60)

@@ -23,7 +23,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from tests.conftest import short_tempdir
+from tests.conftest import loopback_listener, short_tempdir
 
 TOKEN = "test-token-7d1f"
 MSGPACK = "application/msgpack"
@@ -260,14 +260,6 @@ def _stop(ex: RunningExecutor) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _loopback_listener() -> socket.socket:
-    """A listening socket on a free loopback port, for a child to serve on."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    return sock
-
-
 @contextlib.contextmanager
 def start_executor(*, unix: bool = False, env: dict[str, str] | None = None) -> Iterator[RunningExecutor]:
     """Run a real executor for the duration of the block; its root is a fresh temporary directory."""
@@ -276,7 +268,7 @@ def start_executor(*, unix: bool = False, env: dict[str, str] | None = None) -> 
         os.makedirs(os.path.join(root, "work"))
         # A TCP executor gets a socket already bound here (gunicorn's fd://): a port picked here and bound by the
         # child a moment later could be taken in between by another test's process.
-        listener = None if unix else _loopback_listener()
+        listener = None if unix else loopback_listener()
         bind = f"unix:{tmp}/executor.sock" if listener is None else f"127.0.0.1:{listener.getsockname()[1]}"
         child_env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),

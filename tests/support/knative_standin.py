@@ -47,7 +47,6 @@ import hashlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -60,6 +59,7 @@ import yaml
 from aiohttp import web
 
 from sandbox_image.bundle import DEFAULT_MOUNT_POINT, Bundle
+from tests.conftest import loopback_listener
 from tests.support.cluster_network import ServiceNetwork, on_own_address
 from tests.support.crd_schema import load_schema, validate
 from tests.support.k8s_standin import KubeStandin, Obj
@@ -331,9 +331,7 @@ class KnativeStandin:
                                f"(pod: \"{ks.revision}-deployment-7c9d8b5f4-x2x9z_{ns}\", container: sandbox)")
         # The pod's executor serves on a socket bound here (gunicorn's fd://): a port picked here and bound by the
         # child a moment later could be taken in between by another test's process.
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(128)
+        listener = loopback_listener()
         port = listener.getsockname()[1]
         argv = [a.replace(DEFAULT_MOUNT_POINT, str(self.bundle.path), 1) if a.startswith(DEFAULT_MOUNT_POINT)
                 else a.replace("0.0.0.0:8080", f"fd://{listener.fileno()}") for a in container["command"]]
