@@ -30,6 +30,9 @@ _WATCH_SHARE = 4
 
 
 _SWITCH_INTERVAL_S = 0.0005
+_STOP_GRACE_S = 10.0
+"""How long a stopping router waits for calls in flight (aiohttp's default, 60 s, outlasts what a supervisor
+gives a process between SIGTERM and SIGKILL; a killed router leaves its backend's mounts behind)."""
 
 
 def connection_cap(wanted: int) -> int:
@@ -100,7 +103,7 @@ async def serve(
     # After an error answer (408, 413) aiohttp reads what is left of the body before closing, by default for
     # 10 s: a stalled sender would keep its place under the connection cap that long.
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=settings.idle_timeout_s,
-                           lingering_time=_LINGER_S)
+                           lingering_time=_LINGER_S, shutdown_timeout=_STOP_GRACE_S)
     await runner.setup()
     assert runner.server is not None
     guard = ConnectionGuard(runner.server, max_connections=connection_cap(settings.max_connections),
@@ -139,4 +142,9 @@ async def serve(
     else:
         print("grove router stopping (no sandbox running)", file=sys.stderr, flush=True)
     server.close()
+    calls = [f"{record.id} ({record.inflight})" for record in app[SERVICE].registry.live() if record.inflight]
+    if calls:
+        shown = ", ".join(calls[:5]) + (f" and {len(calls) - 5} more" if len(calls) > 5 else "")
+        print(f"grove router stopping: calls in flight on {shown} get {_STOP_GRACE_S:g} s to end, then their callers "
+              "get a broken connection (the commands run on in their sandboxes)", file=sys.stderr, flush=True)
     await runner.cleanup()

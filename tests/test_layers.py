@@ -130,7 +130,8 @@ ROUTER_LAYERS: list[set[str]] = [
     {"backends.local", "backends.knative"},   # each backend with its parts (never each other)
     {"backends"},                             # the protocol every backend implements, egress entries
     {"auth", "shards"},                       # API keys and the caller each stands for; shards, peers, signing
-    {"projects", "models", "logs", "connections"},  # leaves: projects, request models, the log, connection limits
+    {"projects", "models", "logs", "connections", "answer"},  # leaves: projects, request models, the log,
+    # connection limits, an answer whose caller may hang up
 ]
 """``router``'s folders (and top-level modules) from the top down: each may import only what is below it."""
 

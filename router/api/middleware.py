@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 
 from aiohttp import web
 
@@ -26,14 +27,21 @@ from router.api.shards import peer_auth_middleware, shards_middleware
 from router.records.registry import SAFE_ID_RE
 from router.upstream.proxy import StreamAborted
 
+log = logging.getLogger("grove.router")
+
 
 @web.middleware
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The one place an exception becomes the error body."""
     try:
         return await handler(request)
-    except StreamAborted:
-        raise  # the answer had started: cutting the connection is the error signal
+    except StreamAborted as exc:
+        # The answer had started: cutting the connection is the only error signal left. What broke is logged
+        # once here (the recorder notes an executor lost), not as aiohttp's traceback of every cut answer.
+        log.info("%s %s: the answer was cut: %s", request.method, request.path, exc)
+        if request.transport is not None:
+            request.transport.abort()
+        return web.Response()  # never sent: its connection is gone
     except GroveError as exc:
         err: GroveError = exc
     except web.HTTPException as exc:

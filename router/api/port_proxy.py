@@ -17,6 +17,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from grove.core.errors import BadGateway, BadRequest
+from router.answer import Answer
 from router.api.appkeys import service_of
 from router.ports.state import ports_of
 from router.records.registry import SandboxRecord
@@ -143,19 +144,18 @@ async def _http(request: web.Request, record: SandboxRecord, port: int, session:
             if "Content-Length" not in upstream.headers and request.method != "HEAD" and \
                     upstream.status not in (204, 304):
                 response.enable_chunked_encoding()
-            try:
-                await response.prepare(request)
-                async for chunk in upstream.content.iter_chunked(_CHUNK):
-                    moved[1] += len(chunk)
-                    if tap is not None:
-                        tap(chunk)
-                    await response.write(chunk)
-                await response.write_eof()
-            except ConnectionResetError:
-                if request.transport is not None and not request.transport.is_closing():
-                    raise
-                # The client left before the answer's end (an MCP client does, once it holds its result):
-                # there is no one to tell anything; the upstream connection is dropped with the block.
+            # The client may leave before the answer's end (an MCP client does, once it holds its result):
+            # there is no one to tell anything; the upstream connection is dropped with the block.
+            answer = Answer(request, response)
+            await answer.start()
+            async for chunk in upstream.content.iter_chunked(_CHUNK):
+                if answer.gone:
+                    break
+                moved[1] += len(chunk)
+                if tap is not None:
+                    tap(chunk)
+                await answer.write(chunk)
+            await answer.end()
             return response
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise BadGateway(f"the server on port {port} in the sandbox broke off the answer: {exc}") from exc

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import time
 import weakref
-from collections.abc import Coroutine, Iterator
+from collections.abc import Awaitable, Coroutine, Iterator
 from typing import Any
 
 from grove.core.errors import Conflict, Invalid, Unavailable
@@ -50,6 +50,7 @@ from router.upstream.proxy import Upstreams
 
 log = logging.getLogger("grove.router")
 _QUIET_S = 0.2  # a sandbox's agent between two quick commands is still working
+_SLOW_STOP_STEP_S = 5.0
 
 
 @dataclasses.dataclass
@@ -90,7 +91,7 @@ class SandboxService:
         """Lifecycle locks, each kept while someone holds or waits for it (an unheld lock is a new one)."""
         self._requests: dict[str, asyncio.Future[None]] = {}
         """Creates writing their records, by request_id (a retry meanwhile waits, then finds the sandbox)."""
-        self._background: set[asyncio.Task[Any]] = set()
+        self._background: dict[asyncio.Task[Any], str] = {}  # work after an answer, and what it is
         self.warming: set[str] = set()
         """Sandboxes with a keep-warm request in flight (:mod:`router.lifecycle.keepwarm`)."""
         self.calls_in_flight = 0
@@ -156,20 +157,22 @@ class SandboxService:
         self.pools.start()
 
     async def close(self) -> None:
-        """Stop the reaper and wait for creations in flight; sandboxes keep running."""
-        await self.pools.close()
-        await self.reaper.close()
-        await self.housekeeping.close()
-        await self.process_exits.close()
+        """Stop the reaper and wait for creations in flight; sandboxes keep running. A step still unfinished
+        after a few seconds is named in the log: a stop that hangs says where."""
+        await _named("the pools' filling", self.pools.close())
+        await _named("the reaper", self.reaper.close())
+        await _named("housekeeping", self.housekeeping.close())
+        await _named("the process-exit watch", self.process_exits.close())
         self.full_outputs.budget.close()  # stores still waiting their turn are not worth a slow shutdown
-        for task in [*self.starts.tasks(), *self.claims.tasks(), *self._background]:
+        for task, what in [*((t, "a create or a pool member starting") for t in self.starts.tasks()),
+                           *((t, "a claim") for t in self.claims.tasks()), *self._background.items()]:
             with contextlib.suppress(BaseException):
-                await task
-        await self.screens.drain()  # uploads in flight end stored or spooled
-        await self.registry.close()
+                await _named(what, task)
+        await _named("screenshot uploads in flight", self.screens.drain())  # they end stored or spooled
+        await _named("the record log", self.registry.close())
         self.journal.flush_held(last=True)
-        await self.upstreams.close()
-        await self.backend.close()
+        await _named("the connections to executors", self.upstreams.close())
+        await _named("the backend", self.backend.close())
 
     def lock(self, sandbox_id: str) -> asyncio.Lock:
         """The sandbox's lifecycle lock (held by a delete, a wake and a scale to zero)."""
@@ -325,8 +328,8 @@ class SandboxService:
                 log.exception("background work failed: %s", what)
 
         task = asyncio.create_task(run())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._background[task] = what
+        task.add_done_callback(self._background.pop)
 
     @contextlib.contextmanager
     def calling(self, record: SandboxRecord, caller: asyncio.BaseTransport | None = None) -> Iterator[None]:
@@ -382,3 +385,13 @@ class SandboxService:
         if self.calls_in_flight or self.claims.handing() or time.monotonic() - self.last_call_ended < _QUIET_S:
             return True
         return self.starts.users_starting()
+
+
+async def _named(what: str, step: Awaitable[Any]) -> None:
+    """Await a step of the router's stop, naming it in the log if it is still unfinished after a few seconds."""
+    slow = asyncio.get_running_loop().call_later(
+        _SLOW_STOP_STEP_S, log.warning, "the router's stop still waits on %s after %g s", what, _SLOW_STOP_STEP_S)
+    try:
+        await step
+    finally:
+        slow.cancel()

@@ -20,6 +20,7 @@ from yarl import URL
 from grove.core import wire
 from grove.core.errors import Misdirected, NotFound, Unavailable
 from grove.core.sandbox_ids import shard_of
+from router.answer import Answer
 from router.projects.model import Caller
 from router.shards import signing
 from router.shards.config import ShardConfig
@@ -83,10 +84,13 @@ class Peers:
                     k: v for k, v in upstream.headers.items() if k.lower() not in _DROP})
                 if "Content-Length" not in upstream.headers:
                     response.enable_chunked_encoding()
-                await response.prepare(request)
+                answer = Answer(request, response)
+                await answer.start()
                 async for chunk in upstream.content.iter_chunked(_CHUNK):
-                    await response.write(chunk)
-                await response.write_eof()
+                    if answer.gone:
+                        break  # leaving closes the connection: the owning router sees its caller gone
+                    await answer.write(chunk)
+                await answer.end()
                 return response
         except (aiohttp.ClientError, TimeoutError) as exc:
             if response is not None and response.prepared:

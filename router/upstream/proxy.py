@@ -2,7 +2,8 @@
 
 :class:`Upstreams` is the one place an executor call is built — the session for its endpoint (a Unix socket, or
 TCP), its bearer token, its timeout, a lost connection turned into ``BadGateway``. :func:`forward` streams an API
-call through unchanged (the data path); :meth:`Upstreams.call` and :meth:`Upstreams.post_json` are the router's
+call through unchanged (the data path; a caller who hangs up mid-answer is no executor lost,
+:mod:`router.answer`); :meth:`Upstreams.call` and :meth:`Upstreams.post_json` are the router's
 own calls (a pool claim, full outputs, artifact pushes, keep-warm pings).
 """
 
@@ -17,6 +18,7 @@ from aiohttp import web
 
 from grove.core import wire
 from grove.core.errors import BadGateway, UpstreamTimeout
+from router.answer import Answer
 from router.backends.base import Endpoint
 
 # Headers that describe the body and must travel with it; everything else (auth above all) stays here.
@@ -160,12 +162,15 @@ async def forward(
             )
             if "Content-Length" not in upstream.headers:
                 response.enable_chunked_encoding()
-            await response.prepare(request)
+            answer = Answer(request, response)
+            await answer.start()
             async for chunk in upstream.content.iter_chunked(_CHUNK):
                 if response_tap:
-                    response_tap(chunk)
-                await response.write(chunk)
-            await response.write_eof()
+                    response_tap(chunk)  # read to the end though the caller left: the trajectory records it
+                elif answer.gone:
+                    break  # the connection to the executor closes with the block; the executor is not lost
+                await answer.write(chunk)
+            await answer.end()
             return response
     except aiohttp.ClientConnectorError as exc:
         raise Unreached(f"{type(exc).__name__}: {exc}") from exc  # before any byte was sent: the caller decides

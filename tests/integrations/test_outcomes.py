@@ -7,7 +7,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
+import struct
 import threading
+from http.client import HTTPConnection, IncompleteRead
 from typing import Any
 
 import pytest
@@ -106,3 +109,54 @@ def test_a_posted_result_keeps_the_faults_beside_it(router: RouterProcess) -> No
     assert record["outcome"]["result"] == "fail" and len(record["outcome"]["infra_errors"]) >= 1
     assert to_chat(record)["metadata"]["infra_errors"]
     assert clean_record["outcome"] == {"result": "pass", "reward": 1.0, "reason": None}
+
+
+def _hang_up(conn: HTTPConnection) -> None:
+    """Close with a reset, as a killed client's kernel does with unread data: no polite end of the stream."""
+    assert conn.sock is not None
+    conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+
+
+def test_a_caller_who_hangs_up_mid_download_is_no_fault_of_the_sandbox(router: RouterProcess) -> None:
+    """A trainer killed mid-download (or an SDK call cut by its own timeout) left the trajectory an infra error:
+    the failed write to the caller was read as the executor lost, and training drops such attempts."""
+    with router.client() as grove:
+        sandbox = grove.create("default", memory_mb=128)
+        assert sandbox.exec("head -c 64M /dev/urandom > /tmp/big && echo ok").text == "ok\n"
+        before = router.log()
+        for _ in range(3):  # a hang-up may come at the headers, mid-body or at its end: one is enough to fail
+            resp, conn = router.send("GET", f"/v1/sandboxes/{sandbox.id}/files?path=/tmp/big")
+            assert resp.status == 200 and len(resp.read(256 * 1024)) == 256 * 1024
+            _hang_up(conn)
+        assert sandbox.exec("echo after").text == "after\n"
+        record = stored(grove, sandbox)
+    said = router.log()[len(before):]
+    assert "infra error" not in said and "Error handling request" not in said, said
+    assert record["outcome"] is None  # no result posted, and no fault: not infra_error
+    assert not [s for s in record["steps"] if s["type"] == "lifecycle" and s.get("event") == "scaled_to_zero"]
+
+
+def test_an_executor_lost_mid_download_cuts_the_answer_and_is_an_infra_error(router: RouterProcess) -> None:
+    """The answer had started: the caller sees it cut short (not a clean end), the trajectory the fault, and the
+    router's log one line, not a traceback per cut answer."""
+    with router.client() as grove:
+        sandbox = grove.create("default", memory_mb=128)
+        assert sandbox.exec("head -c 64M /dev/urandom > /tmp/big && echo ok").text == "ok\n"
+        before = router.log()
+        resp, conn = router.send("GET", f"/v1/sandboxes/{sandbox.id}/files?path=/tmp/big")
+        try:
+            assert resp.status == 200 and len(resp.read(64 * 1024)) == 64 * 1024
+            for pid in sorted(cgroup_procs(router.state_dir, sandbox.id)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            with pytest.raises((IncompleteRead, ConnectionError)):
+                resp.read()  # short of its Content-Length
+        finally:
+            conn.close()
+        assert wait_for(lambda: after(sandbox), 10, what="the sandbox to come back") == "after\n"
+        record = stored(grove, sandbox)
+    said = router.log()[len(before):]
+    assert "Error handling request" not in said and "Traceback" not in said, said
+    assert record["outcome"]["result"] == "infra_error", record["outcome"]
+    assert any("GET /v1/files" in fault["reason"] for fault in record["outcome"]["infra_errors"]), record["outcome"]

@@ -90,6 +90,45 @@ def test_sigkill_during_a_command_then_restart(fresh_router: RouterProcess) -> N
         assert beating.status()["status"] == "ready"
 
 
+def test_sigterm_during_a_long_command_stops_after_the_grace_and_the_command_runs_on(
+        fresh_router: RouterProcess) -> None:
+    """A stop waited up to aiohttp's 60 s for calls in flight: as long as a supervisor's SIGKILL takes to come,
+    and a router killed there leaves its mounts. It gives them 10 s, names them, and the command runs on."""
+    router = fresh_router
+    with router.client() as grove:
+        sb = grove.create(heartbeat=False)
+        failure: list[BaseException] = []
+
+        def long_call() -> None:
+            try:
+                router.http("POST", f"/v1/sandboxes/{sb.id}/exec", json_body={"command": "sleep 600"}, timeout=700)
+            except BaseException as exc:  # the router stops under it
+                failure.append(exc)
+
+        caller = threading.Thread(target=long_call)
+        caller.start()
+        wait_for(lambda: any(_cmdline(pid) == b"sleep\x00600\x00" for pid in cgroup_procs(router.state_dir, sb.id)),
+                 10, what="the command to start")
+        asked = time.monotonic()
+        assert router.stop(timeout=45) == 0, router.log()
+        took = time.monotonic() - asked
+        caller.join(10)
+        assert failure and not caller.is_alive()
+        assert took < 40, f"the stop took {took:.1f} s"  # the grace (10 s) twice at most: wait, then cut
+        assert f"calls in flight on {sb.id} (1) get 10 s to end" in router.log(), router.log()
+        router.start()
+        assert any(_cmdline(pid) == b"sleep\x00600\x00" for pid in cgroup_procs(router.state_dir, sb.id))
+        assert sb.exec("echo still").text == "still\n"
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
 def test_sigkill_while_creating_then_restart(fresh_router: RouterProcess) -> None:
     """A create the router never finished is started over after a restart, not resumed half-made."""
     router = fresh_router
