@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from artifacts.s3proc import free_ports
+
 # Component fixtures live in tests/support/; list each module here once.
 # Plain helper modules whose asserts should fail as informatively as a test's own (pytest rewrites them).
 pytest.register_assert_rewrite("tests.support.project_world", "tests.security.project_routes")
@@ -23,10 +25,13 @@ pytest_plugins = [
 
 
 def free_tcp_port() -> int:
-    """A loopback port that was free a moment ago (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port that was free a moment ago, for a child that binds it itself (a registry, a stand-in).
+
+    Drawn at random from below the kernel's ephemeral range (:func:`artifacts.s3proc.free_ports`): a port the
+    kernel picks for ``bind(0)`` or an outgoing connection comes from that range, and with tests in parallel
+    one was taken between the pick and the child's bind. Below it, only another random pick can collide.
+    """
+    return free_ports(1)[0]
 
 
 def loopback_listener() -> socket.socket:
