@@ -5,6 +5,7 @@ cgroup, while a command runs."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -18,7 +19,7 @@ import pytest
 from artifacts.export import to_chat
 from grove.client import Grove, Sandbox
 from grove.core.errors import BadGateway, GroveError, Invalid
-from tests.support.router_fixtures import RouterProcess, cgroup_procs, wait_for
+from tests.support.router_fixtures import RouterProcess, cgroup_procs, procs_running, wait_for
 
 
 def kill_mid_command(router: RouterProcess, sandbox: Sandbox) -> GroveError:
@@ -33,8 +34,7 @@ def kill_mid_command(router: RouterProcess, sandbox: Sandbox) -> GroveError:
 
     thread = threading.Thread(target=call)
     thread.start()
-    wait_for(lambda: any(b"sleep\x0030" in _cmdline(p) for p in cgroup_procs(router.state_dir, sandbox.id)), 10,
-             what="the command to start")
+    wait_for(lambda: procs_running(router.state_dir, sandbox.id, "sleep 30"), 10, what="the command to start")
     for pid in sorted(cgroup_procs(router.state_dir, sandbox.id)):  # oldest (the sandbox's PID 1) first
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -42,14 +42,6 @@ def kill_mid_command(router: RouterProcess, sandbox: Sandbox) -> GroveError:
     assert not thread.is_alive() and len(caught) == 1, caught
     assert isinstance(caught[0], GroveError)
     return caught[0]
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read()
-    except OSError:
-        return b""
 
 
 def after(sandbox: Sandbox) -> str | None:
@@ -129,12 +121,27 @@ def test_a_caller_who_hangs_up_mid_download_is_no_fault_of_the_sandbox(router: R
             resp, conn = router.send("GET", f"/v1/sandboxes/{sandbox.id}/files?path=/tmp/big")
             assert resp.status == 200 and len(resp.read(256 * 1024)) == 256 * 1024
             _hang_up(conn)
+        # A command's answer is read to its end though its caller left: the step it made is recorded.
+        conn = HTTPConnection("127.0.0.1", router.port, timeout=30)
+        conn.request("POST", f"/v1/sandboxes/{sandbox.id}/exec",
+                     body=json.dumps({"command": "sleep 2; echo left-behind"}),
+                     headers={"Authorization": f"Bearer {router.key}", "Content-Type": "application/json"})
+        wait_for(lambda: procs_running(router.state_dir, sandbox.id, "sleep 2"), 10, what="the command to start")
+        _hang_up(conn)
+        wait_for(lambda: left_behind(grove, sandbox), 10, what="the step of the command whose caller left")
         assert sandbox.exec("echo after").text == "after\n"
         record = stored(grove, sandbox)
     said = router.log()[len(before):]
     assert "infra error" not in said and "Error handling request" not in said, said
     assert record["outcome"] is None  # no result posted, and no fault: not infra_error
     assert not [s for s in record["steps"] if s["type"] == "lifecycle" and s.get("event") == "scaled_to_zero"]
+
+
+def left_behind(grove: Grove, sandbox: Sandbox) -> list[dict[str, Any]]:
+    """The exec steps of ``sleep 2; echo left-behind`` in the sandbox's trajectory so far."""
+    steps = grove.request("GET", f"/v1/sandboxes/{sandbox.id}/trajectory")["steps"]
+    return [s for s in steps if s["type"] == "exec" and s["command"] == "sleep 2; echo left-behind"
+            and s["stdout"] == "left-behind\n"]
 
 
 def test_an_executor_lost_mid_download_cuts_the_answer_and_is_an_infra_error(router: RouterProcess) -> None:

@@ -16,7 +16,14 @@ import pytest
 from grove.client import Grove
 from grove.core.errors import Unavailable
 from sandbox_image.bundle import MANIFEST
-from tests.support.router_fixtures import RouterProcess, cgroup_procs, process_alive, sandbox_cgroups, wait_for
+from tests.support.router_fixtures import (
+    RouterProcess,
+    cgroup_procs,
+    process_alive,
+    procs_running,
+    sandbox_cgroups,
+    wait_for,
+)
 
 
 def _pid1_start(grove: Grove, sandbox_id: str) -> bytes:
@@ -60,22 +67,30 @@ def test_restart_readopts_running_sandboxes(fresh_router: RouterProcess) -> None
         assert [s["id"] for s in grove.list()] == [b.id]
 
 
+def _exec_in_a_thread(router: RouterProcess, sandbox_id: str, command: str) -> tuple[threading.Thread,
+                                                                                     list[BaseException]]:
+    """``command`` through the router on a thread of its own; the thread and what the call raised (the router
+    stops or dies under it)."""
+    failure: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            router.http("POST", f"/v1/sandboxes/{sandbox_id}/exec", json_body={"command": command}, timeout=700)
+        except BaseException as exc:
+            failure.append(exc)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    return caller, failure
+
+
 def test_sigkill_during_a_command_then_restart(fresh_router: RouterProcess) -> None:
     router = fresh_router
     with router.client() as grove:
         sb = grove.create(heartbeat=False)
         sb.exec("echo here > /dev/shm/alive")
         beating = grove.create(heartbeat_timeout_s=5)  # the SDK heart-beats every ~1.7 s
-        failure: list[BaseException] = []
-
-        def long_call() -> None:
-            try:
-                router.http("POST", f"/v1/sandboxes/{sb.id}/exec", json_body={"command": "sleep 20"}, timeout=30)
-            except BaseException as exc:  # the router dies under it
-                failure.append(exc)
-
-        caller = threading.Thread(target=long_call)
-        caller.start()
+        caller, failure = _exec_in_a_thread(router, sb.id, "sleep 20")
         time.sleep(0.5)
         router.stop(signal.SIGKILL)
         caller.join(10)
@@ -97,18 +112,8 @@ def test_sigterm_during_a_long_command_stops_after_the_grace_and_the_command_run
     router = fresh_router
     with router.client() as grove:
         sb = grove.create(heartbeat=False)
-        failure: list[BaseException] = []
-
-        def long_call() -> None:
-            try:
-                router.http("POST", f"/v1/sandboxes/{sb.id}/exec", json_body={"command": "sleep 600"}, timeout=700)
-            except BaseException as exc:  # the router stops under it
-                failure.append(exc)
-
-        caller = threading.Thread(target=long_call)
-        caller.start()
-        wait_for(lambda: any(_cmdline(pid) == b"sleep\x00600\x00" for pid in cgroup_procs(router.state_dir, sb.id)),
-                 10, what="the command to start")
+        caller, failure = _exec_in_a_thread(router, sb.id, "sleep 600")
+        wait_for(lambda: procs_running(router.state_dir, sb.id, "sleep 600"), 10, what="the command to start")
         asked = time.monotonic()
         assert router.stop(timeout=45) == 0, router.log()
         took = time.monotonic() - asked
@@ -117,16 +122,8 @@ def test_sigterm_during_a_long_command_stops_after_the_grace_and_the_command_run
         assert took < 40, f"the stop took {took:.1f} s"  # the grace (10 s) twice at most: wait, then cut
         assert f"calls in flight on {sb.id} (1) get 10 s to end" in router.log(), router.log()
         router.start()
-        assert any(_cmdline(pid) == b"sleep\x00600\x00" for pid in cgroup_procs(router.state_dir, sb.id))
+        assert procs_running(router.state_dir, sb.id, "sleep 600")
         assert sb.exec("echo still").text == "still\n"
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read()
-    except OSError:
-        return b""
 
 
 def test_sigkill_while_creating_then_restart(fresh_router: RouterProcess) -> None:

@@ -19,14 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from grove.client import Grove
-from tests.support.router_fixtures import RouterProcess, cgroup_procs, wait_for
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
+from tests.support.router_fixtures import RouterProcess, cgroup_procs, procs_running, wait_for
 
 
 def test_pid1_oom_killed_by_the_sandboxs_own_memory_use_is_its_fault(router: RouterProcess, grove: Grove) -> None:
@@ -38,8 +31,8 @@ def test_pid1_oom_killed_by_the_sandboxs_own_memory_use_is_its_fault(router: Rou
     with ThreadPoolExecutor(1) as pool:
         call = pool.submit(router.http, "POST", f"/v1/sandboxes/{sandbox.id}/exec", json_body={"command": hog},
                            timeout=60)
-        hogs = wait_for(lambda: [p for p in cgroup_procs(router.state_dir, sandbox.id, "memory")
-                                 if b"bytearray" in _cmdline(p)], 10, 0.02, "the hog")
+        hogs = wait_for(lambda: procs_running(router.state_dir, sandbox.id, "bytearray", "memory"), 10, 0.02,
+                        "the hog")
         time.sleep(0.2)  # the shell has started python (or exec'd it)
         for pid in hogs + [p for p in cgroup_procs(router.state_dir, sandbox.id, "memory") if p != pid1]:
             with contextlib.suppress(OSError):

@@ -85,6 +85,11 @@ def cgroup_procs(state_dir: Path, sandbox_id: str, controller: str = "pids") -> 
         return []
 
 
+def procs_running(state_dir: Path, sandbox_id: str, part: str, controller: str = "pids") -> list[int]:
+    """Host PIDs in one sandbox's cgroup whose command line (arguments joined by spaces) holds ``part``."""
+    return [pid for pid in cgroup_procs(state_dir, sandbox_id, controller) if part in cmdline(pid)]
+
+
 def remains_of(state_dir: Path, sandbox_id: str) -> list[str]:
     """What of a deleted local sandbox is still on the host: its directory, cgroups, loop devices (empty: none)."""
     base = StateDir(state_dir).sandbox(sandbox_id)
@@ -228,7 +233,7 @@ def leaks(state_dir: Path) -> list[str]:
     state dir's own test disk is not a leak (the teardown unmounts it)."""
     root = str(state_dir)
     found = [f"cgroup {p}" for p in sandbox_cgroups(state_dir)]
-    found += [f"process {pid}: {_cmdline(pid)[:200]}" for pid in processes_with(root)]
+    found += [f"process {pid}: {cmdline(pid)[:200]}" for pid in processes_with(root)]
     found += [f"mount {line}" for line in mounts_with(root) if not _is_state_disk(line, state_dir)]
     found += [f"loop device {name} on {backing}" for name, backing in loops_with(root + "/").items()]
     sandboxes = StateDir(state_dir).sandboxes
@@ -260,7 +265,8 @@ def egress_table_exists(state_dir: Path) -> bool:
     return subprocess.run(argv, capture_output=True, check=False).returncode == 0
 
 
-def _cmdline(pid: int) -> str:
+def cmdline(pid: int) -> str:
+    """A process's command line, its arguments joined by spaces ("?" once it is gone)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             return fh.read().replace(b"\0", b" ").decode(errors="replace")
