@@ -80,6 +80,16 @@ class Guarded(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._tail = b""
+        self._lost = False
+        self._closed: asyncio.Future[None] | None = None  # made when first asked for: most calls never ask
+
+    def closed(self) -> asyncio.Future[None]:
+        """Done once the connection has closed (the caller hung up, or died: its kernel closes it)."""
+        if self._closed is None:
+            self._closed = asyncio.get_running_loop().create_future()
+            if self._lost:
+                self._closed.set_result(None)
+        return self._closed
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Admit (or answer 503 and close), start the header deadline, hand over to aiohttp."""
@@ -121,7 +131,10 @@ class Guarded(asyncio.Protocol):
             self._inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Give the place back; tell aiohttp."""
+        """Give the place back; tell aiohttp, and whoever waits on :meth:`closed`."""
+        self._lost = True
+        if self._closed is not None and not self._closed.done():
+            self._closed.set_result(None)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -140,3 +153,9 @@ class Guarded(asyncio.Protocol):
         log.warning("closed a connection that sent no complete request headers within %gs",
                     self._guard.header_timeout_s)
         self.close()
+
+
+def hung_up(transport: asyncio.BaseTransport | None) -> asyncio.Future[None] | None:
+    """A future done once the caller on ``transport`` has gone (None: not a connection the guard holds)."""
+    protocol = transport.get_protocol() if transport is not None else None
+    return protocol.closed() if isinstance(protocol, Guarded) else None

@@ -9,6 +9,7 @@ projects). A WebSocket upgrade is not passed on: it answers 421 with the owner's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,6 +22,7 @@ from grove.core import wire
 from grove.core.errors import Misdirected, NotFound, Unavailable
 from grove.core.sandbox_ids import shard_of
 from router.answer import Answer
+from router.connections import hung_up
 from router.projects.model import Caller
 from router.shards import signing
 from router.shards.config import ShardConfig
@@ -68,11 +70,33 @@ class Peers:
         return signing.sign(self.config.secret, self.config.name, method, path, caller)
 
     async def forward(self, request: web.Request, shard: str, caller: Caller) -> web.StreamResponse:
-        """Pass ``request`` on to ``shard``'s router as ``caller`` and stream its answer back unchanged."""
+        """Pass ``request`` on to ``shard``'s router as ``caller`` and stream its answer back unchanged.
+
+        A caller who hangs up while the owner works (a trainer killed mid-command) ends the forward: the
+        connection to the owner closes with it, so the owner sees its caller gone, as it would a direct one
+        (and does not count the call as the client's heartbeat to the command's end)."""
         base = self.url_of(shard, request.match_info.get("id", ""))
         if request.headers.get("Upgrade", "").lower() == "websocket":
             raise Misdirected(f"sandbox {request.match_info['id']} is shard {shard}'s: open this WebSocket at "
                               f"{base}{request.raw_path} (routers pass on HTTP calls, not upgrades)")
+        gone = hung_up(request.transport)
+        if gone is None:
+            return await self._relay(request, shard, base, caller)
+        relay = asyncio.ensure_future(self._relay(request, shard, base, caller))
+        try:
+            await asyncio.wait((relay, gone), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the router stopping: the relay goes with its handler
+            relay.cancel()
+            raise
+        if relay.done():
+            return relay.result()
+        relay.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await relay
+        log.info("the caller of %s %s (shard %s's) hung up before the answer", request.method, request.path, shard)
+        return web.Response()  # never sent: its connection is gone
+
+    async def _relay(self, request: web.Request, shard: str, base: str, caller: Caller) -> web.StreamResponse:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP}
         headers.update(self._signed(request.method, request.raw_path, caller))
         body: AsyncIterator[bytes] | None = request.content.iter_chunked(_CHUNK) if request.can_read_body else None

@@ -5,15 +5,12 @@ The router's reaper runs every second, so each timeout below is set to a few sec
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from grove.client import Grove
+from tests.support.killed_client import kill_a_client_mid_command
 from tests.support.router_fixtures import RouterProcess, cgroup_procs, error_of, layer_file, wait_for, wait_removed
 
 
@@ -115,27 +112,12 @@ def test_heartbeat_expiry_vs_kept_alive(router: RouterProcess, grove: Grove) -> 
     assert sorted(s["id"] for s in grove.list()) == sorted([beating.id, manual.id])
 
 
-_DIES_MID_COMMAND = """
-import sys
-from grove.client import Grove
-with Grove(sys.argv[1], sys.argv[2]) as grove:
-    grove.attach(sys.argv[3]).exec("touch /tmp/began; sleep 600", timeout_s=900)
-"""
-
-
 def test_a_client_killed_mid_command_is_gone_and_its_sandbox_reaped(router: RouterProcess, grove: Grove) -> None:
     """A trainer killed while it waits on a long command (SIGKILL, the OOM killer) stops heart-beating, and its
     connection closes: the call it left, running on in the sandbox, does not keep the sandbox past its heartbeat
     timeout (it kept it until the command ended: here 600 s)."""
     sandbox = grove.create(heartbeat=False, heartbeat_timeout_s=5)
-    client = subprocess.Popen([sys.executable, "-c", _DIES_MID_COMMAND, router.url, router.key, sandbox.id],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        wait_for(lambda: sandbox.exec("test -f /tmp/began").exit_code == 0, 30, 0.3, "the client's command")
-    finally:
-        os.killpg(client.pid, signal.SIGKILL)
-        client.wait(30)
-    killed = time.monotonic()
+    killed = kill_a_client_mid_command(router.url, router.key, sandbox)
     info = wait_for(lambda: (s := _status(router, sandbox.id))["status"] == "deleted" and s, 20, 0.2,
                     "the sandbox reaped by its heartbeat timeout")
     assert "heartbeat" in str(info["end_reason"]), info
